@@ -1,0 +1,62 @@
+# sglpatch: carry the DSA/MTP patch series on top of a pinned sglang.
+# Set-up is two commands: `make apply` then `make test`. `make help` lists the rest.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+SGLPATCH := $(VENV)/bin/sglpatch
+
+SGLANG   ?=
+ONTO     ?=
+BRANCH   ?=
+FROM     ?=
+BASE     ?= v0.5.14
+TARGET_ARG := $(if $(SGLANG),--sglang $(SGLANG),)
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help apply revert status test test-toolkit test-patched test-gpu bench lint export clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
+
+$(VENV)/.tool-stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.sglang-cpu-stamp: $(VENV)/.tool-stamp ci/requirements-sglang-cpu.txt
+	$(PY) -m pip install -q -r ci/requirements-sglang-cpu.txt
+	touch $@
+
+apply: $(VENV)/.tool-stamp ## apply the series (SGLANG=PATH: a checkout or installed package; default: pinned base in build/sglang)
+	$(SGLPATCH) apply $(TARGET_ARG) $(if $(THREEWAY),--3way,) $(if $(BRANCH),--branch $(BRANCH),)
+
+revert: $(VENV)/.tool-stamp ## take the series back out of SGLANG=PATH (every byte restored)
+	$(SGLPATCH) revert $(TARGET_ARG)
+
+status: $(VENV)/.tool-stamp ## per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
+	$(SGLPATCH) status $(TARGET_ARG)
+
+test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
+	$(SGLPATCH) apply
+	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) tests
+
+test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; they skip elsewhere with the reason)
+	$(PY) -m pytest -ra -m gpu tests/gpu
+
+bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; paged-MQA layouts on a GPU
+	$(PY) bench/apply_time.py
+	@if $(PY) -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
+		$(PY) bench/paged_mqa.py; else echo "bench/paged_mqa.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json"; fi
+
+lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests
+	$(PY) -m ruff check scripts tests bench
+	$(PY) -m black --check -q scripts tests bench
+
+export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin)
+	$(SGLPATCH) export --from $(FROM) --base $(BASE)
+
+clean: ## remove the applied default base (build/); the wheel cache stays
+	rm -rf build

@@ -1,0 +1,3 @@
+from sglpatch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""The `sglpatch` command: a thin dispatcher over one module per command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sglpatch import __version__
+from sglpatch.commands import apply, export, revert, status
+from sglpatch.errors import FatalError
+
+COMMANDS = {
+    "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
+    "revert": (revert, "take an applied series back out"),
+    "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
+    "export": (export, "write patches/ from commits in a git repo"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglpatch", description="Carry a patch series on top of a pinned sglang.")
+    parser.add_argument("--version", action="version", version=f"sglpatch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = COMMANDS[args.command][0]
+    try:
+        return module.run(args)
+    except FatalError as exc:
+        print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"sglpatch {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,33 @@
+"""`sglpatch status`: per patch, applied / applies cleanly / conflicts, and the pin."""
+
+from __future__ import annotations
+
+from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.output import plural, say
+from sglpatch.plan import CONFLICT, make_plan
+
+
+def add_arguments(parser) -> None:
+    add_target_option(parser)
+    add_series_options(parser)
+
+
+def run(args) -> int:
+    series, pin = load_inputs(args)
+    target = resolve_target(args)
+    with make_plan(target, series, pin) as plan:
+        say(f"target: {target.describe()}")
+        if plan.drift:
+            say(
+                f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"
+            )
+        else:
+            say(f"pin:    at sglang {pin.release} ({len(pin.blobs)} files match)")
+        if plan.dirty:
+            say(f"dirty:  {', '.join(plan.dirty)}")
+        width = max(len(s.patch.name) for s in plan.states)
+        for state in plan.states:
+            label = {CONFLICT: "conflicts"}.get(state.state, state.state)
+            detail = f"  ({state.failure.describe().split(': ', 1)[-1]})" if state.failure else ""
+            say(f"  {state.patch.name:<{width}}  {label}{detail}")
+    return 0

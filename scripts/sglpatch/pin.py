@@ -1,0 +1,110 @@
+"""The pin: which sglang the series is written against, by release and by content.
+
+`patches/pin.json` records the release, the exact PyPI wheel (file name and
+sha256) the default base is made from, and the git blob id of every file the
+series touches as it is in that wheel. A target is "at the pin" when those
+blobs match, whatever its history.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch.errors import FatalError
+
+PIN_FILE = "pin.json"
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
+
+
+@dataclass(frozen=True)
+class Wheel:
+    filename: str
+    sha256: str
+    python_version: str
+    platform: str
+
+
+@dataclass(frozen=True)
+class Pin:
+    release: str
+    tag: str
+    date: str
+    wheel: Wheel
+    blobs: dict[str, str]  # upstream-layout path -> blob id ("" when the file is absent)
+
+    def to_json(self) -> str:
+        data = {
+            "sglang": {"release": self.release, "tag": self.tag, "date": self.date},
+            "wheel": {
+                "filename": self.wheel.filename,
+                "sha256": self.wheel.sha256,
+                "python_version": self.wheel.python_version,
+                "platform": self.wheel.platform,
+            },
+            "blobs": dict(sorted(self.blobs.items())),
+        }
+        return json.dumps(data, indent=2) + "\n"
+
+
+def parse_pin(text: str, origin: str = PIN_FILE) -> Pin:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise FatalError(f"{origin}: corrupt pin: not JSON ({exc})") from None
+    try:
+        sglang, wheel, blobs = data["sglang"], data["wheel"], data["blobs"]
+        pin = Pin(
+            release=_field(sglang, "release", _VERSION),
+            tag=_field(sglang, "tag", re.compile(r"^v\d[\w.]*$")),
+            date=_field(sglang, "date", re.compile(r"^\d{4}-\d{2}-\d{2}$")),
+            wheel=Wheel(
+                filename=_field(wheel, "filename", re.compile(r"^sglang-[\w.]+-[\w.]+-[\w.]+-[\w.]+\.whl$")),
+                sha256=_field(wheel, "sha256", _SHA256),
+                python_version=_field(wheel, "python_version", re.compile(r"^3\.\d+$")),
+                platform=_field(wheel, "platform", re.compile(r"^[\w.]+$")),
+            ),
+            blobs=_blobs(blobs),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise FatalError(f"{origin}: corrupt pin: missing or mistyped field {exc}") from None
+    except ValueError as exc:
+        raise FatalError(f"{origin}: corrupt pin: {exc}") from None
+    return pin
+
+
+def _field(section: dict, key: str, shape: re.Pattern) -> str:
+    value = section[key]
+    if not isinstance(value, str) or not shape.match(value):
+        raise ValueError(f"{key} {value!r} is not valid")
+    return value
+
+
+def _blobs(blobs: dict) -> dict[str, str]:
+    if not isinstance(blobs, dict) or not blobs:
+        raise ValueError("blobs must be a non-empty object")
+    for path, blob in blobs.items():
+        if not isinstance(path, str) or not path.startswith("python/sglang/") or ".." in path.split("/"):
+            raise ValueError(f"blob path {path!r} is not under python/sglang/")
+        if not isinstance(blob, str) or not (blob == "" or _SHA1.match(blob)):
+            raise ValueError(f"blob id {blob!r} for {path} is not a git blob id")
+    return dict(blobs)
+
+
+def load_pin(patch_dir: Path) -> Pin:
+    path = Path(patch_dir) / PIN_FILE
+    if not path.is_file():
+        raise FatalError(f"{path}: no pin file")
+    try:
+        return parse_pin(path.read_text(encoding="utf-8"), str(path))
+    except UnicodeDecodeError:
+        raise FatalError(f"{path}: corrupt pin: not UTF-8 text") from None
+
+
+def drifted_files(pin: Pin, blobs: dict[str, str]) -> list[str]:
+    """Paths whose blob differs from the pin; a missing file counts as ''."""
+    return [path for path, expected in sorted(pin.blobs.items()) if blobs.get(path, "") != expected]

@@ -1,0 +1,101 @@
+"""Try the whole series against a target in a workspace, before writing anything.
+
+For each patch, in order: already applied (it reverse-applies), applies cleanly
+(then it is applied in the workspace so the next patch sees it), or conflicts.
+The target's base, with the applied patches taken back out, is compared with
+the pin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sglpatch.project import default_base_dir
+from sglpatch.pin import Pin, drifted_files
+from sglpatch.series import Patch, Series
+from sglpatch.target import Target
+from sglpatch.workspace import ApplyFailure, Workspace
+
+APPLIED = "applied"
+CLEAN = "applies cleanly"
+CONFLICT = "conflicts"
+
+
+@dataclass
+class PatchState:
+    patch: Patch
+    state: str
+    failure: ApplyFailure | None = None
+    tree: str | None = None  # workspace tree after this patch, when it was applied there
+
+
+@dataclass
+class Plan:
+    target: Target
+    workspace: Workspace
+    states: list[PatchState]
+    drift: list[str]
+    dirty: list[str] = field(default_factory=list)
+
+    @property
+    def all_applied(self) -> bool:
+        return all(s.state == APPLIED for s in self.states)
+
+    @property
+    def conflicts(self) -> list[PatchState]:
+        return [s for s in self.states if s.state == CONFLICT]
+
+    @property
+    def to_apply(self) -> list[PatchState]:
+        return [s for s in self.states if s.state == CLEAN]
+
+    def close(self) -> None:
+        self.workspace.close()
+
+    def __enter__(self) -> "Plan":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_workspace(target: Target, series: Series) -> Workspace:
+    if target.is_git:
+        base = default_base_dir() / ".git" / "objects"
+        extra = [base] if base.is_dir() and base.resolve() != (target.git.git_dir() / "objects").resolve() else []
+        return Workspace.from_git_target(target.git, extra_objects=extra)
+    return Workspace.from_files(target.read_files(series.touched_paths))
+
+
+def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> Plan:
+    workspace = open_workspace(target, series)
+    try:
+        states = [_try_patch(workspace, patch, three_way) for patch in series.patches]
+        drift = drifted_files(pin, _base_blobs(target, series, states, list(pin.blobs)))
+        dirty = dirty_paths(target, series.touched_paths) if target.is_git else []
+    except BaseException:
+        workspace.close()
+        raise
+    return Plan(target, workspace, states, drift, dirty)
+
+
+def _try_patch(workspace: Workspace, patch: Patch, three_way: bool) -> PatchState:
+    if workspace.applies(patch, reverse=True):
+        return PatchState(patch, APPLIED)
+    failure = workspace.apply(patch, three_way=three_way)
+    if failure:
+        return PatchState(patch, CONFLICT, failure)
+    return PatchState(patch, CLEAN, tree=workspace.git.run("write-tree"))
+
+
+def _base_blobs(target: Target, series: Series, states: list[PatchState], paths: list[str]) -> dict[str, str]:
+    applied = [s.patch for s in states if s.state == APPLIED]
+    with open_workspace(target, series) as base:
+        for patch in reversed(applied):
+            base.apply(patch, reverse=True)
+        return base.blobs(paths)
+
+
+def dirty_paths(target: Target, paths: list[str]) -> list[str]:
+    listed = target.git.run("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False)
+    return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})

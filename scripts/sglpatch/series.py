@@ -1,0 +1,322 @@
+"""The series on disk: `patches/series`, one `git format-patch` file per patch,
+`patches/SHA256SUMS` and `patches/pin.json`.
+
+`series` is quilt's format (one patch name per line, `#` comments, blank lines),
+so quilt and `git am` users can apply the series without this tool. Parsing is
+strict: anything unexpected is a FatalError naming the file and line, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import email.header
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglpatch.errors import FatalError
+
+SERIES_FILE = "series"
+SUMS_FILE = "SHA256SUMS"
+PACKAGE_PREFIX = "python/sglang/"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.+)$")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    number: int  # 1-based within its file
+    old_start: int
+    header: str
+
+
+@dataclass
+class FileDiff:
+    old_path: str | None  # None when the patch creates the file
+    new_path: str | None  # None when the patch deletes the file
+    hunks: list[Hunk] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+
+@dataclass
+class Patch:
+    name: str
+    path: Path
+    data: bytes
+    author: str
+    date: str
+    subject: str
+    body: str
+    trailers: dict[str, str]
+    files: list[FileDiff]
+
+    @property
+    def touched_paths(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for diff in self.files:
+            for p in (diff.old_path, diff.new_path):
+                if p:
+                    seen[p] = None
+        return list(seen)
+
+    def trailer(self, key: str) -> str | None:
+        return self.trailers.get(key.lower())
+
+    def hunk_at(self, path: str, old_line: int) -> Hunk | None:
+        for diff in self.files:
+            if path in (diff.old_path, diff.new_path):
+                for hunk in diff.hunks:
+                    if hunk.old_start == old_line:
+                        return hunk
+        return None
+
+
+@dataclass
+class Series:
+    directory: Path
+    patches: list[Patch]
+
+    @property
+    def touched_paths(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for patch in self.patches:
+            for p in patch.touched_paths:
+                seen[p] = None
+        return list(seen)
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for patch in self.patches:
+            h.update(patch.name.encode() + b"\0" + patch.data + b"\0")
+        return h.hexdigest()
+
+
+# -- series file -----------------------------------------------------------------
+
+
+def parse_series_text(text: str, origin: str = SERIES_FILE) -> list[str]:
+    names: list[str] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *options = line.split()
+        if options and options != ["-p1"]:
+            raise FatalError(f"{origin}:{lineno}: only the -p1 option is supported, got {' '.join(options)!r}")
+        if not _NAME.match(name):
+            raise FatalError(f"{origin}:{lineno}: {name!r} is not a patch file name (NNNN-name.patch, no paths)")
+        if name in names:
+            raise FatalError(f"{origin}:{lineno}: {name} is listed twice")
+        names.append(name)
+    if not names:
+        raise FatalError(f"{origin}: lists no patches")
+    return names
+
+
+def parse_sums_text(text: str, origin: str = SUMS_FILE) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        match = re.fullmatch(r"([0-9a-f]{64}) [ *]([^/\s]+)", raw.strip())
+        if not match:
+            raise FatalError(f"{origin}:{lineno}: not a 'sha256  name' line")
+        sums[match.group(2)] = match.group(1)
+    return sums
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def render_sums(patches: list[Patch]) -> str:
+    return "".join(f"{sha256_hex(p.data)}  {p.name}\n" for p in patches)
+
+
+# -- one patch file --------------------------------------------------------------
+
+
+def _decode_header(value: str) -> str:
+    parts = []
+    for chunk, charset in email.header.decode_header(value):
+        if isinstance(chunk, bytes):
+            parts.append(chunk.decode(charset or "utf-8", "replace"))
+        else:
+            parts.append(chunk)
+    return " ".join("".join(parts).split())
+
+
+def _strip_patch_prefix(subject: str) -> str:
+    # `[PATCH 1/4]` is format-patch's; the `[DSA]`-style tags after it are ours.
+    return re.sub(r"^\[[^\]]*PATCH[^\]]*\]\s*", "", subject)
+
+
+def _unquote_path(raw: str) -> str:
+    if not (raw.startswith('"') and raw.endswith('"') and len(raw) >= 2):
+        return raw
+    try:  # git C-quotes unusual names: "\303\251" is UTF-8 written as octal bytes
+        return raw[1:-1].encode("latin-1").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    except (UnicodeError, ValueError):
+        raise ValueError(f"cannot read quoted path {raw!r}") from None
+
+
+def _side_path(raw: str, side: str) -> str | None:
+    raw = _unquote_path(raw.split("\t")[0].strip())
+    if raw == "/dev/null":
+        return None
+    if not raw.startswith(side + "/"):
+        raise ValueError(f"path {raw!r} lacks the {side}/ prefix")
+    return raw[len(side) + 1 :]
+
+
+def parse_trailers(body: str) -> dict[str, str]:
+    paragraphs = [p for p in re.split(r"\n\s*\n", body.strip()) if p.strip()]
+    if not paragraphs:
+        return {}
+    trailers: dict[str, str] = {}
+    for line in paragraphs[-1].splitlines():
+        match = _TRAILER.match(line.strip())
+        if not match:
+            return {}
+        trailers[match.group(1).lower()] = match.group(2).strip()
+    return trailers
+
+
+def _split_message(text: str) -> tuple[dict[str, str], str, str]:
+    header_text, sep, rest = text.partition("\n\n")
+    if not sep:
+        raise ValueError("no blank line after the mail header")
+    headers: dict[str, str] = {}
+    last = None
+    for line in header_text.splitlines()[1:]:  # first line is the mbox "From <sha> <date>"
+        if line[:1] in (" ", "\t") and last:
+            headers[last] += " " + line.strip()
+            continue
+        key, colon, value = line.partition(":")
+        if not colon:
+            raise ValueError(f"bad header line {line!r}")
+        last = key.strip().lower()
+        headers[last] = value.strip()
+    message, sep, diff = ("\n" + rest).partition("\n---\n")
+    if not sep:
+        raise ValueError("no '---' line between the message and the diff")
+    return headers, message, diff
+
+
+def _parse_diff(diff: str) -> list[FileDiff]:
+    files: list[FileDiff] = []
+    current: FileDiff | None = None
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            current = FileDiff(old_path=None, new_path=None)
+            files.append(current)
+        elif current is None:
+            continue
+        elif line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
+            raise ValueError(f"binary hunk for {current.path or 'a file'}: binary patches are not supported")
+        elif line.startswith("--- "):
+            current.old_path = _side_path(line[4:], "a")
+        elif line.startswith("+++ "):
+            current.new_path = _side_path(line[4:], "b")
+        elif line.startswith(("rename from ", "copy from ")):
+            current.old_path = _unquote_path(line.split(" from ", 1)[1])
+        elif line.startswith(("rename to ", "copy to ")):
+            current.new_path = _unquote_path(line.split(" to ", 1)[1])
+        elif line.startswith("@@"):
+            match = _HUNK.match(line)
+            if not match:
+                raise ValueError(f"bad hunk header {line!r}")
+            current.hunks.append(Hunk(len(current.hunks) + 1, int(match.group(1)), line))
+    if not files:
+        raise ValueError("holds no 'diff --git' section")
+    for f in files:
+        if f.old_path is None and f.new_path is None:
+            raise ValueError("a 'diff --git' section names no file")
+    return files
+
+
+def check_path_is_safe(path: str) -> None:
+    parts = path.split("/")
+    if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"path {path!r} is not a plain relative path")
+    if any(p.lower() == ".git" for p in parts):
+        raise ValueError(f"path {path!r} reaches inside .git/")
+    if not path.startswith(PACKAGE_PREFIX):
+        raise ValueError(f"path {path!r} is outside {PACKAGE_PREFIX}")
+
+
+def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FatalError(f"{name}: malformed patch: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if "\r\n" in text:
+        raise FatalError(f"{name}: malformed patch: CRLF line endings (git format-patch writes LF)")
+    if not text.startswith("From "):
+        raise FatalError(f"{name}: malformed patch: not a git format-patch file (no 'From ' line)")
+    try:
+        headers, message, diff = _split_message(text)
+        files = _parse_diff(diff)
+        for f in files:
+            for p in (f.old_path, f.new_path):
+                if p is not None:
+                    check_path_is_safe(p)
+    except ValueError as exc:
+        raise FatalError(f"{name}: malformed patch: {exc}") from None
+    for key in ("from", "date", "subject"):
+        if not headers.get(key):
+            raise FatalError(f"{name}: malformed patch: no {key.capitalize()}: header")
+    body = message.strip("\n")
+    return Patch(
+        name=name,
+        path=path or Path(name),
+        data=data,
+        author=_decode_header(headers["from"]),
+        date=headers["date"],
+        subject=_strip_patch_prefix(_decode_header(headers["subject"])),
+        body=body,
+        trailers=parse_trailers(body),
+        files=files,
+    )
+
+
+# -- the whole series ------------------------------------------------------------
+
+
+def load_series(directory: Path, verify_sums: bool = True) -> Series:
+    directory = Path(directory)
+    series_path = directory / SERIES_FILE
+    if not series_path.is_file():
+        raise FatalError(f"{series_path}: no series file")
+    names = parse_series_text(_read_text(series_path), str(series_path))
+    sums = parse_sums_text(_read_text(directory / SUMS_FILE), SUMS_FILE) if verify_sums else {}
+    patches = []
+    for name in names:
+        patch_path = directory / name
+        if not patch_path.is_file() or patch_path.is_symlink():
+            raise FatalError(f"series names {name}, but {patch_path} is not a regular file")
+        data = patch_path.read_bytes()
+        if verify_sums:
+            expected = sums.get(name)
+            if expected is None:
+                raise FatalError(f"{SUMS_FILE} has no checksum for {name}")
+            if sha256_hex(data) != expected:
+                raise FatalError(
+                    f"checksum mismatch for {name}: {SUMS_FILE} says {expected[:12]}…, file is {sha256_hex(data)[:12]}…"
+                )
+        patches.append(parse_patch(name, data, patch_path))
+    return Series(directory, patches)
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise FatalError(f"{path}: missing")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise FatalError(f"{path}: not UTF-8 text") from None

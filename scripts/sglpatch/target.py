@@ -1,0 +1,113 @@
+"""Where the series goes: a git checkout of sglang, or a plain package folder.
+
+Patches always speak upstream's layout (`python/sglang/...`). A git checkout
+has that layout; a package folder (`site-packages/sglang`, or any folder with
+`__init__.py` and `srt/`) holds what is under `python/sglang/`, so paths are
+mapped by dropping that prefix.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch.errors import FatalError
+from sglpatch.git import Git, blob_id
+from sglpatch.series import PACKAGE_PREFIX
+from sglpatch.wheels import cache_dir
+
+GIT_CHECKOUT = "git checkout"
+PACKAGE_FOLDER = "package folder"
+
+
+@dataclass
+class Target:
+    kind: str
+    root: Path  # the repo root for a checkout, the sglang package folder otherwise
+
+    @property
+    def is_git(self) -> bool:
+        return self.kind == GIT_CHECKOUT
+
+    @property
+    def git(self) -> Git:
+        return Git(self.root)
+
+    def local_path(self, upstream_path: str) -> Path:
+        if self.is_git:
+            return self.root / upstream_path
+        return self.root / upstream_path[len(PACKAGE_PREFIX) :]
+
+    def read_files(self, paths: list[str]) -> dict[str, bytes | None]:
+        """Current bytes of each path (None when absent), refusing links that leave the target."""
+        files = {}
+        for path in paths:
+            local = self.local_path(path)
+            self.check_inside(local)
+            files[path] = local.read_bytes() if local.is_file() else None
+        return files
+
+    def current_blobs(self, paths: list[str]) -> dict[str, str]:
+        return {p: blob_id(data) if data is not None else "" for p, data in self.read_files(paths).items()}
+
+    def check_inside(self, local: Path) -> None:
+        resolved = local.resolve()
+        if resolved != self.root.resolve() and self.root.resolve() not in resolved.parents:
+            raise FatalError(f"{local} resolves to {resolved}, outside the target: refusing to follow the link")
+        if local.is_symlink():
+            raise FatalError(f"{local} is a symbolic link: refusing to patch through it")
+
+    def describe(self) -> str:
+        return f"{self.root} ({self.kind})"
+
+
+def open_target(path: str | Path) -> Target:
+    given = Path(path).expanduser()
+    if not given.exists():
+        raise FatalError(f"target {given} does not exist")
+    if not given.is_dir():
+        raise FatalError(f"target {given} is not a folder")
+    root = given.resolve()
+    if (root / PACKAGE_PREFIX / "__init__.py").is_file():
+        if (root / ".git").exists():
+            top = Git(root).toplevel()
+            if top is not None and top.resolve() == root:
+                return Target(GIT_CHECKOUT, root)
+        return Target(PACKAGE_FOLDER, root / PACKAGE_PREFIX.rstrip("/"))
+    if _is_package(root / "sglang"):
+        return Target(PACKAGE_FOLDER, root / "sglang")
+    if _is_package(root):
+        return Target(PACKAGE_FOLDER, root)
+    raise FatalError(
+        f"{given} is not sglang: expected a checkout with python/sglang/ or a package folder with __init__.py and srt/"
+    )
+
+
+def _is_package(folder: Path) -> bool:
+    return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
+
+
+@contextmanager
+def target_lock(target: Target):
+    """One sglpatch run per target at a time; a second one is refused, not queued."""
+    key = hashlib.sha256(str(target.root.resolve()).encode()).hexdigest()[:24]
+    lock_dir = cache_dir() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise FatalError(
+                f"another sglpatch run is working on {target.root} (pid {holder}); wait for it to finish"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,150 @@
+"""A scratch git repository where the series is tried before anything real is touched.
+
+The workspace holds only an index (no work tree files): `git apply --cached`
+runs the series against it patch by patch. For a git target it borrows the
+target's objects through `alternates` and starts from the target's HEAD tree,
+so the commits built here can be fetched into the target in one step. For a
+package folder it starts from the touched files' bytes. Either way the target
+is only read until the caller decides to write.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch.git import Git, GitFailed, init_repo
+from sglpatch.series import Patch
+
+_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
+_FILE_ERROR = re.compile(
+    r"^error: (.+?): (does not exist in index|already exists in index|patch does not apply|No such file or directory|does not match index)$"
+)
+
+
+@dataclass
+class ApplyFailure:
+    patch: Patch
+    path: str | None
+    hunk: str | None
+    reason: str
+
+    def describe(self) -> str:
+        where = self.path or "(unknown file)"
+        if self.hunk:
+            return f"{self.patch.name} does not apply: {where}, {self.hunk}"
+        return f"{self.patch.name} does not apply: {where}: {self.reason}"
+
+
+def explain_failure(patch: Patch, stderr: str) -> ApplyFailure:
+    path = reason = None
+    for line in stderr.splitlines():
+        line = line.strip()
+        if match := _FAILED_AT.match(line):
+            path, line_no = match.group(1), int(match.group(2))
+            hunk = patch.hunk_at(path, line_no)
+            label = f"hunk #{hunk.number} {hunk.header.split(' @@')[0]} @@" if hunk else f"hunk at line {line_no}"
+            return ApplyFailure(patch, path, label, "patch does not apply")
+        if match := _FILE_ERROR.match(line):
+            path, reason = match.group(1), match.group(2)
+    return ApplyFailure(patch, path, None, reason or (stderr.strip().splitlines() or ["git apply failed"])[-1])
+
+
+class Workspace:
+    def __init__(self, root: Path):
+        self.root = root
+        self.git = Git(root)
+
+    # -- creation ------------------------------------------------------------------
+
+    @classmethod
+    def from_git_target(cls, target_git: Git, rev: str = "HEAD", extra_objects: list[Path] = ()) -> "Workspace":
+        ws = cls._empty()
+        stores = [target_git.git_dir() / "objects", *extra_objects]
+        (ws.root / ".git" / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
+        ws.git.run("read-tree", target_git.run("rev-parse", f"{rev}^{{tree}}"))
+        return ws
+
+    @classmethod
+    def from_files(cls, files: dict[str, bytes | None]) -> "Workspace":
+        ws = cls._empty()
+        entries = []
+        for path, data in sorted(files.items()):
+            if data is None:
+                continue
+            entries.append(f"100644 {ws.write_blob(data)}\t{path}\n")
+        if entries:
+            ws.git.run_with_input(["update-index", "--index-info"], "".join(entries).encode())
+        return ws
+
+    @classmethod
+    def _empty(cls) -> "Workspace":
+        root = Path(tempfile.mkdtemp(prefix="sglpatch-ws-"))
+        init_repo(root)
+        return cls(root)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- objects -------------------------------------------------------------------
+
+    def write_blob(self, data: bytes) -> str:
+        return self.git.run_with_input(["hash-object", "-w", "--no-filters", "--stdin"], data)
+
+    def blobs(self, paths: list[str]) -> dict[str, str]:
+        """Blob id per path in the index ('' for a path that is absent)."""
+        listed = self.git.run("ls-files", "-s", "-z", "--", *paths, strip=False)
+        found = {}
+        for entry in filter(None, listed.split("\0")):
+            meta, path = entry.split("\t", 1)
+            found[path] = meta.split()[1]
+        return {p: found.get(p, "") for p in paths}
+
+    def read(self, path: str) -> bytes | None:
+        blob = self.blobs([path])[path]
+        return self.git.run_bytes("cat-file", "blob", blob) if blob else None
+
+    # -- patches -------------------------------------------------------------------
+
+    def applies(self, patch: Patch, reverse: bool = False, three_way: bool = False) -> bool:
+        args = ["apply", "--cached", "--check"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
+        status, _, _ = self.git.try_run(*args, str(patch.path))
+        return status == 0
+
+    def apply(self, patch: Patch, reverse: bool = False, three_way: bool = False) -> ApplyFailure | None:
+        args = ["apply", "--cached"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
+        before = self.git.run("write-tree")
+        status, _, err = self.git.try_run(*args, str(patch.path))
+        if status == 0:
+            return None
+        self.git.run("read-tree", before)  # a failed --3way can leave conflict stages
+        return explain_failure(patch, err)
+
+    def commit(self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None) -> str:
+        name, email = _split_ident(patch.author)
+        env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": patch.date}
+        if committer:
+            env.update(GIT_COMMITTER_NAME=committer[0], GIT_COMMITTER_EMAIL=committer[1])
+        else:
+            env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
+        message = f"{patch.subject}\n\n{patch.body}\n"
+        return self.git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message.encode())
+
+
+def _split_ident(ident: str) -> tuple[str, str]:
+    match = re.fullmatch(r"\s*(.*?)\s*<([^<>]*)>\s*", ident)
+    if not match:
+        return ident.strip() or "unknown", "unknown@localhost"
+    return match.group(1) or match.group(2), match.group(2)
+
+
+__all__ = ["ApplyFailure", "GitFailed", "Workspace", "explain_failure"]

@@ -1,0 +1,59 @@
+"""`make apply` with no argument: the pinned wheel, cached, laid out as a git repo, patched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from sglpatch.git import Git
+from sglpatch.wheels import cache_dir
+
+
+@pytest.fixture
+def project(tmp_path, series_dir, monkeypatch):
+    root = tmp_path / "project"
+    shutil.copytree(series_dir, root / "patches")
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
+    return root
+
+
+def test_first_run_builds_the_base_then_applies(sglpatch, project, project_pin):
+    code, out, err = sglpatch("apply")
+    assert code == 0, err
+    base = project / "build" / "sglang"
+    git = Git(base)
+    assert git.rev_parse("v0.5.14") is not None
+    assert (
+        git.run("log", "-1", "--format=%an|%aI", "v0.5.14") == "sglang release (PyPI wheel)|2026-06-25T00:00:00+00:00"
+    )
+    assert git.run("rev-list", "--count", "v0.5.14..HEAD") == "2"
+    for path, blob in project_pin.blobs.items():
+        assert git.run("rev-parse", f"v0.5.14:{path}") == blob
+    assert "downloading" not in err  # the session's wheel is already cached
+
+
+def test_second_run_is_a_no_op(sglpatch, project):
+    assert sglpatch("apply")[0] == 0
+    head = Git(project / "build" / "sglang").run("rev-parse", "HEAD")
+    code, out, err = sglpatch("apply")
+    assert code == 0 and out.startswith("already applied")
+    assert Git(project / "build" / "sglang").run("rev-parse", "HEAD") == head
+
+
+def test_the_base_commit_is_the_same_on_every_machine(sglpatch, project, base_repo):
+    sglpatch("apply")
+    assert Git(project / "build" / "sglang").rev_parse("v0.5.14") == Git(base_repo).rev_parse("v0.5.14")
+
+
+def test_wheel_with_wrong_checksum_is_refused(sglpatch, project, monkeypatch, tmp_path):
+    pin = json.loads((project / "patches" / "pin.json").read_text())
+    pin["wheel"]["sha256"] = "0" * 64
+    (project / "patches" / "pin.json").write_text(json.dumps(pin))
+    monkeypatch.setenv("SGLPATCH_CACHE", str(tmp_path / "empty-cache"))
+    code, _, err = sglpatch("apply")
+    assert code == 2 and "checksum mismatch" in err
+    assert not (project / "build" / "sglang").exists()
+    assert not list((tmp_path / "empty-cache" / "wheels").glob("*.whl"))
+    assert cache_dir() == tmp_path / "empty-cache"
