@@ -68,7 +68,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
     journal = {"version": 1, "state": APPLYING, "series": series_digest, "patches": patch_names, "files": entries}
     _write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
     _fsync_dir(journal_dir)
-    for change, entry in zip(changes, entries):
+    for change, entry in zip(changes, entries, strict=True):
         _replace(change.path, change.after, entry["mode"])
     journal["state"] = APPLIED
     _write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sglpatch.project import default_base_dir
 from sglpatch.pin import Pin, drifted_files
+from sglpatch.project import default_base_dir
 from sglpatch.series import Patch, Series
 from sglpatch.target import Target
 from sglpatch.workspace import ApplyFailure, Workspace
