@@ -211,7 +211,11 @@ def _split_message(text: str) -> tuple[dict[str, str], str, str]:
 def _parse_diff(diff: str) -> list[FileDiff]:
     files: list[FileDiff] = []
     current: FileDiff | None = None
-    for line in diff.splitlines():
+    lines = diff.splitlines()
+    position = 0
+    while position < len(lines):
+        line = lines[position]
+        position += 1
         if line.startswith("diff --git "):
             current = FileDiff(old_path=None, new_path=None)
             files.append(current)
@@ -225,19 +229,44 @@ def _parse_diff(diff: str) -> list[FileDiff]:
             current.new_path = _side_path(line[4:], "b")
         elif line.startswith(("rename from ", "copy from ")):
             current.old_path = _unquote_path(line.split(" from ", 1)[1])
+            check_path_is_safe(current.old_path)  # git applies to these names even if ---/+++ say otherwise
         elif line.startswith(("rename to ", "copy to ")):
             current.new_path = _unquote_path(line.split(" to ", 1)[1])
+            check_path_is_safe(current.new_path)
         elif line.startswith("@@"):
             match = _HUNK.match(line)
             if not match:
                 raise ValueError(f"bad hunk header {line!r}")
             current.hunks.append(Hunk(len(current.hunks) + 1, int(match.group(1)), line))
+            position = _skip_hunk_body(lines, position, match, current.path)
     if not files:
         raise ValueError("holds no 'diff --git' section")
     for f in files:
         if f.old_path is None and f.new_path is None:
             raise ValueError("a 'diff --git' section names no file")
     return files
+
+
+def _skip_hunk_body(lines: list[str], position: int, header: re.Match, path: str) -> int:
+    """Consume exactly the lines the hunk header announces; a short hunk means a truncated file."""
+    old_left = int(header.group(2) if header.group(2) is not None else 1)
+    new_left = int(header.group(4) if header.group(4) is not None else 1)
+    while old_left > 0 or new_left > 0:
+        if position >= len(lines):
+            raise ValueError(f"truncated: a hunk of {path} ends early")
+        kind = lines[position][:1]
+        if kind in (" ", ""):
+            old_left, new_left = old_left - 1, new_left - 1
+        elif kind == "-":
+            old_left -= 1
+        elif kind == "+":
+            new_left -= 1
+        elif kind != "\\":
+            raise ValueError(f"truncated or damaged hunk in {path}: unexpected line {lines[position][:40]!r}")
+        position += 1
+    if old_left < 0 or new_left < 0:
+        raise ValueError(f"hunk of {path} is longer than its header says")
+    return position
 
 
 def check_path_is_safe(path: str) -> None:
@@ -289,7 +318,7 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
 
 
 def load_series(directory: Path, verify_sums: bool = True) -> Series:
-    directory = Path(directory)
+    directory = Path(directory).resolve()
     series_path = directory / SERIES_FILE
     if not series_path.is_file():
         raise FatalError(f"{series_path}: no series file")

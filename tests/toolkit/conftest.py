@@ -25,6 +25,7 @@ from sglpatch.wheels import fetch_wheel
 
 BACKEND = "python/sglang/srt/layers/attention/dsa_backend.py"
 OVERLAP = "python/sglang/srt/managers/overlap_utils.py"
+SECOND = "python/sglang/global_config.py"  # unchanged from 0.5.14 to 0.5.17
 NEW_FILE = "python/sglang/srt/layers/attention/dsa/layout_note.py"
 AUTHOR = ("Ada Patchwright", "ada@example.com")
 
@@ -73,26 +74,51 @@ def replace_in(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def make_series(base_repo: Path, workdir: Path, out: Path, pin, commits: list[tuple[str, list[tuple[str, str, str]]]]) -> Path:
+    """Export a series made of `commits` [(message, [(path, old, new)])] on top of base_repo's pin tag.
+
+    An `old` of None creates the file with `new` as its content.
+    """
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(workdir)], check=True)
+    repo = Git(workdir)
+    for message, edits in commits:
+        for path, old, new in edits:
+            if old is None:
+                (workdir / path).write_text(new)
+            else:
+                replace_in(workdir / path, old, new)
+        _commit(repo, message)
+    out.mkdir(parents=True)
+    (out / "pin.json").write_text(pin.to_json())
+    export_series(repo, pin.tag, "HEAD", out, pin)
+    return out
+
+
 @pytest.fixture(scope="session")
 def series_dir(tmp_path_factory, base_repo, project_pin) -> Path:
     """Two small real patches against real v0.5.14 files, exported like the project's series."""
-    dev = tmp_path_factory.mktemp("dev") / "sglang"
-    subprocess.run(["git", "clone", "-q", str(base_repo), str(dev)], check=True)
-    repo = Git(dev)
-    replace_in(dev / BACKEND, "class DSAIndexerMetadata", "# test series: first patch\nclass DSAIndexerMetadata")
-    (dev / NEW_FILE).write_text('"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n')
-    _commit(
-        repo,
+    first = (
         "[DSA] Mark the indexer metadata for the test series\n\nWhy: exercise the toolkit.\n\n"
-        "What: one comment, one new file.\n\nUpstream-PR: 27166\nPatch-Group: test-group\n",
+        "What: one comment, one new file.\n\nUpstream-PR: 27166\nPatch-Group: test-group\n"
     )
-    replace_in(dev / OVERLAP, "class FutureMap", "# test series: second patch\nclass FutureMap")
-    _commit(repo, "[Spec] Mark the FutureMap for the test series\n\nWhy: a second patch.\n\nUpstream-PR: 29787\n")
-    out = tmp_path_factory.mktemp("series") / "patches"
-    out.mkdir()
-    (out / "pin.json").write_text(project_pin.to_json())
-    export_series(repo, project_pin.tag, "HEAD", out, project_pin)
-    return out
+    second = "[Spec] Mark the global config for the test series\n\nWhy: a second patch.\n\nUpstream-PR: 29787\n"
+    tmp = tmp_path_factory.mktemp("series")
+    return make_series(
+        base_repo,
+        tmp / "dev",
+        tmp / "patches",
+        project_pin,
+        [
+            (
+                first,
+                [
+                    (BACKEND, "class DSAIndexerMetadata", "# test series: first patch\nclass DSAIndexerMetadata"),
+                    (NEW_FILE, None, '"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n'),
+                ],
+            ),
+            (second, [(SECOND, "class GlobalConfig", "# test series: second patch\nclass GlobalConfig")]),
+        ],
+    )
 
 
 @pytest.fixture

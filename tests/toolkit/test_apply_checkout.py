@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import AUTHOR, BACKEND, NEW_FILE, OVERLAP, fingerprint, replace_in
+from conftest import AUTHOR, BACKEND, NEW_FILE, SECOND, fingerprint, replace_in
 
 from sglpatch.git import Git
 from sglpatch.series import load_series
@@ -15,13 +15,13 @@ def test_apply_makes_one_commit_per_patch_on_a_new_branch(sglpatch, checkout, pa
     assert git.current_branch() == "sglpatch/v0.5.14"
     log = git.run("log", "--format=%an|%ae|%aI|%s", "v0.5.14..HEAD").splitlines()
     assert log == [
-        f"{AUTHOR[0]}|{AUTHOR[1]}|2026-07-01T12:00:00+00:00|[Spec] Mark the FutureMap for the test series",
+        f"{AUTHOR[0]}|{AUTHOR[1]}|2026-07-01T12:00:00+00:00|[Spec] Mark the global config for the test series",
         f"{AUTHOR[0]}|{AUTHOR[1]}|2026-07-01T12:00:00+00:00|[DSA] Mark the indexer metadata for the test series",
     ]
     body = git.run("log", "-1", "--format=%B", "HEAD~1")
     assert "Why: exercise the toolkit." in body and body.rstrip().endswith("Patch-Group: test-group")
     assert git.run("log", "-1", "--format=%cn", "HEAD") == "Target User"
-    assert "# test series: second patch" in (checkout / OVERLAP).read_text()
+    assert "# test series: second patch" in (checkout / SECOND).read_text()
     assert (checkout / NEW_FILE).is_file()
     assert git.run("status", "--porcelain") == ""
 
@@ -46,12 +46,12 @@ def test_status_reports_each_patch_and_the_pin(sglpatch, checkout, patches):
 
 
 def test_status_shows_a_conflict_with_file_and_hunk(sglpatch, checkout, patches):
-    replace_in(checkout / OVERLAP, "class FutureMap", "class RenamedFutureMap")
+    replace_in(checkout / SECOND, "class GlobalConfig", "class RenamedGlobalConfig")
     Git(checkout).run("commit", "-qam", "local change")
     out = sglpatch("status", "--sglang", checkout, "--patches", patches)[1]
-    assert "differs from sglang 0.5.14 in 1 file: " + OVERLAP in out
+    assert "differs from sglang 0.5.14 in 1 file: " + SECOND in out
     line = [x for x in out.splitlines() if "0002-" in x][0]
-    assert "conflicts" in line and OVERLAP in line and "hunk #1" in line
+    assert "conflicts" in line and SECOND in line and "hunk #1" in line
 
 
 def test_revert_returns_to_the_previous_branch_byte_for_byte(sglpatch, checkout, patches):
@@ -69,13 +69,13 @@ def test_revert_returns_to_the_previous_branch_byte_for_byte(sglpatch, checkout,
 
 def test_three_way_applies_onto_a_drifted_base(sglpatch, checkout, patches):
     # Drift elsewhere in a touched file: the pin check refuses, --3way merges.
-    replace_in(checkout / OVERLAP, "from __future__ import annotations", "from __future__ import annotations  # local")
+    replace_in(checkout / SECOND, "global_config = GlobalConfig()", "global_config = GlobalConfig()  # local")
     Git(checkout).run("commit", "-qam", "local drift")
     code, _, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
-    assert code == 2 and "differs from the pin" in err and OVERLAP in err and "--3way" in err
+    assert code == 2 and "differs from the pin" in err and SECOND in err and "--3way" in err
     code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches, "--3way")
     assert code == 0, err
-    text = (checkout / OVERLAP).read_text()
+    text = (checkout / SECOND).read_text()
     assert "# local" in text and "# test series: second patch" in text
 
 
@@ -86,7 +86,7 @@ def test_the_series_replays_with_plain_git_am(checkout, patches):
     git.run("am", "-q", "--keep-non-patch", *[str(patches / n) for n in names])
     subjects = git.run("log", "--format=%s", "v0.5.14..HEAD").splitlines()
     assert subjects == [
-        "[Spec] Mark the FutureMap for the test series",
+        "[Spec] Mark the global config for the test series",
         "[DSA] Mark the indexer metadata for the test series",
     ]
     assert git.run("log", "-1", "--format=%an", "HEAD") == AUTHOR[0]

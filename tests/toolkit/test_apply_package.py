@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import BACKEND, NEW_FILE, OVERLAP, fingerprint
+from conftest import BACKEND, NEW_FILE, SECOND, fingerprint
 
 from sglpatch import journal
 from sglpatch.series import load_series
@@ -18,7 +18,7 @@ def test_apply_rewrites_files_and_revert_restores_every_byte(sglpatch, package, 
     before = fingerprint(package)
     code, out, err = sglpatch("apply", "--sglang", package, "--patches", patches)
     assert code == 0, err
-    assert "# test series: second patch" in _local(package, OVERLAP).read_text()
+    assert "# test series: second patch" in _local(package, SECOND).read_text()
     assert _local(package, NEW_FILE).is_file()
     assert journal.read_journal(package)["state"] == journal.APPLIED
     assert not list(package.rglob("*.rej")) and not list(package.rglob("*.sglpatch-tmp"))
@@ -48,7 +48,7 @@ def test_status_on_a_package(sglpatch, package, patches):
 
 def test_revert_refuses_to_drop_an_edit_made_after_apply(sglpatch, package, patches):
     sglpatch("apply", "--sglang", package, "--patches", patches)
-    edited = _local(package, OVERLAP)
+    edited = _local(package, SECOND)
     edited.write_text(edited.read_text() + "# user edit\n")
     before = fingerprint(package)
     code, _, err = sglpatch("revert", "--sglang", package)
@@ -69,5 +69,5 @@ def test_the_series_applies_with_patch_p1_like_quilt(tmp_path, base_repo, patche
     for patch in load_series(patches).patches:
         subprocess.run(["patch", "-p1", "-s", "--dry-run", "-i", str(patch.path)], cwd=tree, check=True)
         subprocess.run(["patch", "-p1", "-s", "-i", str(patch.path)], cwd=tree, check=True)
-    assert "# test series: second patch" in (tree / OVERLAP).read_text()
+    assert "# test series: second patch" in (tree / SECOND).read_text()
     assert not list(tree.rglob("*.orig")) and not list(tree.rglob("*.rej"))

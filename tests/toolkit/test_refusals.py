@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BACKEND, OVERLAP, fingerprint, replace_in
+from conftest import BACKEND, SECOND, fingerprint, replace_in
 
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
@@ -44,9 +44,9 @@ def test_not_sglang(sglpatch, tmp_path, patches):
 
 
 def test_dirty_tracked_file(sglpatch, checkout, patches):
-    (checkout / OVERLAP).write_text((checkout / OVERLAP).read_text() + "# wip\n")
+    (checkout / SECOND).write_text((checkout / SECOND).read_text() + "# wip\n")
     err = refused(sglpatch, checkout, "--patches", patches)
-    assert "uncommitted changes" in err and OVERLAP in err
+    assert "uncommitted changes" in err and SECOND in err
 
 
 def test_dirty_untracked_file_in_the_way(sglpatch, checkout, patches):
@@ -65,10 +65,10 @@ def test_base_differs_from_pin_names_the_files(sglpatch, checkout, patches):
 
 
 def test_conflict_names_patch_file_and_hunk(sglpatch, checkout, patches):
-    replace_in(checkout / OVERLAP, "class FutureMap", "class OtherMap")
+    replace_in(checkout / SECOND, "class GlobalConfig", "class OtherConfig")
     Git(checkout).run("commit", "-qam", "conflicting change")
     err = refused(sglpatch, checkout, "--patches", patches, "--3way")
-    assert "0002-" in err and OVERLAP in err and "nothing was changed" in err
+    assert "0002-" in err and SECOND in err and "nothing was changed" in err
 
 
 def test_checksum_mismatch(sglpatch, checkout, patches):
@@ -99,7 +99,7 @@ def test_series_names_a_missing_file(sglpatch, checkout, patches):
     ],
 )
 def test_patch_touching_paths_outside_the_package(sglpatch, checkout, patches, escape, message):
-    rewrite_patch(patches, 1, lambda data: data.replace(OVERLAP.encode(), escape))
+    rewrite_patch(patches, 1, lambda data: data.replace(SECOND.encode(), escape))
     err = refused(sglpatch, checkout, "--patches", patches)
     assert message in err
 
@@ -126,7 +126,7 @@ def test_package_folder_refuses_three_way(sglpatch, package, patches):
 def test_symlink_leaving_the_package_is_refused(sglpatch, package, patches, tmp_path):
     outside = tmp_path / "outside.py"
     outside.write_text("x = 1\n")
-    victim = package / OVERLAP.removeprefix("python/sglang/")
+    victim = package / SECOND.removeprefix("python/sglang/")
     victim.unlink()
     victim.symlink_to(outside)
     err = refused(sglpatch, package, "--patches", patches)
