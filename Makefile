@@ -15,7 +15,7 @@ TARGET_ARG := $(if $(SGLANG),--sglang $(SGLANG),)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help apply revert status test test-toolkit test-patched test-gpu bench lint export clean
+.PHONY: help apply revert status rebase drift test test-toolkit test-patched test-gpu bench lint export clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -39,12 +39,18 @@ revert: $(VENV)/.tool-stamp ## take the series back out of SGLANG=PATH (every by
 status: $(VENV)/.tool-stamp ## per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
 	$(SGLPATCH) status $(TARGET_ARG)
 
+rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 after a conflict; DROP_UPSTREAMED=1
+	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,--onto $(ONTO))) $(if $(DROP_UPSTREAMED),--drop-upstreamed,)
+
+drift: $(VENV)/.tool-stamp ## patch x release table (markdown + png in docs/drift); RELEASES=a,b,c (default: every release since the pin)
+	$(SGLPATCH) drift $(if $(RELEASES),--releases $(RELEASES),)
+
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
 	$(SGLPATCH) apply
-	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; they skip elsewhere with the reason)
-	$(PY) -m pytest -ra -m gpu tests/gpu
+	$(PY) -m pytest -ra tests/gpu
 
 bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; paged-MQA layouts on a GPU
 	$(PY) bench/apply_time.py

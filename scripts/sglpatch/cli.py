@@ -6,13 +6,15 @@ import argparse
 import sys
 
 from sglpatch import __version__
-from sglpatch.commands import apply, export, revert, status
+from sglpatch.commands import apply, drift, export, rebase, revert, status
 from sglpatch.errors import FatalError
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
     "revert": (revert, "take an applied series back out"),
     "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
+    "rebase": (rebase, "carry the series onto a newer sglang (3-way, rename detection, --continue/--abort)"),
+    "drift": (drift, "patch x release table: clean / 3-way / conflict / already upstream"),
     "export": (export, "write patches/ from commits in a git repo"),
 }
 

@@ -1,0 +1,56 @@
+"""`sglpatch drift`: does each patch still apply to each sglang release?"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from sglpatch.carry import carry_series, series_commits
+from sglpatch.commands.common import add_series_options, load_inputs
+from sglpatch.drift import render_json, render_markdown, render_png
+from sglpatch.output import progress, say
+from sglpatch.project import PROJECT_ROOT
+from sglpatch.releases import published_releases, release_commit, releases_repo
+from sglpatch.wheels import fetch_wheel
+
+
+def add_arguments(parser) -> None:
+    add_series_options(parser)
+    parser.add_argument("--releases", help="comma-separated sglang releases (default: every release from the pin on)")
+    parser.add_argument(
+        "--out", type=Path, default=PROJECT_ROOT / "docs" / "drift", help="report folder (default docs/drift)"
+    )
+
+
+def run(args) -> int:
+    started = time.monotonic()
+    series, pin = load_inputs(args)
+    releases = args.releases.split(",") if args.releases else published_releases(pin.release)
+    repo = releases_repo()
+    release_commit(pin.release, repo, fetch_wheel(pin.release, pin.wheel))
+    tips = {}
+    for number, release in enumerate(releases, 1):
+        progress(f"[{number}/{len(releases)}] sglang {release}")
+        tips[release] = release_commit(release, repo)
+    commits = series_commits(repo, f"v{pin.release}", series)
+    matrix = {}
+    try:
+        for number, release in enumerate(releases, 1):
+            progress(f"[{number}/{len(releases)}] carrying the series onto {release}")
+            matrix[release] = carry_series(commits, series, tips[release])[0]
+    finally:
+        commits.workspace.close()
+    seconds = time.monotonic() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = (
+        "sglpatch " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["drift"] else "make drift"
+    )
+    markdown = render_markdown(matrix, seconds, pin.release)
+    (args.out / "drift.md").write_text(markdown)
+    (args.out / "drift.json").write_text(render_json(matrix, seconds, command))
+    render_png(matrix, args.out / "drift.png", f"series pinned at sglang {pin.release}: drift across releases")
+    say(markdown)
+    say(f"wrote {args.out / 'drift.md'}, drift.json and drift.png")
+    return 0

@@ -1,0 +1,86 @@
+"""The drift report: patch x release, as markdown, JSON and a picture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sglpatch.carry import CLEAN, CONFLICT, THREE_WAY, UPSTREAM, Outcome
+
+COLORS = {CLEAN: "#2e7d32", THREE_WAY: "#f9a825", CONFLICT: "#c62828", UPSTREAM: "#1565c0"}
+LEGEND = {
+    CLEAN: "applies as it is",
+    THREE_WAY: "applies with a 3-way merge",
+    CONFLICT: "conflicts (files named)",
+    UPSTREAM: "already upstream (drop it there)",
+}
+
+
+def cell_text(outcome: Outcome) -> str:
+    if outcome.kind == CONFLICT:
+        return "conflict: " + ", ".join(Path(f).name for f in outcome.files)
+    return outcome.kind
+
+
+def render_markdown(matrix: dict[str, list[Outcome]], seconds: float, pin_release: str) -> str:
+    releases = list(matrix)
+    names = [o.patch.name for o in matrix[releases[0]]]
+    lines = [
+        f"# Drift of the series (pinned at sglang {pin_release}) across releases",
+        "",
+        "| patch | " + " | ".join(releases) + " |",
+        "|---|" + "---|" * len(releases),
+    ]
+    for row, name in enumerate(names):
+        cells = [cell_text(matrix[r][row]) for r in releases]
+        lines.append(f"| {name.removesuffix('.patch')} | " + " | ".join(cells) + " |")
+    lines += ["", "Legend: " + "; ".join(f"**{k}**: {v}" for k, v in LEGEND.items()) + "."]
+    upstream_notes = sorted(
+        {f"- {o.patch.name}: {o.detail}" for outcomes in matrix.values() for o in outcomes if o.kind == UPSTREAM}
+    )
+    if upstream_notes:
+        lines += ["", "Why a patch counts as upstream:", *upstream_notes]
+    lines += ["", f"Checked {len(releases)} releases in {seconds:.1f} s (wheels cached)."]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(matrix: dict[str, list[Outcome]], seconds: float, command: str) -> str:
+    data = {
+        "command": command,
+        "seconds": round(seconds, 2),
+        "releases": {
+            release: {o.patch.name: {"outcome": o.kind, "detail": o.detail, "files": o.files} for o in outcomes}
+            for release, outcomes in matrix.items()
+        },
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def render_png(matrix: dict[str, list[Outcome]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch as LegendPatch
+
+    releases = list(matrix)
+    names = [o.patch.name.removesuffix(".patch") for o in matrix[releases[0]]]
+    fig, ax = plt.subplots(figsize=(1.3 * len(releases) + 4, 0.7 * len(names) + 2))
+    for col, release in enumerate(releases):
+        for row, outcome in enumerate(matrix[release]):
+            ax.add_patch(plt.Rectangle((col, row), 0.96, 0.92, color=COLORS[outcome.kind]))
+            label = outcome.kind if outcome.kind != CONFLICT else "conflict"
+            ax.text(col + 0.48, row + 0.46, label, ha="center", va="center", color="white", fontsize=8)
+    ax.set_xlim(0, len(releases))
+    ax.set_ylim(len(names), 0)
+    ax.set_xticks([c + 0.48 for c in range(len(releases))], releases, rotation=45, ha="right")
+    ax.set_yticks([r + 0.46 for r in range(len(names))], names, fontsize=8)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_title(title)
+    handles = [LegendPatch(color=COLORS[k], label=v) for k, v in LEGEND.items()]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,118 @@
+"""sglang releases as git commits, made from their PyPI wheels.
+
+A cached bare repo ($SGLPATCH_CACHE/releases.git) holds one parentless commit
+per release, tagged v<release>, with the wheel's `sglang/` at python/sglang/
+(the same tree `make apply` builds, so blob ids agree with the pin). Commits
+are streamed in with `git fast-import`, once per release.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from sglpatch.base import BASE_IDENTITY
+from sglpatch.errors import FatalError
+from sglpatch.git import Git, init_repo
+from sglpatch.output import progress
+from sglpatch.series import PACKAGE_PREFIX
+from sglpatch.wheels import cache_dir, fetch_wheel
+
+_RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
+
+
+def release_of(ref: str) -> str | None:
+    """'v0.5.15' or '0.5.15' -> '0.5.15'; None for anything else."""
+    match = _RELEASE_TAG.match(ref)
+    return match.group(1) if match else None
+
+
+def releases_repo() -> Git:
+    path = cache_dir() / "releases.git"
+    if not (path / "HEAD").exists():
+        init_repo(path, bare=True)
+    return Git(path)
+
+
+def release_commit(release: str, repo: Git | None = None, wheel_path: Path | None = None) -> str:
+    """Commit id of `release` in `repo` (the cached releases repo by default), made on first use."""
+    repo = repo or releases_repo()
+    tag = f"v{release}"
+    existing = repo.rev_parse(f"refs/tags/{tag}")
+    if existing:
+        return existing
+    wheel_path = wheel_path or fetch_wheel(release)
+    progress(f"importing sglang {release} into {repo.workdir}")
+    with tempfile.TemporaryFile() as stream:
+        _write_fast_import(stream, wheel_path, release, tag)
+        stream.seek(0)
+        repo.run("fast-import", "--quiet", "--done", stdin=stream)
+    return repo.run("rev-parse", f"refs/tags/{tag}^{{commit}}")
+
+
+def _write_fast_import(stream, wheel_path: Path, release: str, tag: str) -> None:
+    try:
+        archive = zipfile.ZipFile(wheel_path)
+    except zipfile.BadZipFile:
+        raise FatalError(f"{wheel_path}: not a valid wheel (bad zip)") from None
+    with archive:
+        date = _release_date(archive, release)
+        message = f"sglang {tag} from PyPI\n\nWheel: {wheel_path.name}\n".encode()
+        ident = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}> {date} +0000"
+        stream.write(f"commit refs/tags/{tag}\nauthor {ident}\ncommitter {ident}\n".encode())
+        stream.write(b"data %d\n%s\ndeleteall\n" % (len(message), message))
+        for info in archive.infolist():
+            if info.is_dir() or not info.filename.startswith("sglang/"):
+                continue
+            data = archive.read(info)
+            path = PACKAGE_PREFIX + info.filename[len("sglang/") :]
+            stream.write(b"M 100644 inline %s\ndata %d\n%s\n" % (path.encode(), len(data), data))
+        stream.write(b"\ndone\n")
+
+
+def _release_day(archive: zipfile.ZipFile) -> str:
+    """The release day (YYYY-MM-DD) from setuptools-scm's record in the wheel; the epoch when it has none."""
+    for name in archive.namelist():
+        if name.endswith(".dist-info/scm_version.json"):
+            day = json.loads(archive.read(name)).get("node_date")
+            if isinstance(day, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
+                return day
+    return "1970-01-01"
+
+
+def _release_date(archive: zipfile.ZipFile, release: str) -> int:
+    day = datetime.strptime(_release_day(archive), "%Y-%m-%d").replace(tzinfo=UTC)
+    return int(day.timestamp())
+
+
+def release_date(wheel_path: Path) -> str:
+    with zipfile.ZipFile(wheel_path) as archive:
+        return _release_day(archive)
+
+
+def published_releases(since: str) -> list[str]:
+    """sglang releases on PyPI from `since` on, oldest first (final releases and .postN)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True, check=False
+    )
+    line = next((x for x in result.stdout.splitlines() if x.startswith("Available versions:")), None)
+    if result.returncode != 0 or line is None:
+        raise FatalError("could not list sglang releases on PyPI (pip index versions sglang failed)")
+    floor = Version(since)
+    versions = []
+    for raw in line.split(":", 1)[1].split(","):
+        try:
+            version = Version(raw.strip())
+        except InvalidVersion:
+            continue
+        if version >= floor and not version.is_prerelease and not version.is_devrelease:
+            versions.append(version)
+    return [str(v) for v in sorted(versions)]

@@ -1,0 +1,199 @@
+"""rebase on real trees: v0.5.14 -> 0.5.15 -> 0.5.16 -> 0.5.17 from their PyPI wheels, one commit each."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+
+import pytest
+from conftest import OVERLAP, SECOND, fingerprint, make_series
+
+from sglpatch.base import commit_release
+from sglpatch.git import Git, init_repo
+from sglpatch.series import load_series
+from sglpatch.wheels import fetch_wheel
+
+LATER = ("0.5.15", "0.5.16", "0.5.17")
+SPEC_DIR = "python/sglang/srt/speculative"
+
+
+@pytest.fixture(scope="session")
+def release_chain(tmp_path_factory, wheel_path, project_pin):
+    """A repo where each release is a commit on top of the previous one, tagged v<release>."""
+    root = tmp_path_factory.mktemp("chain") / "sglang"
+    repo = init_repo(root)
+    commit_release(repo, wheel_path, project_pin.release, project_pin.tag, project_pin.date)
+    for release in LATER:
+        commit_release(repo, fetch_wheel(release), release, f"v{release}", project_pin.date, replace=True)
+    return root
+
+
+@pytest.fixture
+def chain(tmp_path, release_chain):
+    dest = tmp_path / "chain"
+    subprocess.run(["git", "clone", "-q", str(release_chain), str(dest)], check=True)
+    git = Git(dest)
+    git.run("checkout", "-q", "-b", "work", "v0.5.14")
+    git.run("config", "user.name", "Target User")
+    git.run("config", "user.email", "target@example.com")
+    return dest
+
+
+def changed_line(release_chain, path):
+    """A line of `path` that upstream rewrote between v0.5.14 and v0.5.15: editing it must conflict."""
+    git = Git(release_chain)
+    old = git.run("show", f"v0.5.14:{path}", strip=False).splitlines()
+    new = git.run("show", f"v0.5.15:{path}", strip=False).splitlines()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "replace" and old[i1].strip() and old.count(old[i1]) == 1:
+            return old[i1]
+    raise AssertionError(f"no rewritten line found in {path}")
+
+
+def rebase(sglpatch, chain, patches, tmp_path, *args):
+    return sglpatch("rebase", "--sglang", chain, "--patches", patches, "--report-dir", tmp_path / "report", *args)
+
+
+def test_clean_rebase_regenerates_the_series_and_writes_a_range_diff(sglpatch, chain, patches, tmp_path):
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 0, err
+    git = Git(chain)
+    assert git.current_branch() == "sglpatch/v0.5.16"
+    assert git.run("rev-list", "--count", "v0.5.16..HEAD") == "2"
+    assert all(word in out for word in ("0001-", "0002-")) and "conflict" not in out
+    pin = json.loads((patches / "pin.json").read_text())
+    assert pin["sglang"]["release"] == "0.5.16" and pin["wheel"]["filename"].startswith("sglang-0.5.16-")
+    for path, blob in pin["blobs"].items():
+        at_base = git.try_run("rev-parse", f"v0.5.16:{path}")
+        assert (at_base[1] if at_base[0] == 0 else "") == blob  # "" = a file the series creates
+    report = (tmp_path / "report" / "range-diff-v0.5.14-to-v0.5.16.txt").read_text()
+    assert "[DSA] Mark the indexer metadata" in report and "[Spec] Mark the global config" in report
+    # the regenerated series applies as it is to a fresh v0.5.16 checkout
+    fresh = tmp_path / "fresh"
+    subprocess.run(["git", "clone", "-q", "--branch", "v0.5.16", str(chain), str(fresh)], check=True)
+    code, _, err = sglpatch("apply", "--sglang", fresh, "--patches", patches)
+    assert code == 0, err
+    assert load_series(patches).patches[0].name.startswith("0001-")
+
+
+def test_rebase_onto_a_release_version_fetches_it(sglpatch, checkout, patches, tmp_path):
+    sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    code, out, err = rebase(sglpatch, checkout, patches, tmp_path, "--onto", "0.5.15")
+    assert code == 0, err
+    assert Git(checkout).rev_parse("v0.5.15") is not None
+    assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
+
+
+@pytest.fixture
+def conflicting_series(tmp_path, base_repo, project_pin, release_chain):
+    line = changed_line(release_chain, OVERLAP)
+    message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
+    return make_series(
+        base_repo, tmp_path / "dev", tmp_path / "conflicting", project_pin, [(message, [(OVERLAP, line, line + "  # ours")])]
+    )
+
+
+def test_conflict_stops_then_abort_restores_everything(sglpatch, chain, conflicting_series, tmp_path):
+    sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
+    git = Git(chain)
+    (chain / "untracked.txt").write_text("keep me\n")
+    before, head, series_before = fingerprint(chain), git.run("rev-parse", "HEAD"), fingerprint(conflicting_series)
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")
+    assert code == 1 and "conflicts in " + OVERLAP in err and "CONTINUE=1" in err
+    assert "<<<<<<<" in (chain / OVERLAP).read_text()
+    assert git.run("for-each-ref", "--format=%(objectname)", "refs/sglpatch/backup/") == head
+    code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
+    assert code == 0, err
+    after = fingerprint(chain)
+    assert {k: v for k, v in after.items() if not k.startswith(".git/")} == {
+        k: v for k, v in before.items() if not k.startswith(".git/")
+    }
+    assert git.current_branch() == "sglpatch/v0.5.14" and git.run("rev-parse", "HEAD") == head
+    assert fingerprint(conflicting_series) == series_before
+
+
+def test_conflict_then_continue_after_resolving(sglpatch, chain, conflicting_series, tmp_path):
+    sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 2 and "still unresolved" in err
+    git = Git(chain)
+    git.run("checkout", "--theirs", "--", OVERLAP)  # keep the patch's side of the conflict
+    git.run("add", OVERLAP)
+    code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 0, err
+    assert "resolved by hand" in out
+    assert git.current_branch() == "sglpatch/v0.5.15"
+    assert "  # ours" in (chain / OVERLAP).read_text() and "<<<<<<<" not in (chain / OVERLAP).read_text()
+    assert json.loads((conflicting_series / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
+
+
+def test_upstream_by_pr_number_is_reported_and_dropped_only_on_request(sglpatch, chain, patches, tmp_path):
+    git = Git(chain)
+    git.run("checkout", "-q", "-b", "upstream", "v0.5.15")
+    (chain / "python/sglang/NOTES.md").write_text("upstream work\n")
+    git.run("add", "-A")
+    git.run("commit", "-qm", "[Spec] FutureMap seed relay (#29787)")
+    git.run("checkout", "-q", "work")
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.15")
+    assert code == 0, err
+    assert "upstream PR #29787" in out and "kept" in out
+    assert git.run("rev-list", "--count", "upstream..HEAD") == "2"
+    git.run("checkout", "-q", "work")
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.15", "--drop-upstreamed")
+    assert code == 0, err
+    assert "dropped" in out and git.run("rev-list", "--count", "upstream..HEAD") == "1"
+    assert len(load_series(patches).patches) == 1
+
+
+def test_upstream_by_content_reverse_applies(sglpatch, chain, patches, tmp_path):
+    git = Git(chain)
+    first = load_series(patches).patches[0]
+    git.run("checkout", "-q", "-b", "took-it", "v0.5.14")
+    git.run("apply", "--index", str(first.path))
+    git.run("commit", "-qm", "upstream takes the first patch verbatim")
+    git.run("checkout", "-q", "work")
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "took-it", "--release", "0.5.14", "--drop-upstreamed")
+    assert code == 0, err
+    assert "reverse-applies" in out and "dropped" in out
+    assert [p.name for p in load_series(patches).patches] == ["0001-Spec-Mark-the-global-config-for-the-test-series.patch"]
+
+
+def test_upstream_by_declared_marker(sglpatch, chain, tmp_path, base_repo, project_pin):
+    message = (
+        "[Spec] Our own seed flag\n\nWhy: marker test.\n\nUpstream-PR: 29787\n"
+        f"Upstream-Marker: seed_dsa_topk_from_draft_extend in {SPEC_DIR}\n"
+    )
+    patches = make_series(
+        base_repo, tmp_path / "dev", tmp_path / "marked", project_pin,
+        [(message, [(SECOND, "class GlobalConfig", "# our seed relay\nclass GlobalConfig")])],
+    )
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15", "--drop-upstreamed")
+    assert code == 0, err
+    assert "marker 'seed_dsa_topk_from_draft_extend' found" in out
+    assert "every patch is upstream" in out
+
+
+def test_a_prefix_that_does_not_compile_stops_naming_the_patch(sglpatch, chain, tmp_path, base_repo, project_pin):
+    message = "[Spec] Break the syntax\n\nWhy: check test.\n\nUpstream-PR: 1\n"
+    patches = make_series(
+        base_repo, tmp_path / "dev", tmp_path / "broken", project_pin,
+        [(message, [(SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")])],
+    )
+    code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 1 and "does not compile" in err and "0001-Spec-Break-the-syntax.patch" in err
+    assert rebase(sglpatch, chain, patches, tmp_path, "--abort")[0] == 0
+    assert Git(chain).current_branch() == "work"
+
+
+def test_rebase_refuses_a_dirty_checkout_and_unknown_refs(sglpatch, chain, patches, tmp_path):
+    (chain / SECOND).write_text("dirty\n")
+    code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15")
+    assert code == 2 and "uncommitted changes" in err
+    Git(chain).run("checkout", "--", SECOND)
+    code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "no-such-ref")
+    assert code == 2 and "neither a commit" in err
+    code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--continue")
+    assert code == 2 and "no rebase in progress" in err
