@@ -1,0 +1,42 @@
+"""drift on real releases: the project's own series against 0.5.14, 0.5.15 and 0.5.16 wheels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglpatch.project import PROJECT_ROOT
+from sglpatch.series import load_series
+
+RELEASES = "0.5.14,0.5.15,0.5.16"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    from sglpatch import cli
+
+    out = tmp_path_factory.mktemp("drift")
+    assert cli.main(["drift", "--releases", RELEASES, "--out", str(out)]) == 0
+    return out
+
+
+def test_the_expected_truth_for_the_real_releases(report):
+    """#29787 (in 0.5.15) is upstream's version of patches 3-4; nothing upstream runs SM90 native."""
+    data = json.loads((report / "drift.json").read_text())["releases"]
+    names = [p.name for p in load_series(PROJECT_ROOT / "patches").patches]
+    assert all(data["0.5.14"][n]["outcome"] == "clean" for n in names)
+    for release in ("0.5.15", "0.5.16"):
+        assert [data[release][n]["outcome"] for n in names[2:]] == ["upstream", "upstream"]
+        assert all(data[release][n]["outcome"] != "upstream" for n in names[:2])
+        assert all("marker" in data[release][n]["detail"] for n in names[2:])
+
+
+def test_markdown_and_picture_are_written(report):
+    markdown = (report / "drift.md").read_text()
+    header = next(line for line in markdown.splitlines() if line.startswith("| patch |"))
+    assert header == "| patch | 0.5.14 | 0.5.15 | 0.5.16 |"
+    rows = [line for line in markdown.splitlines() if line.startswith("| 000")]
+    assert len(rows) == len(load_series(PROJECT_ROOT / "patches").patches)
+    png = (report / "drift.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
