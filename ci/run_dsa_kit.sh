@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Run sglang's DSA attention test kit on an air-gapped GPU box from the bundle made by
+# ci/gpu_bundle.py.  Run from the repository root (the `run` tool's working directory).
+#
+#   bash ci/run_dsa_kit.sh [--patches SRC|none] [--label NAME] [--out DIR] [--bundle DIR]
+#                          [--work DIR] [--save-jit-cache] [-- PYTEST ARGS]
+#
+#   --patches SRC   folder with a `series` file, folder of *.patch, or a series file;
+#                   `none` (default) runs the pristine v0.5.14 tree
+#   --label NAME    names the outputs: dsa_kit_NAME.xml / dsa_kit_NAME.json (default: pristine
+#                   or patched)
+#   --out DIR       where junit + summary go (default: $OUT if set, else .gpu-bundle/results)
+#   --bundle DIR    the bundle folder (default .gpu-bundle)
+#   --work DIR      scratch folder for the unpacked tree (default /tmp/dsa-kit)
+#   --save-jit-cache  pack the JIT caches (DeepGEMM, Triton, inductor, tvm-ffi) to
+#                   DIR/jit-cache.tar.gz; a later run restores BUNDLE/jit-cache.tar.gz if present
+#
+# Needs on the box: python3 with torch (CUDA), pytest, nvcc under CUDA_HOME; git or patch for
+# the series (a Python fallback is used when neither exists).
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+INVOCATION="bash ci/run_dsa_kit.sh $*"
+BUNDLE="$REPO/.gpu-bundle"
+PATCHES=none
+LABEL=""
+OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
+WORK=/tmp/dsa-kit
+SAVE_JIT=0
+PY="${PYTHON:-python3}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --patches) PATCHES="$2"; shift 2 ;;
+    --label) LABEL="$2"; shift 2 ;;
+    --out) OUTDIR="$2"; shift 2 ;;
+    --bundle) BUNDLE="$2"; shift 2 ;;
+    --work) WORK="$2"; shift 2 ;;
+    --save-jit-cache) SAVE_JIT=1; shift ;;
+    --) shift; break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$LABEL" ]; then
+  if [ "$PATCHES" = none ]; then LABEL=pristine; else LABEL=patched; fi
+fi
+mkdir -p "$OUTDIR"
+T0=$(date +%s)
+say() { echo "[run-dsa-kit +$(( $(date +%s) - T0 ))s] $*"; }
+
+say "box: $(nvidia-smi -L 2>/dev/null | head -1)"
+say "python: $($PY -V 2>&1); git: $(command -v git || echo none); patch: $(command -v patch || echo none)"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+say "nvcc: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -1 || echo missing)"
+
+# 1. unpack the bundle ------------------------------------------------------------------
+rm -rf "$WORK" && mkdir -p "$WORK"
+for a in deps sgl-kernel sglang; do
+  [ -f "$BUNDLE/$a.tar.xz" ] || { echo "missing $BUNDLE/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
+done
+"$PY" - "$BUNDLE" "$WORK" <<'EOF' || exit 3
+import sys, tarfile
+bundle, work = sys.argv[1], sys.argv[2]
+for name in ("deps", "sgl-kernel", "sglang"):
+    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
+        t.extractall(work, filter="data")
+EOF
+say "unpacked bundle into $WORK ($(du -sh "$WORK" | cut -f1))"
+
+# 2. patch series -----------------------------------------------------------------------
+"$PY" "$REPO/ci/apply_series.py" "$PATCHES" --root "$WORK/pkgs" --record "$WORK/applied.json" \
+  || { echo "patch series did not apply" >&2; exit 4; }
+
+# 3. environment --------------------------------------------------------------------------
+export PYTHONPATH="$WORK/pkgs:$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+export PYTHONDONTWRITEBYTECODE=1
+JIT="$WORK/jit"
+export DG_JIT_CACHE_DIR="$JIT/deep_gemm"
+export TRITON_CACHE_DIR="$JIT/triton"
+export TORCHINDUCTOR_CACHE_DIR="$JIT/inductor"
+export XDG_CACHE_HOME="$JIT/xdg"
+mkdir -p "$JIT"
+if [ -f "$BUNDLE/jit-cache.tar.gz" ]; then
+  tar -xzf "$BUNDLE/jit-cache.tar.gz" -C "$WORK" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+fi
+"$PY" - <<'EOF' || SMOKE_FAILED=1
+import importlib, time, traceback
+t = time.time()
+for m in ("torch", "deep_gemm", "sgl_kernel", "flashinfer", "transformers", "sglang",
+          "sglang.srt.layers.attention.dsa_backend",
+          "sglang.test.kits.attention_unittest.attention_methods.dsa_attention"):
+    mod = importlib.import_module(m)
+    print(f"  import {m:<66} ok  {getattr(mod, '__file__', '')}")
+print(f"  imports took {time.time() - t:.1f} s")
+EOF
+if [ "${SMOKE_FAILED:-0}" = 1 ]; then
+  # Diagnostics only: import again with every missing top-level module stubbed, to list all
+  # that are missing in one go (the kit run below still uses the real, failing environment).
+  "$PY" - <<'EOF'
+import importlib, importlib.abc, importlib.machinery, sys, types
+missing = []
+class Stub(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {"__init__": lambda *a, **k: None, "__call__": lambda *a, **k: None})
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if "." in name:
+            if name.split(".")[0] in missing:
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+        if name.startswith("_w") or name == "msvcrt":
+            return None
+        for f in sys.meta_path:
+            if f is self:
+                continue
+            try:
+                if f.find_spec(name, path, target) is not None:
+                    return None
+            except Exception:
+                pass
+        missing.append(name)
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    def create_module(self, spec):
+        m = Stub(spec.name); m.__path__ = []; return m
+    def exec_module(self, module):
+        pass
+sys.meta_path.append(Finder())
+try:
+    importlib.import_module("sglang.test.kits.attention_unittest.attention_methods.dsa_attention")
+    importlib.import_module("sglang.test.kits.attention_unittest.runner_modes.speculative_draft_runner")
+except Exception as exc:
+    print("  diagnostic import stopped at:", repr(exc)[:300])
+print("  MISSING top-level modules:", sorted(set(missing)))
+EOF
+fi
+
+# 4. the kit --------------------------------------------------------------------------------
+say "running the DSA kit ($LABEL)"
+"$PY" "$REPO/ci/dsa_kit_driver.py" \
+  --junit "$OUTDIR/dsa_kit_${LABEL}.xml" --summary "$OUTDIR/dsa_kit_${LABEL}.json" \
+  --label "$LABEL" --command "$INVOCATION" --patches-record "$WORK/applied.json" -- "$@"
+rc=$?
+say "kit finished, pytest exit $rc"
+
+# 5. JIT caches for the next box -------------------------------------------------------------
+if [ "$SAVE_JIT" = 1 ]; then
+  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit 2>/dev/null
+  say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1) (from $(du -sh "$JIT" | cut -f1))"
+fi
+exit $rc

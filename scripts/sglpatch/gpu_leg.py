@@ -1,0 +1,411 @@
+"""One GPU CI leg: apply the series to an sglang, run its GPU tests, write junit + a JSON summary.
+
+`make ci-gpu` / `python ci/gpu_leg.py`. Steps, on a machine with a CUDA GPU:
+1. `sglpatch apply --sglang PATH` (a checkout or an installed package folder; default the
+   pinned base in build/sglang); "already applied" is fine.
+2. upstream's test/registered/attention/unittests/dsa/test_dsa.py, where PATH is a checkout
+   that has it (a package install has no test/ folder);
+3. ci/dsa_kit_driver.py (sglang's own DSA test kit, always);
+4. the project's tests/gpu (with pytest-xdist, file by file, where it is installed);
+5. one junit file for all parts, one JSON summary (docs/ci/gpu-leg-summary.md), and the
+   check against ci/leg-expectations.json; exit 1 when the leg fails the check.
+
+Every part runs under the same Python (--python, default this one) with the patched tree
+first on PYTHONPATH; pytest records each test through sglpatch.ci_pytest_plugin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglpatch import ci_summary
+from sglpatch.errors import FatalError
+from sglpatch.project import PROJECT_ROOT, default_base_dir, default_patch_dir
+from sglpatch.series import load_series, sha256_hex
+
+UPSTREAM_TEST_DSA = "test/registered/attention/unittests/dsa/test_dsa.py"
+KIT_DRIVER = "ci/dsa_kit_driver.py"
+PROJECT_GPU_TESTS = "tests/gpu"
+SCRIPTS_DIR = Path(__file__).resolve().parents[1]
+SM_TO_LEG = {"9": "h100", "10": "b200"}
+
+# Run under the tests' Python: what the summary's environment block reports.
+PROBE = r"""
+import importlib.metadata as md, importlib.util as iu, json, platform, shutil, subprocess
+def ver(*names):
+    for n in names:
+        try:
+            return md.version(n)
+        except md.PackageNotFoundError:
+            pass
+    return None
+f = {"python": platform.python_version(), "gpu": None, "compute_capability": None, "gpu_count": 0,
+     "torch": None, "cuda": None, "deep_gemm": None, "driver": None, "xdist": iu.find_spec("xdist") is not None}
+try:
+    import torch
+    f["torch"], f["cuda"] = torch.__version__, torch.version.cuda
+    if torch.cuda.is_available():
+        f["gpu_count"] = torch.cuda.device_count()
+        f["gpu"] = torch.cuda.get_device_name(0)
+        f["compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
+except Exception as exc:
+    f["torch_error"] = repr(exc)
+f["deep_gemm"] = ver("sgl-deep-gemm", "deep-gemm", "deep_gemm")
+if f["deep_gemm"] is None and iu.find_spec("deep_gemm") is not None:
+    try:
+        import deep_gemm
+        f["deep_gemm"] = getattr(deep_gemm, "__version__", "unknown")
+    except Exception as exc:
+        f["deep_gemm_error"] = repr(exc)
+spec = iu.find_spec("sglang")
+f["sglang_imported_from"] = spec.origin if spec else None
+f["sglang_kernel"] = ver("sglang-kernel", "sgl-kernel")
+if shutil.which("nvidia-smi"):
+    r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                       capture_output=True, text=True)
+    f["driver"] = (r.stdout.splitlines() or [None])[0]
+print(json.dumps(f))
+"""
+
+
+@dataclass
+class Part:
+    name: str
+    what: str
+    args: list[str]  # pytest or driver arguments after the Python executable
+    cwd: Path
+    required: bool = True
+    status: str = "pending"  # ran | absent | error
+    detail: str = ""
+    returncode: int | None = None
+    wall_s: float = 0.0
+    tests: list[dict] = field(default_factory=list)
+
+
+# -- the target ------------------------------------------------------------------------
+
+
+def locate_sglang(path: Path) -> tuple[str, Path]:
+    """(kind, import root): a checkout has python/sglang; a package folder is sglang/ itself."""
+    path = path.resolve()
+    if (path / "python" / "sglang" / "__init__.py").is_file():
+        return "checkout", path / "python"
+    if path.name == "sglang" and (path / "__init__.py").is_file():
+        return "package", path.parent
+    raise FatalError(f"{path}: neither an sglang checkout (python/sglang/) nor an sglang package folder")
+
+
+def part_env(import_root: Path, record: Path) -> dict:
+    env = dict(os.environ)
+    paths = [str(import_root), str(SCRIPTS_DIR)]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["SGLPATCH_SGLANG_TREE"] = str(import_root)  # tests/gpu/test_seed_cuda_graph.py looks here
+    env["SGLPATCH_CI_RECORD"] = str(record)
+    env.setdefault("CUDA_HOME", "/usr/local/cuda")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def probe_environment(python: str, import_root: Path) -> dict:
+    env = part_env(import_root, Path(os.devnull))
+    try:
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FatalError(f"cannot run {python} to probe the GPU: {exc}") from None
+    if out.returncode != 0:
+        raise FatalError(f"probing the GPU with {python} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def apply_series(sglang: Path, patches: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS_DIR), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "sglpatch", "apply", "--sglang", str(sglang), "--patches", str(patches)]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
+    text = (run.stdout + run.stderr).strip()
+    print(text, flush=True)
+    return {"command": shlex.join(["sglpatch", *cmd[3:]]), "returncode": run.returncode, "output_tail": text[-2000:]}
+
+
+# -- parts -------------------------------------------------------------------------------
+
+
+def plan_parts(kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: str, jobs: int) -> list[Part]:
+    pytest_common = ["-p", "sglpatch.ci_pytest_plugin", "-p", "no:cacheprovider", "-ra", "-o", "junit_family=xunit2"]
+    parts = []
+    upstream = sglang / UPSTREAM_TEST_DSA
+    part = Part(
+        "upstream-test-dsa",
+        f"upstream {UPSTREAM_TEST_DSA}",
+        ["-m", "pytest", UPSTREAM_TEST_DSA, f"--rootdir={sglang}", *pytest_common],
+        cwd=sglang,
+        required=False,
+    )
+    if kind != "checkout" or not upstream.is_file():
+        part.status = "absent"
+        part.detail = f"{'the package install' if kind != 'checkout' else 'this checkout'} has no {UPSTREAM_TEST_DSA}"
+    parts.append(part)
+    parts.append(
+        Part(
+            "dsa-kit",
+            "sglang's DSA test kit through ci/dsa_kit_driver.py",
+            [
+                KIT_DRIVER,
+                "--junit",
+                str(parts_dir / "dsa-kit.xml"),
+                "--summary",
+                str(parts_dir / "dsa-kit.json"),
+                "--expect",
+                "patched",
+                "--label",
+                f"leg-{leg}",
+                "--command",
+                leg_command,
+                "--",
+                "-p",
+                "sglpatch.ci_pytest_plugin",
+            ],
+            cwd=PROJECT_ROOT,
+        )
+    )
+    xdist = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
+    parts.append(
+        Part(
+            "project-gpu",
+            "the project's tests/gpu",
+            ["-m", "pytest", PROJECT_GPU_TESTS, *xdist, *pytest_common],
+            cwd=PROJECT_ROOT,
+        )
+    )
+    return parts
+
+
+def run_part(part: Part, python: str, import_root: Path, parts_dir: Path, timeout: int) -> None:
+    junit = parts_dir / f"{part.name}.xml"
+    record = parts_dir / f"{part.name}.tests.json"
+    log = parts_dir / f"{part.name}.log"
+    for stale in (junit, record, log):  # an earlier run's files must not stand in for this one's
+        stale.unlink(missing_ok=True)
+    args = list(part.args)
+    if args[:2] == ["-m", "pytest"]:
+        args.append(f"--junitxml={junit}")
+    print(f"[gpu-leg] {part.name}: {python} {shlex.join(args)}  (in {part.cwd})", flush=True)
+    start = time.monotonic()
+    expired = threading.Event()
+    try:
+        with open(log, "w", encoding="utf-8") as sink:
+            proc = subprocess.Popen(
+                [python, *args],
+                cwd=part.cwd,
+                env=part_env(import_root, record),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,  # one process group: a timeout also ends xdist workers
+            )
+
+            def kill():
+                expired.set()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+            watchdog = threading.Timer(timeout, kill)
+            watchdog.start()
+            try:
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    sink.write(line)
+                part.returncode = proc.wait()
+            finally:
+                watchdog.cancel()
+    except OSError as exc:
+        part.status, part.detail = "error", f"could not start: {exc}"
+    if expired.is_set():
+        part.status, part.detail = "error", f"timed out after {timeout} s; see {log.name}"
+    part.wall_s = round(time.monotonic() - start, 1)
+    if record.is_file():
+        part.tests = json.loads(record.read_text(encoding="utf-8"))
+    elif junit.is_file():
+        part.tests = ci_summary.tests_from_junit(junit, part.name)
+    for test in part.tests:
+        test["part"] = part.name
+    if part.status == "pending":
+        # pytest: 0 all passed, 1 some failed, 5 nothing collected; anything else did not run properly
+        if part.returncode in (0, 1, 5):
+            part.status = "ran"
+        else:
+            part.status = "error"
+            part.detail = f"exit status {part.returncode}; see {log.name}"
+
+
+# -- the leg -------------------------------------------------------------------------------
+
+
+def series_record(patch_dir: Path) -> dict:
+    series = load_series(patch_dir)
+    return {
+        "digest": series.digest(),
+        "patches": [
+            {
+                "name": p.name,
+                "sha256": sha256_hex(p.data),
+                "patch_group": p.trailer("Patch-Group"),
+                "upstream_pr": p.trailer("Upstream-PR"),
+            }
+            for p in series.patches
+        ],
+    }
+
+
+def build_summary(*, leg, command, env, sglang, kind, import_root, series, applied, parts, started, wall) -> dict:
+    tests = [t for part in parts for t in part.tests]
+    summary = {
+        "schema": ci_summary.SCHEMA,
+        "leg": leg,
+        "command": command,
+        "started_utc": started,
+        "wall_s": wall,
+        "runner": {k: os.environ.get(v) for k, v in (("name", "RUNNER_NAME"), ("run_url", "SGLPATCH_RUN_URL"))},
+        "environment": env,
+        "sglang": {"path": str(sglang), "kind": kind, "import_root": str(import_root)},
+        "series": series,
+        "apply": applied,
+        "parts": [
+            {
+                "name": p.name,
+                "what": p.what,
+                "command": shlex.join(["python", *p.args]),
+                "cwd": str(p.cwd),
+                "required": p.required,
+                "status": p.status,
+                "detail": p.detail,
+                "returncode": p.returncode,
+                "wall_s": p.wall_s,
+                "tests": len(p.tests),
+            }
+            for p in parts
+        ],
+        "tests": tests,
+        "counts": ci_summary.count_outcomes(tests),
+    }
+    summary["gpu_tests_ran"] = ci_summary.gpu_tests_ran(summary)
+    return summary
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="ci/gpu_leg.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--leg", choices=("auto", *ci_summary.LEGS), default="auto", help="auto: from the GPU's SM")
+    ap.add_argument("--sglang", type=Path, default=None, help="checkout or package folder (default build/sglang)")
+    ap.add_argument("--patches", type=Path, default=None, help="series folder (default patches/)")
+    ap.add_argument("--out", type=Path, default=None, help="output stem: STEM.json, STEM.xml, STEM.parts/")
+    ap.add_argument("--python", default=sys.executable, help="the Python that has torch, DeepGEMM and sglang's deps")
+    ap.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers for tests/gpu (1: no xdist)")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per part")
+    ap.add_argument("--expectations", type=Path, default=None, help="default ci/leg-expectations.json")
+    ap.add_argument("--skip-apply", action="store_true", help="the tree is already patched by other means")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except FatalError as exc:
+        print(f"gpu-leg: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    command = shlex.join(["python", "ci/gpu_leg.py", *argv])
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t0 = time.monotonic()
+    sglang = (args.sglang or default_base_dir()).resolve()
+    patch_dir = (args.patches or default_patch_dir()).resolve()
+    kind, import_root = locate_sglang(sglang)
+    expectations = ci_summary.load_expectations(args.expectations)
+    series = series_record(patch_dir)
+
+    applied = {"command": None, "returncode": None, "output_tail": "skipped (--skip-apply)"}
+    apply_problem = None
+    if not args.skip_apply:
+        applied = apply_series(sglang, patch_dir)
+        if applied["returncode"] != 0:  # still write a summary: the reader must see why nothing ran
+            last = (applied["output_tail"].splitlines() or ["no output"])[-1]
+            apply_problem = f"the series did not apply to {sglang}: {last}"
+
+    env = probe_environment(args.python, import_root)
+    major = (env.get("compute_capability") or "").split(".")[0]
+    leg = args.leg if args.leg != "auto" else SM_TO_LEG.get(major, "unknown")
+    stem = args.out or (PROJECT_ROOT / "build" / "ci" / f"gpu-leg-{leg}")
+    stem = stem.resolve()
+    parts_dir = stem.parent / f"{stem.name}.parts"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    print(
+        f"[gpu-leg] leg {leg}: {env.get('gpu') or 'no CUDA GPU'} (SM {env.get('compute_capability')}), "
+        f"torch {env.get('torch')}, DeepGEMM {env.get('deep_gemm')}; sglang {kind} {sglang}",
+        flush=True,
+    )
+
+    jobs = args.jobs if env.get("xdist") else 1
+    parts = plan_parts(kind, sglang, leg, parts_dir, command, jobs)
+    for part in parts:  # files of an earlier run into the same --out must not be merged as this run's
+        for suffix in (".xml", ".tests.json", ".log"):
+            (parts_dir / f"{part.name}{suffix}").unlink(missing_ok=True)
+    for part in parts:
+        if part.status == "absent":
+            print(f"[gpu-leg] {part.name}: not run: {part.detail}", flush=True)
+            continue
+        if apply_problem:
+            part.status, part.detail = "error", "not run: the series did not apply"
+            continue
+        run_part(part, args.python, import_root, parts_dir, args.timeout)
+
+    summary = build_summary(
+        leg=leg,
+        command=command,
+        env=env,
+        sglang=sglang,
+        kind=kind,
+        import_root=import_root,
+        series=series,
+        applied=applied,
+        parts=parts,
+        started=started,
+        wall=round(time.monotonic() - t0, 1),
+    )
+    if leg in expectations["legs"]:
+        problems = ci_summary.check_leg(summary, leg, expectations)
+    else:
+        problems = [f"no expectations for leg {leg!r} (GPU {env.get('gpu')}, SM {env.get('compute_capability')})"]
+    if apply_problem:
+        problems.insert(0, apply_problem)
+    summary["check"] = {"ok": not problems, "problems": problems}
+    # every part's junit is PARTS/<name>.xml (the kit driver is told so by --junit)
+    ci_summary.merge_junit([(p.name, parts_dir / f"{p.name}.xml") for p in parts], stem.with_suffix(".xml"))
+    stem.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+    c = summary["counts"]
+    print(
+        f"[gpu-leg] {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
+        f"-> {stem.with_suffix('.json')}, {stem.with_suffix('.xml')}",
+        flush=True,
+    )
+    for problem in problems:
+        print(f"[gpu-leg] FAIL {problem}", flush=True)
+    print(f"[gpu-leg] leg {leg}: {'passed' if not problems else 'FAILED'}", flush=True)
+    return 0 if not problems else 1

@@ -1,0 +1,186 @@
+"""CPU-only checks of the GPU-run tooling in ci/ (no GPU, no sglang needed).
+
+python -m pytest ci/test_gpu_ci_tools.py
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CI = Path(__file__).resolve().parents[2] / "ci"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"_ci_{name}", CI / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+apply_series = _load("apply_series")
+gpu_bundle = _load("gpu_bundle")
+
+
+def _tree(root: Path) -> Path:
+    pkg = root / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("one\ntwo\nthree\n")
+    return root
+
+
+PATCH = """diff --git a/python/sglang/srt/a.py b/python/sglang/srt/a.py
+--- a/python/sglang/srt/a.py
++++ b/python/sglang/srt/a.py
+@@ -1,3 +1,3 @@
+ one
+-two
++TWO
+ three
+"""
+PATCH2 = PATCH.replace("-two\n+TWO", "-TWO\n+2")
+
+
+def test_series_order_and_strip(tmp_path):
+    root = _tree(tmp_path / "w")
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "b.patch").write_text(PATCH)
+    (pdir / "a.patch").write_text(PATCH2)  # would fail first: series order must win
+    (pdir / "series").write_text("# ordered\nb.patch\na.patch\n")
+    assert [p.name for p in apply_series.list_series(str(pdir))] == ["b.patch", "a.patch"]
+    assert apply_series.strip_level(pdir / "b.patch") == 2
+    rc = apply_series.main([str(pdir), "--root", str(root), "--record", str(tmp_path / "r.json")])
+    assert rc == 0
+    assert (root / "sglang/srt/a.py").read_text() == "one\n2\nthree\n"
+
+
+def test_python_fallback_matches(tmp_path):
+    root = _tree(tmp_path / "w")
+    (tmp_path / "x.patch").write_text(PATCH)
+    apply_series._apply_python(tmp_path / "x.patch", root, 2)
+    assert (root / "sglang/srt/a.py").read_text() == "one\nTWO\nthree\n"
+    with pytest.raises(SystemExit):  # context no longer matches
+        apply_series._apply_python(tmp_path / "x.patch", root, 2)
+
+
+def test_none_is_pristine(tmp_path):
+    assert apply_series.list_series("none") == []
+
+
+def test_lock_roundtrip(tmp_path):
+    entries = [
+        dict(
+            role="dep", name="foo-bar", version="1.0", filename="foo_bar-1.0-py3-none-any.whl", sha256="ab" * 32, size=3
+        )
+    ]
+    gpu_bundle.write_lock(tmp_path / "l", entries)
+    got = gpu_bundle.read_lock(tmp_path / "l")
+    assert got["foo-bar"]["sha256"] == "ab" * 32 and got["foo-bar"]["size"] == 3
+    assert gpu_bundle.wheel_matches("foo_bar-1.0-py3-none-any.whl", "foo.bar", "1.0")
+
+
+def test_committed_lock_covers_every_pin():
+    lock = gpu_bundle.read_lock(CI / "gpu-bundle.lock")
+    for name, version, _ in gpu_bundle.DEP_PINS:
+        assert lock[gpu_bundle.norm(name)]["version"] == version
+    assert lock["sglang"]["version"] == "0.5.14"
+    assert lock["sglang-kernel"]["version"] == "0.4.4"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="driver helpers use torch tensors")
+def test_layout_helpers():
+    import torch
+
+    drv = _load("dsa_kit_driver")
+
+    class L(enum.Enum):
+        PER_TOKEN = "per_token"
+        NATIVE = "native"
+        PAIRED = "paired"
+
+    assert [drv.normalize_layout(v) for v in L] == ["per_token", "native", "paired"]
+    assert drv.infer_from_ctx_lens(torch.zeros(8, 1), 2, 4) == "per_token"
+    assert drv.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
+    assert drv.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
+    assert drv.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
+    # SM90 patched rule (no minimum batch size named by the tree -> 1)
+    assert drv.expected_layout(2, 8, 9, "patched") == "native"
+    assert drv.expected_layout(3, 8, 9, "patched") == "per_token"
+    assert drv.expected_layout(4, 8, 9, "patched") == "paired"
+    assert drv.expected_layout(4, 8, 9, "pristine") == "per_token"
+    assert drv.expected_layout(3, 1, 10, "pristine") == "native"
+
+
+def test_driver_collects_without_gpu():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            str(CI / "dsa_kit_driver.py"),
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert "test_target_verify" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="driver helpers use torch tensors")
+def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
+    """Exercise the TARGET_VERIFY layout check without a GPU: a fake kit plays the DSA backend
+    and records what a patched tree would build; a wrong layout must fail the check."""
+    import types
+
+    import torch
+
+    drv = _load("dsa_kit_driver")
+    monkeypatch.setattr(drv, "sm90_min_batch_size", lambda: 8)
+    monkeypatch.setenv("DSA_KIT_EXPECT", "patched")
+    mode = types.SimpleNamespace(name="TARGET_VERIFY")
+
+    def make_kit(shape_for):
+        class Backend:
+            speculative_num_draft_tokens = 0
+
+        def run(tc, case):
+            b = Backend()
+            b.speculative_num_draft_tokens = case.extend_lens[0]
+            layout = shape_for(len(case.prefix_lens), case.extend_lens[0])
+            rows, cols = {
+                "per_token": (len(case.prefix_lens) * case.extend_lens[0], 1),
+                "native": (len(case.prefix_lens), case.extend_lens[0]),
+                "paired": (len(case.prefix_lens) * case.extend_lens[0] // 2, 2),
+            }[layout]
+            b.forward_metadata = types.SimpleNamespace(
+                paged_mqa_layout=layout, paged_mqa_ctx_lens_2d=torch.zeros(rows, cols)
+            )
+            drv.RECORDER._note(b, mode, len(case.prefix_lens), "init_forward_metadata")
+
+        dsa = types.SimpleNamespace(
+            DSAAttentionCase=lambda **k: types.SimpleNamespace(**k), run_dsa_sparse_speculative_forward_mode_case=run
+        )
+        fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_capability=lambda i: (9, 0)))
+        return dict(dsa=dsa, ForwardMode=types.SimpleNamespace(TARGET_VERIFY=mode), torch=fake_torch)
+
+    def good(bs, n):
+        return drv.expected_layout(n, bs, 9, "patched")
+
+    request = types.SimpleNamespace(node=types.SimpleNamespace(nodeid="t", user_properties=[]))
+    for prefix, n in [((1,) * 8, 2), ((1,) * 8, 3), ((1,) * 8, 4), ((1,), 2)]:
+        drv.RECORDER.current = "t"
+        drv.RECORDER.records.clear()
+        drv._run_target_verify(make_kit(good), None, request, prefix, n)
+    assert ("paged_mqa_layout_field", "per_token") in request.node.user_properties
+    drv.RECORDER.records.clear()
+    with pytest.raises(AssertionError):  # per-token where paired is due
+        drv._run_target_verify(make_kit(lambda bs, n: "per_token"), None, request, (1,) * 8, 4)
