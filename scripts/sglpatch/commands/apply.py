@@ -9,12 +9,16 @@ from sglpatch import journal
 from sglpatch.base import ensure_default_base
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
+from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.plan import APPLIED, Plan, make_plan
 from sglpatch.project import default_base_dir
 from sglpatch.target import Target, target_lock
 
 STATE_FILE = "sglpatch-state.json"
+# The state file's "state": written "applying" before the first write to a checkout, "applied" after
+# the last; revert writes "reverting" first and deletes the file last. No "state" means applied.
+APPLYING, APPLIED_STATE, REVERTING = "applying", "applied", "reverting"
 
 
 def add_arguments(parser) -> None:
@@ -37,9 +41,8 @@ def run(args) -> int:
     target = resolve_target(args)
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
-    with target_lock(target):
-        if not target.is_git:
-            _refuse_interrupted(target)
+    with guarded("apply", str(target.root)), target_lock(target):
+        refuse_interrupted(target)
         with make_plan(target, series, pin, three_way=args.three_way) as plan:
             if plan.all_applied:
                 say(f"already applied: all {len(plan.states)} patches are in {target.describe()}")
@@ -49,11 +52,15 @@ def run(args) -> int:
                     f"{target.root} carries an earlier apply of another series; run `make revert SGLANG={target.root}` first"
                 )
             _refuse_unless_ready(plan, pin.release, args.three_way)
+            done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
-                branch = _apply_to_checkout(plan, args.branch or f"sglpatch/{pin.tag}")
+                branch = args.branch or f"sglpatch/{pin.tag}"
+                with write_phase(done):
+                    _apply_to_checkout(plan, branch)
                 where = f"branch {branch}"
             else:
-                _apply_to_package(plan, series.digest())
+                with write_phase(done):
+                    _apply_to_package(plan, series.digest())
                 where = "package folder (journal in .sglpatch/; `make revert` puts it back)"
     applied = [s.patch.name for s in plan.to_apply]
     skipped = len(plan.states) - len(applied)
@@ -62,12 +69,50 @@ def run(args) -> int:
     return 0
 
 
-def _refuse_interrupted(target: Target) -> None:
-    state = journal.read_journal(target.root)
-    if state and state["state"] == journal.APPLYING:
+def interrupted_state(target: Target) -> str | None:
+    """What an interrupted sglpatch run left in the target ("apply", "revert", "start"), or None."""
+    if target.is_git:
+        git_dir = target.git.git_dir()
+        if (git_dir / f"{STATE_FILE}.tmp").exists():
+            return "start"
+        record = read_state(target)
+        state = record.get("state", APPLIED_STATE) if record else None
+        return {APPLYING: "apply", REVERTING: "revert"}.get(state)
+    if journal.has_leftover(target.root):
+        return "start"
+    record = journal.read_journal(target.root)
+    if record is None:
+        return None
+    if record["state"] == journal.APPLIED:
+        return "start" if journal.stray_files(target.root, record) else None
+    return {journal.APPLYING: "apply", journal.REVERTING: "revert"}[record["state"]]
+
+
+def refuse_interrupted(target: Target) -> None:
+    what = interrupted_state(target)
+    if what:
+        run = "an sglpatch run" if what == "start" else f"an sglpatch {what}"
         raise FatalError(
-            f"an interrupted apply left {target.root} half-written; run `make revert SGLANG={target.root}` first"
+            f"{run} on {target.root} was interrupted; run `sglpatch recover --sglang {target.root}` "
+            f"(make recover SGLANG={target.root}) to finish or undo it"
         )
+
+
+def read_state(target: Target) -> dict | None:
+    path = target.git.git_dir() / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("branch", "previous")):
+            raise ValueError("missing branch or previous")
+        return record
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FatalError(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
+
+
+def write_state(target: Target, record: dict) -> None:
+    journal.write_durably(target.git.git_dir() / STATE_FILE, (json.dumps(record, indent=2) + "\n").encode())
 
 
 def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:
@@ -88,33 +133,38 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
     git = plan.target.git
     if git.rev_parse(f"refs/heads/{branch}") is not None:
         raise FatalError(f"branch {branch} already exists; pass --branch NAME (BRANCH=NAME) or delete it")
+    if git.try_run("check-ref-format", "--branch", branch)[0] != 0:
+        raise FatalError(f"{branch!r} is not a valid branch name")
     head = git.run("rev-parse", "HEAD")
     previous = git.current_branch() or head
-    committer = _identity(git)
+    committer = git.identity()
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
     plan.workspace.git.run("update-ref", "refs/heads/series", parent)
-    git.run("fetch", "-q", "--no-tags", str(plan.workspace.root), f"refs/heads/series:refs/heads/{branch}")
-    status, _, err = git.try_run("checkout", "-q", branch)
-    if status != 0:
-        git.run("branch", "-D", branch)
-        raise FatalError(f"could not switch to {branch}: {err.strip()}; the branch was removed, nothing else changed")
     record = {
+        "state": APPLYING,
         "branch": branch,
         "previous": previous,
         "head": parent,
         "patches": [s.patch.name for s in plan.states],
         "touched": sorted({p for s in plan.states for p in s.patch.touched_paths}),
     }
-    (git.git_dir() / STATE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    write_state(plan.target, record)
+    fetch = ["fetch", "-q", "--no-tags", "--no-write-fetch-head", str(plan.workspace.root)]
+    status, _, err = git.try_run(*fetch, f"refs/heads/series:refs/heads/{branch}")
+    if status == 0:
+        fault_point("checkout: branch fetched")
+        status, _, err = git.try_run("checkout", "-q", branch)
+    if status != 0:
+        if git.rev_parse(f"refs/heads/{branch}") is not None:
+            git.run("branch", "-D", branch)
+        (git.git_dir() / STATE_FILE).unlink()
+        last = (err.strip().splitlines() or ["git failed"])[-1]
+        raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
+    fault_point("checkout: switched to the branch")
+    write_state(plan.target, {**record, "state": APPLIED_STATE})
     return branch
-
-
-def _identity(git) -> tuple[str, str] | None:
-    status_n, name, _ = git.try_run("config", "user.name")
-    status_e, email, _ = git.try_run("config", "user.email")
-    return (name, email) if status_n == 0 and status_e == 0 else None
 
 
 def _apply_to_package(plan: Plan, digest: str) -> None:

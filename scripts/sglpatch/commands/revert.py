@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from sglpatch import journal
-from sglpatch.commands.apply import STATE_FILE
+from sglpatch.commands.apply import APPLYING, REVERTING, STATE_FILE, read_state, write_state
 from sglpatch.commands.common import add_target_option, resolve_target
 from sglpatch.errors import FatalError
+from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
 from sglpatch.plan import dirty_paths
 from sglpatch.target import Target, target_lock
@@ -20,22 +19,32 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     target = resolve_target(args)
-    with target_lock(target):
+    with guarded("revert", str(target.root)), target_lock(target):
         if target.is_git:
             _revert_checkout(target)
+        elif journal.has_leftover(target.root):
+            with write_phase(f"{target.root} is as it was"):
+                journal.discard_leftover(target.root)
+            say(f"{target.root} was not patched: removed what an interrupted run left in {journal.JOURNAL_DIR}/")
         else:
-            restored = journal.restore(target.root, force=args.force)
+            with write_phase(f"the series is reverted: {target.root} is as it was"):
+                restored = journal.restore(target.root, force=args.force)
             say(f"reverted {target.root}: restored {len(restored)} files byte for byte")
     return 0
 
 
 def _revert_checkout(target: Target) -> None:
     git = target.git
-    state_path = git.git_dir() / STATE_FILE
-    if not state_path.is_file():
+    scratch = git.git_dir() / f"{STATE_FILE}.tmp"
+    if scratch.exists():
+        scratch.unlink()  # a run killed while writing the state file; the file itself is still whole
+    record = read_state(target)
+    if record is None:
         raise FatalError(f"{target.root} has no series applied by sglpatch: nothing to revert")
-    record = json.loads(state_path.read_text())
-    branch, previous, head = record["branch"], record["previous"], record["head"]
+    if record.get("state") in (APPLYING, REVERTING):
+        undo_checkout(target, record)
+        return
+    branch, head = record["branch"], record["head"]
     if git.current_branch() != branch:
         raise FatalError(f"{target.root} is not on {branch} (the series branch); switch to it or revert by hand")
     if git.run("rev-parse", "HEAD") != head:
@@ -45,7 +54,36 @@ def _revert_checkout(target: Target) -> None:
         raise FatalError(
             f"uncommitted changes under the series' files: {', '.join(dirty[:5])}; commit or stash them first"
         )
-    git.run("checkout", "-q", previous)
-    git.run("branch", "-q", "-D", branch)
-    state_path.unlink()
-    say(f"reverted {target.root}: back on {previous}, branch {branch} removed")
+    undo_checkout(target, record)
+
+
+def undo_checkout(target: Target, record: dict) -> str:
+    """Back to the branch the series was applied from, the series branch gone; returns what was done."""
+    git = target.git
+    branch, previous = record["branch"], record["previous"]
+    was = record.get("state")
+    on_branch = git.current_branch() == branch
+    if was in (APPLYING, REVERTING):
+        # Our own steps leave these files clean; a git checkout killed half-way (or an edit since) does not.
+        dirty = dirty_paths(target, record.get("touched", []) or ["python/sglang"])
+        if dirty:
+            raise FatalError(
+                f"the interrupted {'apply' if was == APPLYING else 'revert'} left changes in {', '.join(dirty[:5])} "
+                f"(HEAD is on {git.current_branch() or 'a detached commit'}); nothing was changed: check them, "
+                f"then `git checkout -- <files>` and run recover again"
+            )
+    with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
+        if was != REVERTING:
+            write_state(target, {**record, "state": REVERTING})
+        if on_branch:
+            git.run("checkout", "-q", previous)
+            fault_point("checkout: back on the previous branch")
+        if git.rev_parse(f"refs/heads/{branch}") is not None:
+            git.run("branch", "-q", "-D", branch)
+            fault_point("checkout: series branch deleted")
+        (git.git_dir() / STATE_FILE).unlink()
+        fault_point("checkout: state file removed")
+    action = {APPLYING: "rolled back the interrupted apply", REVERTING: "finished the interrupted revert"}
+    done = action.get(was, "reverted")
+    say(f"{done} on {target.root}: back on {previous}, branch {branch} removed")
+    return done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sglpatch.commands.apply import interrupted_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.output import plural, say
 from sglpatch.plan import CONFLICT, make_plan
@@ -17,6 +18,8 @@ def run(args) -> int:
     target = resolve_target(args)
     with make_plan(target, series, pin) as plan:
         say(f"target: {target.describe()}")
+        if interrupted := interrupted_state(target):
+            say(f"NOTE:   an sglpatch {interrupted} was cut short here; `make recover SGLANG={target.root}` settles it")
         if plan.drift:
             say(
                 f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"

@@ -1,0 +1,90 @@
+"""`sglpatch recover`: after a run was cut short (killed, power loss), finish or undo it.
+
+An interrupted apply is rolled back (the target is as it was); an interrupted
+revert is finished (also as it was); scratch a killed run left is removed. A
+target that was not interrupted is left alone. The last line says which state
+the target is in: as it was, or fully patched.
+"""
+
+from __future__ import annotations
+
+from sglpatch import journal
+from sglpatch.commands.apply import APPLYING, REVERTING, STATE_FILE, read_state
+from sglpatch.commands.common import add_target_option, resolve_target
+from sglpatch.commands.revert import undo_checkout
+from sglpatch.errors import FatalError
+from sglpatch.interrupts import fault_point, guarded, write_phase
+from sglpatch.output import say
+from sglpatch.target import Target, target_lock
+
+AS_IT_WAS = "as it was"
+PATCHED = "fully patched"
+
+
+def add_arguments(parser) -> None:
+    add_target_option(parser)
+    parser.add_argument(
+        "--force", action="store_true", help="package folders: roll back even files edited after the interruption"
+    )
+
+
+def run(args) -> int:
+    target = resolve_target(args)
+    with guarded("recover", str(target.root)), target_lock(target):
+        if target.is_git:
+            _recover_checkout(target)
+        else:
+            _recover_package(target, args.force)
+    return 0
+
+
+def _recover_checkout(target: Target) -> None:
+    git = target.git
+    tmp = git.git_dir() / f"{STATE_FILE}.tmp"
+    if tmp.exists():
+        with write_phase("removed a half-written state file"):
+            tmp.unlink()
+            fault_point("recover: state file scratch removed")
+        say(f"removed a half-written {tmp.name} (a run was killed while writing it)")
+    record = read_state(target)
+    if record is None:
+        say(f"nothing to recover: {target.root} has no series applied by sglpatch; it is {AS_IT_WAS}")
+        return
+    if record.get("state") in (APPLYING, REVERTING):
+        undo_checkout(target, record)
+        say(f"recovered {target.root}: it is {AS_IT_WAS}")
+        return
+    branch = record["branch"]
+    if git.current_branch() == branch and git.run("rev-parse", "HEAD") == record.get("head"):
+        say(f"nothing to recover: {target.root} is {PATCHED} (branch {branch})")
+    else:
+        say(f"nothing to recover: the series is applied on branch {branch}, which {target.root} is not on")
+
+
+def _recover_package(target: Target, force: bool) -> None:
+    root = target.root
+    if journal.has_leftover(root):
+        with write_phase(f"{root} is {AS_IT_WAS}"):
+            journal.discard_leftover(root)
+        say(f"recovered {root}: removed what an interrupted run left in {journal.JOURNAL_DIR}/; it is {AS_IT_WAS}")
+        return
+    record = journal.read_journal(root)
+    if record is None:
+        say(f"nothing to recover: {root} has no sglpatch journal; it is {AS_IT_WAS}")
+        return
+    if record["state"] in (journal.APPLYING, journal.REVERTING):
+        done = "rolled back the interrupted apply" if record["state"] == journal.APPLYING else "finished the revert"
+        with write_phase(f"{done}: {root} is {AS_IT_WAS}"):
+            restored = journal.restore(root, force=force)
+        say(f"recovered {root}: {done} ({len(restored)} files restored byte for byte); it is {AS_IT_WAS}")
+        return
+    with write_phase(f"{root} is {PATCHED}"):
+        removed = journal.remove_stray(root, record)
+    edited = journal.changed_files(root, record, expect="after")
+    if edited:
+        raise FatalError(
+            f"{root} is patched, but {', '.join(edited[:5])} changed since sglpatch wrote them; "
+            "`sglpatch revert --force` puts back the original bytes"
+        )
+    note = f"removed {removed} temporary files a killed run left; " if removed else "nothing to recover: "
+    say(f"{note}{root} is {PATCHED}")

@@ -1,0 +1,95 @@
+"""Two sglpatch runs on one target at once (real processes): one refuses, the tree is never mixed.
+
+The overlap is made deterministic, not timed: the first run stops itself
+(SIGSTOP through the fault hook) in the middle of its writes, holding the lock;
+the test waits for that stop with waitpid(WUNTRACED), runs the second command,
+then lets the first one finish.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, tree_state
+
+
+@pytest.fixture(scope="module")
+def labs(tmp_path_factory, base_repo, series_dir):
+    return {
+        kind: Lab(kind, tmp_path_factory.mktemp(f"conc-{kind}"), base_repo, series_dir)
+        for kind in ("checkout", "package")
+    }
+
+
+def _spellings(kind, target):
+    """Another path to the same target: the site-packages folder, or a symbolic link to the checkout."""
+    if kind == "package":
+        return target.parent
+    link = target.parent / (target.name + "-link")
+    link.symlink_to(target)
+    return link
+
+
+def _start(lab, *args, **env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+        env=lab.env(**env),
+    )
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_second_run_is_refused_while_the_first_is_mid_write(labs, kind):
+    lab = labs[kind]
+    apply = OPERATIONS["apply"]
+    points = len(lab.trace(apply))
+    target = lab.fresh(PRISTINE)
+    first = _start(
+        lab, *apply.argv(target, lab.patches), SGLPATCH_FAULT_AT=str(points // 2), SGLPATCH_FAULT_SIGNAL="STOP"
+    )
+    try:
+        _, status = os.waitpid(first.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), "the first run ended instead of stopping mid-write"
+        mid_write = tree_state(target)
+        other = _spellings(kind, target)
+        for command in (apply.argv(other, lab.patches), ["revert", "--sglang", other], ["recover", "--sglang", other]):
+            second = lab.sglpatch(*map(str, command))
+            assert second.returncode == 2, (command, second.stdout, second.stderr)
+            assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+            assert "another sglpatch run is working on" in second.stderr and str(first.pid) in second.stderr
+            assert tree_state(target) == mid_write, f"{command[0]} changed a tree another run holds"
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert out.startswith("applied "), out
+    assert lab.which_state(target) == PATCHED
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_two_applies_started_together_leave_one_patched_tree(labs, kind):
+    lab = labs[kind]
+    lab.reference(PATCHED)
+    outcomes = set()
+    for _ in range(3):
+        target = lab.fresh(PRISTINE)
+        runs = [_start(lab, *OPERATIONS["apply"].argv(t, lab.patches)) for t in (target, _spellings(kind, target))]
+        results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+        codes = sorted(code for code, _, _ in results)
+        applied = [out for code, out, _ in results if code == 0 and out.startswith("applied ")]
+        assert len(applied) == 1, results
+        other = next(r for r in results if not (r[0] == 0 and r[1].startswith("applied ")))
+        assert (other[0] == 2 and "another sglpatch run is working on" in other[2]) or (
+            other[0] == 0 and other[1].startswith("already applied")
+        ), other
+        assert codes in ([0, 0], [0, 2])
+        assert lab.which_state(target) == PATCHED
+        outcomes.add("refused" if other[0] == 2 else "after")
+    assert outcomes <= {"refused", "after"}
