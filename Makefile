@@ -15,7 +15,7 @@ TARGET_ARG := $(if $(SGLANG),--sglang $(SGLANG),)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help apply revert status rebase drift test test-toolkit test-patched test-gpu bench lint export clean
+.PHONY: help apply revert status rebase drift pr test test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -45,6 +45,16 @@ rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): re
 drift: $(VENV)/.tool-stamp ## patch x release table (markdown + png in docs/drift); RELEASES=a,b,c (default: every release since the pin)
 	$(SGLPATCH) drift $(if $(RELEASES),--releases $(RELEASES),)
 
+pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in build/pr, gh commands; FORK=remote-or-url, SUBMIT=1 to push and open
+	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(ONTO),) $(if $(FORK),--fork $(FORK),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(OUT),)
+
+.PHONY: recover test-fault
+recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert of SGLANG=PATH: finish or undo it, and say which state it is in
+	$(SGLPATCH) recover $(TARGET_ARG)
+
+test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert cut at every write point x SIGINT/TERM/KILL x checkout/package
+	SGLPATCH_FAULT_GRID=full $(PY) -m pytest -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
+
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
 	$(SGLPATCH) apply
 	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
@@ -52,14 +62,30 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu
 
+ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
+	$(PY) ci/gpu_leg.py $(TARGET_ARG) $(if $(LEG),--leg $(LEG),) $(if $(OUT),--out $(OUT),) $(if $(GPU_PYTHON),--python $(GPU_PYTHON),)
+
+gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
+	$(PYTHON) ci/gpu_bundle.py --out .gpu-bundle
+
+dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then patched; junit + JSON to OUT=DIR
+	bash ci/run_dsa_kit.sh --patches none --label pristine $(if $(OUT),--out $(OUT),)
+	bash ci/run_dsa_kit.sh --patches patches/series --label patched $(if $(OUT),--out $(OUT),)
+
+rerun: $(VENV)/.tool-stamp ## per PR group: the /rerun-test (and /tag-run-ci-label) comment lines for the upstream tests it affects, and the local commands
+	$(SGLPATCH) rerun $(if $(SGLANG),--sglang $(SGLANG),)
+
 bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; paged-MQA layouts on a GPU
 	$(PY) bench/apply_time.py
 	@if $(PY) -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
 		$(PY) bench/paged_mqa.py; else echo "bench/paged_mqa.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json"; fi
 
-lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests
+lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
 	$(PY) -m ruff check scripts tests bench
 	$(PY) -m black --check -q scripts tests bench
+	$(PY) -m ruff check ci
+	$(PY) -m black --check -q ci
+	$(VENV)/bin/actionlint ci/workflows/gpu-matrix.yml
 
 export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin)
 	$(SGLPATCH) export --from $(FROM) --base $(BASE)

@@ -6,16 +6,20 @@ import argparse
 import sys
 
 from sglpatch import __version__
-from sglpatch.commands import apply, drift, export, rebase, revert, status
+from sglpatch.commands import apply, ci_check, drift, export, pr, rebase, recover, rerun, revert, status
 from sglpatch.errors import FatalError
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
     "revert": (revert, "take an applied series back out"),
+    "recover": (recover, "finish or undo an interrupted apply or revert; say which state the target is in"),
     "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
     "rebase": (rebase, "carry the series onto a newer sglang (3-way, rename detection, --continue/--abort)"),
     "drift": (drift, "patch x release table: clean / 3-way / conflict / already upstream"),
+    "pr": (pr, "build upstream PR branches and bodies per PR group; dry run unless --submit"),
     "export": (export, "write patches/ from commits in a git repo"),
+    "rerun": (rerun, "per PR group: the /rerun-test comment lines for the upstream tests its files affect"),
+    "ci-check": (ci_check, "check a GPU CI leg's JSON summary against ci/leg-expectations.json"),
 }
 
 

@@ -111,6 +111,11 @@ class Git:
         status, out, _ = self.try_run("symbolic-ref", "--quiet", "--short", "HEAD")
         return out if status == 0 else None
 
+    def identity(self) -> tuple[str, str] | None:
+        """The configured user.name and user.email, or None when either is unset."""
+        name, email = self.try_run("config", "user.name"), self.try_run("config", "user.email")
+        return (name[1], email[1]) if name[0] == 0 and email[0] == 0 else None
+
     def git_dir(self) -> Path:
         return Path(self.run("rev-parse", "--absolute-git-dir"))
 

@@ -74,7 +74,9 @@ def replace_in(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def make_series(base_repo: Path, workdir: Path, out: Path, pin, commits: list[tuple[str, list[tuple[str, str, str]]]]) -> Path:
+def make_series(
+    base_repo: Path, workdir: Path, out: Path, pin, commits: list[tuple[str, list[tuple[str, str, str]]]]
+) -> Path:
     """Export a series made of `commits` [(message, [(path, old, new)])] on top of base_repo's pin tag.
 
     An `old` of None creates the file with `new` as its content.
@@ -113,7 +115,11 @@ def series_dir(tmp_path_factory, base_repo, project_pin) -> Path:
                 first,
                 [
                     (BACKEND, "class DSAIndexerMetadata", "# test series: first patch\nclass DSAIndexerMetadata"),
-                    (NEW_FILE, None, '"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n'),
+                    (
+                        NEW_FILE,
+                        None,
+                        '"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n',
+                    ),
                 ],
             ),
             (second, [(SECOND, "class GlobalConfig", "# test series: second patch\nclass GlobalConfig")]),

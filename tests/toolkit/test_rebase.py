@@ -45,7 +45,7 @@ def changed_line(release_chain, path):
     git = Git(release_chain)
     old = git.run("show", f"v0.5.14:{path}", strip=False).splitlines()
     new = git.run("show", f"v0.5.15:{path}", strip=False).splitlines()
-    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, i1, _i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag == "replace" and old[i1].strip() and old.count(old[i1]) == 1:
             return old[i1]
     raise AssertionError(f"no rewritten line found in {path}")
@@ -91,7 +91,11 @@ def conflicting_series(tmp_path, base_repo, project_pin, release_chain):
     line = changed_line(release_chain, OVERLAP)
     message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
     return make_series(
-        base_repo, tmp_path / "dev", tmp_path / "conflicting", project_pin, [(message, [(OVERLAP, line, line + "  # ours")])]
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "conflicting",
+        project_pin,
+        [(message, [(OVERLAP, line, line + "  # ours")])],
     )
 
 
@@ -142,7 +146,9 @@ def test_upstream_by_pr_number_is_reported_and_dropped_only_on_request(sglpatch,
     assert "upstream PR #29787" in out and "kept" in out
     assert git.run("rev-list", "--count", "upstream..HEAD") == "2"
     git.run("checkout", "-q", "work")
-    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.15", "--drop-upstreamed")
+    code, out, err = rebase(
+        sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.15", "--drop-upstreamed"
+    )
     assert code == 0, err
     assert "dropped" in out and git.run("rev-list", "--count", "upstream..HEAD") == "1"
     assert len(load_series(patches).patches) == 1
@@ -155,10 +161,14 @@ def test_upstream_by_content_reverse_applies(sglpatch, chain, patches, tmp_path)
     git.run("apply", "--index", str(first.path))
     git.run("commit", "-qm", "upstream takes the first patch verbatim")
     git.run("checkout", "-q", "work")
-    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "took-it", "--release", "0.5.14", "--drop-upstreamed")
+    code, out, err = rebase(
+        sglpatch, chain, patches, tmp_path, "--onto", "took-it", "--release", "0.5.14", "--drop-upstreamed"
+    )
     assert code == 0, err
     assert "reverse-applies" in out and "dropped" in out
-    assert [p.name for p in load_series(patches).patches] == ["0001-Spec-Mark-the-global-config-for-the-test-series.patch"]
+    assert [p.name for p in load_series(patches).patches] == [
+        "0001-Spec-Mark-the-global-config-for-the-test-series.patch"
+    ]
 
 
 def test_upstream_by_declared_marker(sglpatch, chain, tmp_path, base_repo, project_pin):
@@ -167,7 +177,10 @@ def test_upstream_by_declared_marker(sglpatch, chain, tmp_path, base_repo, proje
         f"Upstream-Marker: seed_dsa_topk_from_draft_extend in {SPEC_DIR}\n"
     )
     patches = make_series(
-        base_repo, tmp_path / "dev", tmp_path / "marked", project_pin,
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "marked",
+        project_pin,
         [(message, [(SECOND, "class GlobalConfig", "# our seed relay\nclass GlobalConfig")])],
     )
     code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15", "--drop-upstreamed")
@@ -179,7 +192,10 @@ def test_upstream_by_declared_marker(sglpatch, chain, tmp_path, base_repo, proje
 def test_a_prefix_that_does_not_compile_stops_naming_the_patch(sglpatch, chain, tmp_path, base_repo, project_pin):
     message = "[Spec] Break the syntax\n\nWhy: check test.\n\nUpstream-PR: 1\n"
     patches = make_series(
-        base_repo, tmp_path / "dev", tmp_path / "broken", project_pin,
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "broken",
+        project_pin,
         [(message, [(SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")])],
     )
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")

@@ -1,0 +1,75 @@
+"""Upstream hygiene before a branch is pushed: sglang's formatters and linters.
+
+black, isort (black profile), ruff and codespell run on every Python file the
+branch touches, at the branch and at its base. The branch is refused when it
+adds findings; what upstream already had in those files is not ours to fix.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from sglpatch.errors import FatalError
+from sglpatch.git import Git
+
+TOOLS = ("black", "isort", "ruff", "codespell")
+
+
+def check_hygiene(git: Git, base: str, tip: str, label: str) -> None:
+    paths = [p for p in git.run("diff", "--name-only", "--diff-filter=AMR", base, tip, "--", "*.py").splitlines() if p]
+    if not paths:
+        return
+    with tempfile.TemporaryDirectory(prefix="sglpatch-lint-") as tmp:
+        before = _findings(git, base, paths, Path(tmp) / "base")
+        after = _findings(git, tip, paths, Path(tmp) / "tip")
+    added = after - before
+    if added:
+        shown = "; ".join(f"{tool} {what} in {path}" for tool, path, what in sorted(added)[:4])
+        more = f" (+{sum(added.values()) - min(4, len(added))} more)" if sum(added.values()) > 4 else ""
+        raise FatalError(f"{label}: the branch adds lint findings: {shown}{more}; fix them before pushing")
+
+
+def _findings(git: Git, rev: str, paths: list[str], root: Path) -> Counter:
+    files = []
+    for path in paths:
+        status, _, _ = git.try_run("cat-file", "-e", f"{rev}:{path}")
+        if status != 0:
+            continue
+        local = root / path
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(git.run_bytes("show", f"{rev}:{path}"))
+        files.append(local)
+    found: Counter = Counter()
+    for local in files:
+        rel = str(local.relative_to(root))
+        for tool in TOOLS:
+            for what in _run_tool(tool, local):
+                found[(tool, rel, what)] += 1
+    return found
+
+
+def _run_tool(tool: str, path: Path) -> list[str]:
+    commands = {
+        "black": ["-m", "black", "--check", "--quiet", str(path)],
+        "isort": ["-m", "isort", "--check-only", "--profile", "black", "--quiet", str(path)],
+        "ruff": ["-m", "ruff", "check", "--isolated", "--no-cache", "--output-format", "concise", str(path)],
+        "codespell": ["-m", "codespell_lib", str(path)],
+    }
+    result = subprocess.run([sys.executable, *commands[tool]], capture_output=True, text=True, check=False)
+    if "No module named" in result.stderr:
+        raise FatalError(f"{tool} is not installed; `pip install black isort ruff codespell` (make test installs them)")
+    if result.returncode == 0:
+        return []
+    if tool in ("black", "isort"):
+        return ["would reformat"]
+    if tool == "ruff":
+        return [
+            line.split(": ", 1)[1].split()[0]
+            for line in result.stdout.splitlines()
+            if ": " in line and line.startswith(str(path))
+        ]
+    return [line.split(": ", 1)[1].split(" ==>")[0] for line in result.stdout.splitlines() if ": " in line]
