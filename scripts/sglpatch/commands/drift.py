@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -44,9 +43,7 @@ def run(args) -> int:
         commits.workspace.close()
     seconds = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    command = (
-        "sglpatch " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["drift"] else "make drift"
-    )
+    command = "sglpatch drift" + (f" --releases {shlex.quote(args.releases)}" if args.releases else "")
     markdown = render_markdown(matrix, seconds, pin.release)
     (args.out / "drift.md").write_text(markdown)
     (args.out / "drift.json").write_text(render_json(matrix, seconds, command))
