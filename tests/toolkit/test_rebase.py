@@ -213,3 +213,28 @@ def test_rebase_refuses_a_dirty_checkout_and_unknown_refs(sglpatch, chain, patch
     assert code == 2 and "neither a commit" in err
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--continue")
     assert code == 2 and "no rebase in progress" in err
+
+
+def test_check_imports_passes_a_series_whose_modules_import(sglpatch, chain, patches, tmp_path):
+    # The CPU test environment holds 0.5.14's import-time dependencies (0.5.16 adds xgrammar, say),
+    # so the passing case replays the series onto its own release.
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.14", "--check-imports")
+    assert code == 0, err
+    assert "importing the modules 0001-" in err and "importing the modules 0002-" in err
+
+
+def test_check_imports_stops_at_the_patch_whose_module_fails_to_import(
+    sglpatch, chain, tmp_path, base_repo, project_pin
+):
+    message = "[Spec] Import what is not there\n\nWhy: check test.\n\nUpstream-PR: 1\n"
+    patches = make_series(
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "unimportable",
+        project_pin,
+        [(message, [(SECOND, "class GlobalConfig:", "import sglpatch_no_such_module\n\n\nclass GlobalConfig:")])],
+    )
+    code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16", "--check-imports")
+    assert code == 1 and "0001-Spec-Import-what-is-not-there.patch" in err
+    assert "sglpatch_no_such_module" in err and "sglang.global_config" in err
+    assert rebase(sglpatch, chain, patches, tmp_path, "--abort")[0] == 0

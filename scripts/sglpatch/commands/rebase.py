@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from sglpatch.carry import CLEAN, CONFLICT, THREE_WAY, UPSTREAM, series_commits, upstream_reason
+from sglpatch.checks import compile_error, import_error
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.commands.export import export_series
 from sglpatch.errors import FatalError
@@ -52,6 +53,11 @@ def add_arguments(parser) -> None:
     action.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict")
     action.add_argument("--abort", action="store_true", help="put everything back as it was before the rebase")
     parser.add_argument("--drop-upstreamed", action="store_true", help="drop patches upstream already has")
+    parser.add_argument(
+        "--check-imports",
+        action="store_true",
+        help="also import each prefix's touched modules on CPU (needs make test's env)",
+    )
     parser.add_argument("--release", help="the sglang release ONTO is, when its name does not say (for the new pin)")
     parser.add_argument(
         "--report-dir", type=Path, default=PROJECT_ROOT / "docs" / "rebase", help="where the range-diff is written"
@@ -103,6 +109,7 @@ def _start(target: Target, state_dir: Path, args) -> int:
         "patch_dir": str(Path(args.patches or default_patch_dir()).resolve()),
         "report_dir": str(args.report_dir.resolve()),
         "drop_upstreamed": args.drop_upstreamed,
+        "check_imports": args.check_imports,
         "commits": commits.commits,
         "next": 0,
         "outcomes": [],
@@ -169,19 +176,19 @@ def _record(state_dir: Path, state: dict, name: str, kind: str, detail: str) -> 
 
 
 def _check_prefix(git: Git, state_dir: Path, state: dict, name: str) -> None:
-    """Each prefix of the series must at least byte-compile the Python files it touched."""
+    """Each prefix of the series must byte-compile (and, with --check-imports, import) what it touched."""
     changed = git.run("diff", "--name-only", "--diff-filter=AMR", "HEAD~1", "HEAD", "--", "*.py").splitlines()
-    for path in changed:
-        source = (git.workdir / path).read_bytes()
-        try:
-            compile(source, path, "exec", dont_inherit=True)
-        except SyntaxError as exc:
-            state["stopped"] = {"patch": name, "files": [path], "check": "byte-compile"}
-            _save(state_dir, state)
-            raise Stopped(
-                f"after {name}, {path}:{exc.lineno} does not compile ({exc.msg}); fix it with `git commit --amend`, "
-                "then `make rebase CONTINUE=1`, or `make rebase ABORT=1`"
-            ) from None
+    problem = compile_error(git.workdir, changed)
+    if problem is None and state.get("check_imports"):
+        progress(f"importing the modules {name} touched (CPU)")
+        problem = import_error(git.workdir, changed)
+    if problem:
+        state["stopped"] = {"patch": name, "files": changed, "check": problem}
+        _save(state_dir, state)
+        raise Stopped(
+            f"after {name}, {problem}; fix it with `git commit --amend`, "
+            "then `make rebase CONTINUE=1`, or `make rebase ABORT=1`"
+        )
 
 
 def _is_ancestor(git: Git, older: str, newer: str) -> bool:

@@ -1,0 +1,64 @@
+"""Per-patch checks while carrying the series: each prefix must byte-compile, and
+(with --check-imports) its touched modules must import on CPU.
+
+The import check runs in a child process with the tree first on the path and the
+CPU stand-ins of tests/patched/cpu_sglang.py (only torchvision is stood in), so
+it needs the CPU test environment that `make test` installs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sglpatch.project import PROJECT_ROOT
+from sglpatch.series import PACKAGE_PREFIX
+
+_IMPORT_SCRIPT = """
+import importlib, sys
+sys.path.insert(0, sys.argv[1])
+import cpu_sglang
+cpu_sglang.install()
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+"""
+
+
+def compile_error(root: Path, paths: list[str]) -> str | None:
+    """'path:line: message' for the first file that does not compile, else None."""
+    for path in paths:
+        try:
+            compile((root / path).read_bytes(), path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            return f"{path}:{exc.lineno} does not compile ({exc.msg})"
+    return None
+
+
+def module_name(path: str) -> str | None:
+    if not (path.startswith(PACKAGE_PREFIX) and path.endswith(".py")):
+        return None
+    dotted = path[len("python/") : -len(".py")].replace("/", ".")
+    return dotted.removesuffix(".__init__")
+
+
+def import_error(root: Path, paths: list[str], timeout: float = 300) -> str | None:
+    """The last line of the error when a touched module fails to import on CPU, else None."""
+    modules = [m for m in map(module_name, paths) if m]
+    if not modules:
+        return None
+    harness = PROJECT_ROOT / "tests" / "patched"
+    env = {**os.environ, "SGLPATCH_SGLANG_TREE": str(root / "python"), "SGLANG_OPT_USE_TOPK_V2": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_SCRIPT, str(harness), *modules],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode == 0:
+        return None
+    last = (result.stderr.strip().splitlines() or ["import failed"])[-1]
+    return f"importing {', '.join(modules)} failed: {last}"
