@@ -15,7 +15,7 @@ TARGET_ARG := $(if $(SGLANG),--sglang $(SGLANG),)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help apply revert status rebase drift pr test test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean
+.PHONY: help apply revert status rebase drift pr check-patches test test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -58,6 +58,9 @@ test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert cut at every wr
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
 	$(SGLPATCH) apply
 	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
+
+check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail on the tree without it and pass with it
+	$(SGLPATCH) check
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu

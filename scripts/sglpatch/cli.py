@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from sglpatch import __version__
-from sglpatch.commands import apply, ci_check, drift, export, pr, rebase, recover, rerun, revert, status
+from sglpatch.commands import apply, check, ci_check, drift, export, pr, rebase, recover, rerun, revert, status
 from sglpatch.errors import FatalError
 
 COMMANDS = {
@@ -14,6 +14,7 @@ COMMANDS = {
     "revert": (revert, "take an applied series back out"),
     "recover": (recover, "finish or undo an interrupted apply or revert; say which state the target is in"),
     "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
+    "check": (check, "each patch's own tests fail without it and pass with it, on real trees"),
     "rebase": (rebase, "carry the series onto a newer sglang (3-way, rename detection, --continue/--abort)"),
     "drift": (drift, "patch x release table: clean / 3-way / conflict / already upstream"),
     "pr": (pr, "build upstream PR branches and bodies per PR group; dry run unless --submit"),

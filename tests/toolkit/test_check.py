@@ -1,0 +1,32 @@
+"""`sglpatch check` on the real series and trees: each patch's tests fail without it, pass with it."""
+
+from __future__ import annotations
+
+from conftest import SECOND, make_series
+
+from sglpatch.project import default_base_dir
+from sglpatch.series import load_series
+
+
+def test_every_patch_of_the_series_is_proven_by_its_own_tests(sglpatch):
+    code, out, err = sglpatch("check")
+    assert code == 0, err
+    assert out.count("[ok]") == len(load_series(default_base_dir().parents[1] / "patches").patches)
+    assert "[FAIL]" not in out
+
+
+def test_a_patch_whose_named_tests_do_not_see_it_fails_the_check(sglpatch, tmp_path, base_repo, project_pin):
+    message = (
+        "[Spec] A change its named tests cannot see\n\nWhy: negative check.\n\n"
+        "Upstream-PR: 1\nTests: tests/patched/test_p4_future_map_seed.py\n"
+    )
+    patches = make_series(
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "blind",
+        project_pin,
+        [(message, [(SECOND, "class GlobalConfig:", "# invisible\nclass GlobalConfig:")])],
+    )
+    code, out, err = sglpatch("check", "--patches", patches)
+    assert code == 2 and "1 of 1 patches fail their own check" in err
+    assert "[FAIL]" in out and "with it: 4 failed" in out
