@@ -1,8 +1,10 @@
 """Progress and result lines. Progress goes to stderr so stdout stays parseable."""
 
+import os
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def say(message: str) -> None:
@@ -22,3 +24,9 @@ def timed(label: str):
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def show_path(path: Path | str) -> str:
+    """A path for messages: the home folder written as ~, so logs carry no home path."""
+    text, home = str(path), os.path.expanduser("~")
+    return "~" + text[len(home) :] if home not in ("", "/") and text.startswith(home) else text

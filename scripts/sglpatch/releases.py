@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 from sglpatch.base import BASE_IDENTITY
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
-from sglpatch.output import progress
+from sglpatch.output import progress, show_path
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir, fetch_wheel
 
@@ -50,7 +50,7 @@ def release_commit(release: str, repo: Git | None = None, wheel_path: Path | Non
     if existing:
         return existing
     wheel_path = wheel_path or fetch_wheel(release)
-    progress(f"importing sglang {release} into {repo.workdir}")
+    progress(f"importing sglang {release} into {show_path(repo.workdir)}")
     with tempfile.TemporaryFile() as stream:
         _write_fast_import(stream, wheel_path, release, tag)
         stream.seek(0)

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.output import progress
+from sglpatch.output import progress, show_path
 from sglpatch.pin import Wheel
 
 
@@ -58,7 +58,7 @@ def fetch_wheel(release: str, wheel: Wheel | None = None) -> Path:
 def _download(release: str, wheel: Wheel | None, wheels: Path) -> Path:
     python_version = wheel.python_version if wheel else "3.11"
     platform = wheel.platform if wheel else "manylinux_2_34_x86_64"
-    progress(f"downloading sglang=={release} from PyPI (once; cached in {wheels})")
+    progress(f"downloading sglang=={release} from PyPI (once; cached in {show_path(wheels)})")
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
         command = [
             sys.executable,

@@ -57,3 +57,16 @@ def test_wheel_with_wrong_checksum_is_refused(sglpatch, project, monkeypatch, tm
     assert not (project / "build" / "sglang").exists()
     assert not list((tmp_path / "empty-cache" / "wheels").glob("*.whl"))
     assert cache_dir() == tmp_path / "empty-cache"
+
+
+def test_download_messages_do_not_carry_the_home_path(sglpatch, project, monkeypatch, tmp_path):
+    home = tmp_path / "home-of-someone"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SGLPATCH_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    pin = json.loads((project / "patches" / "pin.json").read_text())
+    pin["wheel"]["sha256"] = "1" * 64  # refused after the download, so nothing is built
+    (project / "patches" / "pin.json").write_text(json.dumps(pin))
+    code, out, err = sglpatch("apply")
+    assert code == 2 and "cached in ~/.cache/sglpatch/wheels" in err
+    assert str(home) not in out + err

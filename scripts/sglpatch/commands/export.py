@@ -2,8 +2,10 @@
 
 The commits BASE..HEAD become `NNNN-subject.patch` files (git format-patch,
 full blob ids so 3-way apply can find the preimages), `series`,
-`SHA256SUMS`, and `pin.json`'s blobs for every touched file at BASE. Files are
-written beside the folder's and renamed in, so a failure changes nothing.
+`SHA256SUMS`, and `pin.json`'s blobs for every touched file at BASE. Everything
+is produced and checked before the first file is replaced, so an error changes
+nothing; each file is then replaced atomically (a kill between two renames can
+leave old and new files side by side: `sha256sum -c SHA256SUMS` shows it).
 """
 
 from __future__ import annotations
