@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
-from sglpatch.output import progress, timed
+from sglpatch.output import timed
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import extract_package, fetch_wheel
@@ -72,10 +72,3 @@ def _check_against_pin(repo: Git, pin: Pin) -> None:
     drift = drifted_files(pin, blobs)
     if drift:
         raise FatalError(f"the {pin.wheel.filename} wheel does not match pin.json in: {', '.join(drift)}")
-
-
-def default_base_exists(dest: Path) -> bool:
-    return (dest / ".git").is_dir()
-
-
-__all__ = ["commit_release", "default_base_exists", "ensure_default_base", "progress"]

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.git import Git, GitFailed, init_repo
+from sglpatch.git import Git, init_repo
 from sglpatch.series import Patch
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
@@ -145,6 +145,3 @@ def _split_ident(ident: str) -> tuple[str, str]:
     if not match:
         return ident.strip() or "unknown", "unknown@localhost"
     return match.group(1) or match.group(2), match.group(2)
-
-
-__all__ = ["ApplyFailure", "GitFailed", "Workspace", "explain_failure"]

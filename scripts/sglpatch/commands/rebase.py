@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from sglpatch.carry import CLEAN, CONFLICT, THREE_WAY, UPSTREAM, series_commits, upstream_reason
+from sglpatch.carry import CLEAN, THREE_WAY, UPSTREAM, series_commits, upstream_reason
 from sglpatch.checks import compile_error, import_error
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.commands.export import export_series
@@ -298,6 +298,3 @@ def _load(state_dir: Path) -> dict:
     if not (state_dir / "state.json").is_file():
         raise FatalError("no rebase in progress here")
     return json.loads((state_dir / "state.json").read_text())
-
-
-__all__ = ["CONFLICT", "run"]
