@@ -47,16 +47,24 @@ class SeriesCommits:
     commits: list[str]
 
 
-def series_commits(source: Git, base_rev: str, series: Series) -> SeriesCommits:
+def series_commits(
+    source: Git,
+    base_rev: str,
+    patches: list[Patch],
+    what: str = "the series",
+    three_way: bool = False,
+    committer: tuple[str, str] | None = None,
+) -> SeriesCommits:
+    """`patches` as commits on `base_rev` (one each, authorship kept) in a workspace borrowing `source`'s objects."""
     workspace = Workspace.from_git_target(source, rev=base_rev)
     base = source.run("rev-parse", f"{base_rev}^{{commit}}")
     commits, parent = [], base
-    for patch in series.patches:
-        failure = workspace.apply(patch)
+    for patch in patches:
+        failure = workspace.apply(patch, three_way=three_way)
         if failure:
             workspace.close()
-            raise FatalError(f"the series does not apply to its own base {base_rev}: {failure.describe()}")
-        parent = workspace.commit(patch, workspace.git.run("write-tree"), parent, None)
+            raise FatalError(f"{what} does not apply to {base_rev}: {failure.describe()}")
+        parent = workspace.commit(patch, workspace.git.run("write-tree"), parent, committer)
         commits.append(parent)
     return SeriesCommits(workspace, base, commits)
 

@@ -129,6 +129,12 @@ class Workspace:
         self.git.run("read-tree", before)  # a failed --3way can leave conflict stages
         return explain_failure(patch, err)
 
+    def hand_over(self, commit: str, target: Git, ref: str, force: bool = True) -> None:
+        """Copy `commit` (and what it needs) into `target`'s repository as `ref`, leaving no FETCH_HEAD."""
+        self.git.run("update-ref", "refs/heads/handover", commit)
+        source = f"{'+' if force else ''}refs/heads/handover:{ref}"
+        target.run("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(self.root), source)
+
     def commit(self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None) -> str:
         name, email = _split_ident(patch.author)
         env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": patch.date}

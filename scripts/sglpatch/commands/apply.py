@@ -9,6 +9,7 @@ from sglpatch import journal
 from sglpatch.base import ensure_default_base
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
+from sglpatch.git import GitFailed
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.plan import APPLIED, Plan, make_plan
@@ -141,7 +142,6 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
-    plan.workspace.git.run("update-ref", "refs/heads/series", parent)
     record = {
         "state": APPLYING,
         "branch": branch,
@@ -151,11 +151,12 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
         "touched": sorted({p for s in plan.states for p in s.patch.touched_paths}),
     }
     write_state(plan.target, record)
-    fetch = ["fetch", "-q", "--no-tags", "--no-write-fetch-head", str(plan.workspace.root)]
-    status, _, err = git.try_run(*fetch, f"refs/heads/series:refs/heads/{branch}")
-    if status == 0:
+    try:
+        plan.workspace.hand_over(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
         status, _, err = git.try_run("checkout", "-q", branch)
+    except GitFailed as exc:
+        status, err = exc.status, exc.stderr
     if status != 0:
         if git.rev_parse(f"refs/heads/{branch}") is not None:
             git.run("branch", "-D", branch)

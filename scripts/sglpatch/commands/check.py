@@ -34,10 +34,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     series, pin = load_inputs(args)
     git = Git(ensure_default_base(pin, default_base_dir()))
-    commits = series_commits(git, pin.tag, series)
+    commits = series_commits(git, pin.tag, series.patches)
     try:
-        commits.workspace.git.run("update-ref", "refs/heads/series", commits.commits[-1])
-        git.run("fetch", "-q", "--no-tags", str(commits.workspace.root), f"+refs/heads/series:{CHECK_REF}")
+        commits.workspace.hand_over(commits.commits[-1], git, CHECK_REF)
     finally:
         commits.workspace.close()
     prefixes = [commits.base, *commits.commits]

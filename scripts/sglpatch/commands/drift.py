@@ -33,7 +33,7 @@ def run(args) -> int:
     for number, release in enumerate(releases, 1):
         progress(f"[{number}/{len(releases)}] sglang {release}")
         tips[release] = release_commit(release, repo)
-    commits = series_commits(repo, f"v{pin.release}", series)
+    commits = series_commits(repo, f"v{pin.release}", series.patches)
     matrix = {}
     try:
         for number, release in enumerate(releases, 1):

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from sglpatch.carry import series_commits
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
@@ -26,7 +27,6 @@ from sglpatch.pr_body import Group, render_body
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rerun import rerun_comment_lines
 from sglpatch.series import Series
-from sglpatch.workspace import Workspace
 
 GROUPS_FILE = "pr-groups.json"
 RECORD_FILE = "sglpatch-prs.json"
@@ -111,17 +111,11 @@ def _prepare(git: Git, group: Group, base: str, onto: str, records: dict, config
 
 def build_branch(git: Git, group: Group, base: str) -> str:
     """The group's patches as commits on `base`, authorship kept; returns the tip."""
-    with Workspace.from_git_target(git, rev=base) as workspace:
-        parent = base
-        for patch in group.patches:
-            failure = workspace.apply(patch, three_way=True)
-            if failure:
-                raise FatalError(f"group {group.id}: {failure.describe()}")
-            parent = workspace.commit(patch, workspace.git.run("write-tree"), parent, git.identity())
-        workspace.git.run("update-ref", "refs/heads/pr", parent)
-        git.run("fetch", "-q", "--no-tags", str(workspace.root), "+refs/heads/pr:refs/sglpatch/pr-build")
+    built = series_commits(git, base, group.patches, f"group {group.id}", three_way=True, committer=git.identity())
+    with built.workspace as workspace:
+        workspace.hand_over(built.commits[-1], git, "refs/sglpatch/pr-build")
     git.run("update-ref", "-d", "refs/sglpatch/pr-build")
-    return parent
+    return built.commits[-1]
 
 
 def load_groups(series: Series) -> dict:

@@ -89,10 +89,9 @@ def _start(target: Target, state_dir: Path, args) -> int:
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
     onto, release = _resolve_onto(git, args.onto, args.release)
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
-    commits = series_commits(git, base, series)
+    commits = series_commits(git, base, series.patches)
     try:
-        commits.workspace.git.run("update-ref", "refs/heads/series", commits.commits[-1])
-        git.run("fetch", "-q", "--no-tags", str(commits.workspace.root), f"+refs/heads/series:{SERIES_REF}")
+        commits.workspace.hand_over(commits.commits[-1], git, SERIES_REF)
     finally:
         commits.workspace.close()
     head = git.run("rev-parse", "HEAD")
