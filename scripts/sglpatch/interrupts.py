@@ -51,13 +51,15 @@ def guarded(command: str, target: str):
 
 
 @contextmanager
-def write_phase(done: str):
-    """Hold SIGINT/SIGTERM back while the block writes; `done` says the result if one came meanwhile."""
+def write_phase(done: str | None = None):
+    """Hold SIGINT/SIGTERM back while the block writes; `done` says the result if one came meanwhile
+    (None: the caller settles an interruption itself and says where things stand)."""
     global _outcome
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         yield
-        _outcome = done
+        if done is not None:
+            _outcome = done
     finally:
         # Unblocking runs the handler of a signal held back meanwhile at once: `guarded` reports it.
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

@@ -19,6 +19,8 @@ from sglpatch.errors import FatalError
 
 SERIES_FILE = "series"
 SUMS_FILE = "SHA256SUMS"
+# Present while a rebase rewrites the folder; holds the path of the checkout whose `recover` finishes it.
+REWRITE_MARKER = ".sglpatch-rewriting"
 PACKAGE_PREFIX = "python/sglang/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -319,6 +321,7 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
 
 def load_series(directory: Path, verify_sums: bool = True) -> Series:
     directory = Path(directory).resolve()
+    refuse_half_rewritten(directory)
     series_path = directory / SERIES_FILE
     if not series_path.is_file():
         raise FatalError(f"{series_path}: no series file")
@@ -340,6 +343,17 @@ def load_series(directory: Path, verify_sums: bool = True) -> Series:
                 )
         patches.append(parse_patch(name, data, patch_path))
     return Series(directory, patches)
+
+
+def refuse_half_rewritten(directory: Path) -> None:
+    """A series folder a killed rebase was rewriting may mix old and new files: not to be used until finished."""
+    marker = Path(directory) / REWRITE_MARKER
+    if marker.exists():
+        target = marker.read_text(encoding="utf-8", errors="replace").strip() or "its checkout"
+        raise FatalError(
+            f"{directory}: a rebase of {target} was interrupted while rewriting this series; "
+            f"run `sglpatch recover --sglang {target}` (make recover SGLANG={target}) to finish it"
+        )
 
 
 def _read_text(path: Path) -> str:

@@ -13,9 +13,12 @@ its start tree and checks:
   interruption (refuses, writes nothing); then `recover` says which state and the
   tree is byte for byte that state; a second `recover` has nothing to do.
 
-To add an operation (e.g. rebase): put an `Operation` in OPERATIONS; if it starts
-or ends in a new state, add a builder to `Lab.builders` and a phrase to
-STATE_WORDS (what the tool's messages say about that state).
+"The tree" of a run is everything an operation may write: the target, the series
+folder it reads (a rebase rewrites it) and the report folder (the range-diff).
+
+To add an operation: put an `Operation` in OPERATIONS; if it starts or ends in a
+new state, add a builder to `Lab.builders` and a phrase to STATE_WORDS (what the
+tool's messages say about that state).
 """
 
 from __future__ import annotations
@@ -33,24 +36,55 @@ from pathlib import Path
 SIGNALS = ("INT", "TERM", "KILL")
 KINDS = ("checkout", "package")
 PRISTINE, PATCHED = "pristine", "patched"
+ONTO_RELEASE = "0.5.15"
+REBASE_READY, REBASED = f"v0.5.14 with v{ONTO_RELEASE} fetched", f"rebased onto v{ONTO_RELEASE}"
 # What the tool's messages say about each state (the last line of a recover, an interrupted run).
-STATE_WORDS = {PRISTINE: "as it was", PATCHED: "fully patched"}
+STATE_WORDS = {PRISTINE: "as it was", PATCHED: "fully patched", REBASE_READY: "as it was", REBASED: "fully patched"}
 FIXED_DATE = "2026-07-02T08:00:00+00:00"  # committer date, so commits (and refs) are the same in every run
+
+
+@dataclass(frozen=True)
+class Run:
+    """One tree: the target, and the series and report folders beside it."""
+
+    root: Path
+    target: Path
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
 
 
 @dataclass(frozen=True)
 class Operation:
     name: str
-    argv: Callable[[Path, Path], list[str]]  # (target, patches) -> sglpatch arguments
+    argv: Callable[[Run], list[str]]  # sglpatch arguments for a run
     start: str  # state it starts from
     end: str  # state an uninterrupted run ends in
     allowed: tuple[str, ...] = (PRISTINE, PATCHED)  # states an interrupted run may end in, after recovery
+    kinds: tuple[str, ...] = KINDS  # target kinds it works on
 
 
 OPERATIONS = {
-    "apply": Operation("apply", lambda t, p: ["apply", "--sglang", str(t), "--patches", str(p)], PRISTINE, PATCHED),
-    "revert": Operation("revert", lambda t, p: ["revert", "--sglang", str(t)], PATCHED, PRISTINE),
+    "apply": Operation(
+        "apply", lambda r: ["apply", "--sglang", str(r.target), "--patches", str(r.patches)], PRISTINE, PATCHED
+    ),
+    "revert": Operation("revert", lambda r: ["revert", "--sglang", str(r.target)], PATCHED, PRISTINE),
+    "rebase": Operation(
+        "rebase",
+        lambda r: ["rebase", "--sglang", str(r.target), "--patches", str(r.patches), "--report-dir", str(r.reports)]
+        + ["--onto", f"v{ONTO_RELEASE}"],
+        REBASE_READY,
+        REBASED,
+        allowed=(REBASE_READY, REBASED),
+        kinds=("checkout",),
+    ),
 }
+GRID = [(name, kind) for name in sorted(OPERATIONS) for kind in OPERATIONS[name].kinds]
 
 
 def tree_state(root: Path) -> dict[str, str]:
@@ -93,6 +127,15 @@ def tree_state(root: Path) -> dict[str, str]:
     return state
 
 
+def run_state(run: Run) -> dict[str, str]:
+    """tree_state of each folder of a run that exists, keys prefixed with the folder's name."""
+    state: dict[str, str] = {}
+    for name, folder in (("target", run.target), ("patches", run.patches), ("reports", run.reports)):
+        if folder.exists():
+            state.update({f"{name}/{key}": value for key, value in tree_state(folder).items()})
+    return state
+
+
 def default_sigint() -> None:
     """In a child: SIGINT as a terminal's Ctrl-C delivers it. A shell starts background jobs (make in the
     background, some CI runners) with SIGINT ignored, and Python keeps it ignored; the tool would then
@@ -125,7 +168,7 @@ class Lab:
 
     def __init__(self, kind: str, workdir: Path, base_repo: Path, patches: Path):
         self.kind, self.workdir, self.base_repo, self.patches = kind, Path(workdir), base_repo, patches
-        self._templates: dict[str, Path] = {}
+        self._templates: dict[str, Run] = {}
         self._references: dict[str, dict[str, str]] = {}
         self._traces: dict[str, list[str]] = {}
         self._copies = 0
@@ -133,48 +176,61 @@ class Lab:
         self.builders: dict[str, Callable[[Path], None]] = {
             PRISTINE: self._build_pristine,
             PATCHED: lambda dest: self._build_by(OPERATIONS["apply"], dest),
+            REBASE_READY: self._build_rebase_ready,
+            REBASED: lambda dest: self._build_by(OPERATIONS["rebase"], dest),
         }
 
     # -- trees ---------------------------------------------------------------------
 
-    def target_of(self, tree: Path) -> Path:
-        return tree if self.kind == "checkout" else tree / "site-packages" / "sglang"
+    def run_at(self, root: Path) -> Run:
+        return Run(root, root / "sglang" if self.kind == "checkout" else root / "site-packages" / "sglang")
 
     def _build_pristine(self, dest: Path) -> None:
+        run = self.run_at(dest)
+        dest.mkdir()
+        copy_tree(self.patches, run.patches)
         if self.kind == "checkout":
             subprocess.run(
-                ["git", "clone", "-q", "--no-local", str(self.base_repo), str(dest)], check=True, env=self.env()
+                ["git", "clone", "-q", "--no-local", str(self.base_repo), str(run.target)], check=True, env=self.env()
             )
             for key, value in (("user.name", "Target User"), ("user.email", "target@example.com")):
-                subprocess.run(["git", "config", key, value], cwd=dest, check=True, env=self.env())
+                subprocess.run(["git", "config", key, value], cwd=run.target, check=True, env=self.env())
         else:
-            shutil.copytree(self.base_repo / "python" / "sglang", self.target_of(dest), symlinks=True)
+            shutil.copytree(self.base_repo / "python" / "sglang", run.target, symlinks=True)
+
+    def _build_rebase_ready(self, dest: Path) -> None:
+        """A pristine checkout that also holds the next release (tag v0.5.15), as after a `git fetch --tags`."""
+        from sglpatch.git import Git
+        from sglpatch.releases import release_commit
+
+        self._build_pristine(dest)
+        release_commit(ONTO_RELEASE, Git(self.run_at(dest).target))
 
     def _build_by(self, operation: Operation, dest: Path) -> None:
-        copy_tree(self.template(operation.start), dest)
-        result = self.sglpatch(*operation.argv(self.target_of(dest), self.patches))
+        copy_tree(self.template(operation.start).root, dest)
+        result = self.sglpatch(*operation.argv(self.run_at(dest)))
         assert result.returncode == 0, result.stderr
 
-    def template(self, state: str) -> Path:
+    def template(self, state: str) -> Run:
         if state not in self._templates:
-            dest = self.workdir / f"template-{state}"
+            dest = self.workdir / f"template-{state.replace(' ', '-')}"
             self.builders[state](dest)
-            self._templates[state] = dest
-            self._references[state] = tree_state(self.target_of(dest))
+            self._templates[state] = self.run_at(dest)
+            self._references[state] = run_state(self._templates[state])
         return self._templates[state]
 
     def reference(self, state: str) -> dict[str, str]:
         self.template(state)
         return self._references[state]
 
-    def fresh(self, state: str) -> Path:
+    def fresh(self, state: str) -> Run:
         self._copies += 1
         dest = self.workdir / f"run-{self._copies}"
-        copy_tree(self.template(state), dest)
-        return self.target_of(dest)
+        copy_tree(self.template(state).root, dest)
+        return self.run_at(dest)
 
-    def which_state(self, target: Path) -> str | None:
-        now = tree_state(target)
+    def which_state(self, run: Run) -> str | None:
+        now = run_state(run)
         return next((s for s in self._references if self._references[s] == now), None)
 
     # -- runs ------------------------------------------------------------------------
@@ -198,15 +254,15 @@ class Lab:
     def trace(self, operation: Operation) -> list[str]:
         """The write points an uninterrupted run passes; checks it ends in `operation.end`, byte for byte."""
         if operation.name not in self._traces:
-            target = self.fresh(operation.start)
+            run = self.fresh(operation.start)
             trace_file = self.workdir / f"trace-{operation.name}.txt"
-            result = self.sglpatch(*operation.argv(target, self.patches), SGLPATCH_FAULT_TRACE=str(trace_file))
+            result = self.sglpatch(*operation.argv(run), SGLPATCH_FAULT_TRACE=str(trace_file))
             assert result.returncode == 0, result.stderr
-            assert tree_state(target) == self.reference(operation.end), diff_states(
-                tree_state(target), self.reference(operation.end)
+            assert run_state(run) == self.reference(operation.end), diff_states(
+                run_state(run), self.reference(operation.end)
             )
             self._traces[operation.name] = trace_file.read_text().splitlines()
-            shutil.rmtree(target.parent.parent if self.kind == "package" else target)
+            shutil.rmtree(run.root)
         return self._traces[operation.name]
 
     # -- one interruption --------------------------------------------------------------
@@ -215,61 +271,60 @@ class Lab:
         """Interrupt `operation` at write point `point` with `sig`; None when recovered, else what went wrong."""
         for state in operation.allowed:
             self.reference(state)
-        target = self.fresh(operation.start)
+        run = self.fresh(operation.start)
         try:
-            return self._interrupt(operation, target, point, sig)
+            return self._interrupt(operation, run, point, sig)
         finally:
-            shutil.rmtree(target.parent.parent if self.kind == "package" else target, ignore_errors=True)
+            shutil.rmtree(run.root, ignore_errors=True)
 
-    def _interrupt(self, operation: Operation, target: Path, point: int, sig: str) -> str | None:
+    def _interrupt(self, operation: Operation, run: Run, point: int, sig: str) -> str | None:
         signum = signal.Signals[f"SIG{sig}"]
-        run = self.sglpatch(
-            *operation.argv(target, self.patches), SGLPATCH_FAULT_AT=str(point), SGLPATCH_FAULT_SIGNAL=sig
-        )
+        result = self.sglpatch(*operation.argv(run), SGLPATCH_FAULT_AT=str(point), SGLPATCH_FAULT_SIGNAL=sig)
         self.last_mid_way = False
         if sig == "KILL":
-            if run.returncode != -signum:
-                return f"expected death by SIGKILL, got exit {run.returncode}: {run.stderr.strip()[-300:]}"
-            if self.which_state(target) not in operation.allowed:
+            if result.returncode != -signum:
+                return f"expected death by SIGKILL, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
+            if self.which_state(run) not in operation.allowed:
                 self.last_mid_way = True
-                before = tree_state(target)
-                probe = self.sglpatch(*OPERATIONS["apply"].argv(target, self.patches))
+                before = run_state(run)
+                probe = self.sglpatch(*OPERATIONS["apply"].argv(run))
                 if probe.returncode != 2 or "was interrupted" not in probe.stderr:
                     return (
                         f"next apply did not detect the interruption: exit {probe.returncode}, {probe.stderr.strip()}"
                     )
-                if tree_state(target) != before:
+                if run_state(run) != before:
                     return "the next apply, refusing, still changed the tree"
-            return self._recover(operation, target, first=True) or self._recover(operation, target, first=False)
-        if run.returncode != 128 + signum:
-            return f"expected exit {128 + signum}, got {run.returncode}: {run.stderr.strip()[-300:]}"
-        lines = run.stderr.strip().splitlines()
+            return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
+        if result.returncode != 128 + signum:
+            return f"expected exit {128 + signum}, got {result.returncode}: {result.stderr.strip()[-300:]}"
+        lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("... ")]  # not progress
         if len(lines) != 1 or f"interrupted by SIG{sig}" not in lines[0]:
-            return f"expected one 'interrupted by SIG{sig}' line, got {run.stderr.strip()!r}"
-        said = self._said(lines[0])
-        if said not in operation.allowed or self.which_state(target) != said:
-            got = self.which_state(target)
-            detail = "" if got else ": " + diff_states(tree_state(target), self.reference(said or PRISTINE))
-            return f"said {said!r} ({lines[0]!r}) but the tree is {got or 'in neither state'}{detail}"
-        return self._recover(operation, target, first=False)
+            return f"expected one 'interrupted by SIG{sig}' line, got {result.stderr.strip()!r}"
+        said = self._said(lines[0], operation)
+        if said not in operation.allowed or self.which_state(run) != said:
+            return f"said {said!r} ({lines[0]!r}) but the tree is {self._describe(run, said, operation)}"
+        return self._recover(operation, run, first=False)
 
-    def _recover(self, operation: Operation, target: Path, first: bool) -> str | None:
-        result = self.sglpatch("recover", "--sglang", str(target))
+    def _recover(self, operation: Operation, run: Run, first: bool) -> str | None:
+        result = self.sglpatch("recover", "--sglang", str(run.target))
         if result.returncode != 0:
             return f"recover failed ({result.returncode}): {result.stderr.strip()}"
         last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-        said = self._said(last)
-        got = self.which_state(target)
-        if said not in operation.allowed or got != said:
-            detail = "" if got else ": " + diff_states(tree_state(target), self.reference(said or PRISTINE))
-            return f"recover said {last!r} but the tree is {got or 'in neither state'}{detail}"
+        said = self._said(last, operation)
+        if said not in operation.allowed or self.which_state(run) != said:
+            return f"recover said {last!r} but the tree is {self._describe(run, said, operation)}"
         if not first and "nothing to recover" not in last:
             return f"recover had work to do on a tree that should need none: {last!r}"
         return None
 
+    def _describe(self, run: Run, said: str | None, operation: Operation) -> str:
+        got = self.which_state(run)
+        return got or "in neither state: " + diff_states(run_state(run), self.reference(said or operation.start))
+
     @staticmethod
-    def _said(line: str) -> str | None:
-        found = [state for state, words in STATE_WORDS.items() if words in line]
+    def _said(line: str, operation: Operation) -> str | None:
+        """The state a message names, among those the operation may end in."""
+        found = [state for state in operation.allowed if STATE_WORDS[state] in line]
         return found[0] if len(found) == 1 else None
 
 

@@ -12,9 +12,10 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
-from fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, tree_state
+from fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
 
 
 @pytest.fixture(scope="module")
@@ -50,27 +51,25 @@ def test_second_run_is_refused_while_the_first_is_mid_write(labs, kind):
     lab = labs[kind]
     apply = OPERATIONS["apply"]
     points = len(lab.trace(apply))
-    target = lab.fresh(PRISTINE)
-    first = _start(
-        lab, *apply.argv(target, lab.patches), SGLPATCH_FAULT_AT=str(points // 2), SGLPATCH_FAULT_SIGNAL="STOP"
-    )
+    tree = lab.fresh(PRISTINE)
+    first = _start(lab, *apply.argv(tree), SGLPATCH_FAULT_AT=str(points // 2), SGLPATCH_FAULT_SIGNAL="STOP")
     try:
         _, status = os.waitpid(first.pid, os.WUNTRACED)
         assert os.WIFSTOPPED(status), "the first run ended instead of stopping mid-write"
-        mid_write = tree_state(target)
-        other = _spellings(kind, target)
-        for command in (apply.argv(other, lab.patches), ["revert", "--sglang", other], ["recover", "--sglang", other]):
+        mid_write = run_state(tree)
+        other = replace(tree, target=_spellings(kind, tree.target))
+        for command in (apply.argv(other), ["revert", "--sglang", other.target], ["recover", "--sglang", other.target]):
             second = lab.sglpatch(*map(str, command))
             assert second.returncode == 2, (command, second.stdout, second.stderr)
             assert len(second.stderr.strip().splitlines()) == 1, second.stderr
             assert "another sglpatch run is working on" in second.stderr and str(first.pid) in second.stderr
-            assert tree_state(target) == mid_write, f"{command[0]} changed a tree another run holds"
+            assert run_state(tree) == mid_write, f"{command[0]} changed a tree another run holds"
     finally:
         os.kill(first.pid, signal.SIGCONT)
         out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
     assert out.startswith("applied "), out
-    assert lab.which_state(target) == PATCHED
+    assert lab.which_state(tree) == PATCHED
 
 
 @pytest.mark.parametrize("kind", ["checkout", "package"])
@@ -79,8 +78,9 @@ def test_two_applies_started_together_leave_one_patched_tree(labs, kind):
     lab.reference(PATCHED)
     outcomes = set()
     for _ in range(3):
-        target = lab.fresh(PRISTINE)
-        runs = [_start(lab, *OPERATIONS["apply"].argv(t, lab.patches)) for t in (target, _spellings(kind, target))]
+        tree = lab.fresh(PRISTINE)
+        spellings = (tree, replace(tree, target=_spellings(kind, tree.target)))
+        runs = [_start(lab, *OPERATIONS["apply"].argv(t)) for t in spellings]
         results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
         codes = sorted(code for code, _, _ in results)
         applied = [out for code, out, _ in results if code == 0 and out.startswith("applied ")]
@@ -90,6 +90,6 @@ def test_two_applies_started_together_leave_one_patched_tree(labs, kind):
             other[0] == 0 and other[1].startswith("already applied")
         ), other
         assert codes in ([0, 0], [0, 2])
-        assert lab.which_state(target) == PATCHED
+        assert lab.which_state(tree) == PATCHED
         outcomes.add("refused" if other[0] == 2 else "after")
     assert outcomes <= {"refused", "after"}

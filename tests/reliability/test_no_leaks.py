@@ -116,26 +116,27 @@ def _collect(lab: Lab, home: Path) -> list[tuple[str, str]]:
         runs.append((label, lab.sglpatch(*map(str, args), **env, **extra)))
 
     apply = OPERATIONS["apply"]
-    target = lab.fresh("pristine")
+    tree = lab.fresh("pristine")
+    target = tree.target
     run("status", "status", "--sglang", target, "--patches", lab.patches)
-    run("apply", *apply.argv(target, lab.patches))
-    run("apply again", *apply.argv(target, lab.patches))
+    run("apply", *apply.argv(tree))
+    run("apply again", *apply.argv(tree))
     run("recover (nothing)", "recover", "--sglang", target)
     run("revert", "revert", "--sglang", target)
     run("revert again", "revert", "--sglang", target)
-    run("interrupted", *apply.argv(target, lab.patches), SGLPATCH_FAULT_AT="2", SGLPATCH_FAULT_SIGNAL="INT")
+    run("interrupted", *apply.argv(tree), SGLPATCH_FAULT_AT="2", SGLPATCH_FAULT_SIGNAL="INT")
     run("revert", "revert", "--sglang", target)
-    run("killed", *apply.argv(target, lab.patches), SGLPATCH_FAULT_AT="2", SGLPATCH_FAULT_SIGNAL="KILL")
-    run("detect", *apply.argv(target, lab.patches))
+    run("killed", *apply.argv(tree), SGLPATCH_FAULT_AT="2", SGLPATCH_FAULT_SIGNAL="KILL")
+    run("detect", *apply.argv(tree))
     run("recover", "recover", "--sglang", target)
     run("missing target", "apply", "--sglang", lab.workdir / "nowhere", "--patches", lab.patches)
     run("not sglang", "apply", "--sglang", lab.workdir, "--patches", lab.patches)
     if lab.kind == "checkout":
-        run("bad branch", *apply.argv(target, lab.patches), "--branch", "bad..name")
+        run("bad branch", *apply.argv(tree), "--branch", "bad..name")
     bad_pin = lab.workdir / "bad-pin"
     subprocess.run(["cp", "-a", str(lab.patches), str(bad_pin)], check=True)
     (bad_pin / "pin.json").write_text(json.dumps({"sglang": SECRETS["SGLPATCH_TEST_SECRET"]}))
-    run("corrupt pin", *apply.argv(target, bad_pin))
+    run("corrupt pin", "apply", "--sglang", target, "--patches", bad_pin)
     return [(label, result.stdout + result.stderr) for label, result in runs]
 
 

@@ -17,10 +17,10 @@ import pytest
 
 from sglpatch import cli
 from sglpatch.base import commit_release
-from sglpatch.commands.export import export_series
 from sglpatch.git import Git, init_repo
 from sglpatch.pin import load_pin
 from sglpatch.project import PROJECT_ROOT
+from sglpatch.series_writer import render_series, write_series_files
 from sglpatch.wheels import fetch_wheel
 
 BACKEND = "python/sglang/srt/layers/attention/dsa_backend.py"
@@ -92,7 +92,7 @@ def make_series(
         _commit(repo, message)
     out.mkdir(parents=True)
     (out / "pin.json").write_text(pin.to_json())
-    export_series(repo, pin.tag, "HEAD", out, pin)
+    write_series_files(out, render_series(repo, pin.tag, "HEAD", pin))
     return out
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 from conftest import OVERLAP, SECOND, fingerprint, make_series
@@ -132,6 +134,63 @@ def test_conflict_then_continue_after_resolving(sglpatch, chain, conflicting_ser
     assert git.current_branch() == "sglpatch/v0.5.15"
     assert "  # ours" in (chain / OVERLAP).read_text() and "<<<<<<<" not in (chain / OVERLAP).read_text()
     assert json.loads((conflicting_series / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
+
+
+def test_a_stopped_rebase_waits_for_the_user_and_nothing_else_runs(sglpatch, chain, conflicting_series, tmp_path):
+    """A conflict stop is not an interruption: recover, apply and a new rebase refuse and say how to go on."""
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    stopped = fingerprint(chain)
+    code, _, err = sglpatch("recover", "--sglang", chain)
+    assert code == 2 and "stopped at 0001-" in err and "waiting for you" in err and "ABORT=1" in err
+    code, _, err = sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
+    assert code == 2 and "stopped at 0001-" in err and "CONTINUE=1" in err
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.16")
+    assert code == 2 and "stopped at 0001-" in err
+    code, out, err = sglpatch("status", "--sglang", chain, "--patches", conflicting_series)
+    assert code == 0 and "NOTE:   a rebase is stopped at 0001-" in out, err
+    assert fingerprint(chain) == stopped
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")[0] == 0
+
+
+def test_an_interrupted_continue_rolls_back_but_keeps_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
+    sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
+    git = Git(chain)
+    head, series_before = git.run("rev-parse", "HEAD"), fingerprint(conflicting_series)
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    args = ["rebase", "--sglang", chain, "--patches", conflicting_series, "--report-dir", tmp_path / "report"]
+    killed = subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args), "--continue"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SGLPATCH_FAULT_AT": "1", "SGLPATCH_FAULT_SIGNAL": "TERM"},
+    )
+    assert killed.returncode == 143, killed.stderr
+    assert "interrupted by SIGTERM; the rebase was rolled back" in killed.stderr and "is as it was" in killed.stderr
+    kept = git.run("for-each-ref", "--format=%(refname)", "refs/sglpatch/backup/resolved-*")
+    assert kept and kept in killed.stderr
+    assert "  # ours" in git.run("show", f"{kept}:{OVERLAP}")
+    assert git.current_branch() == "sglpatch/v0.5.14" and git.run("rev-parse", "HEAD") == head
+    assert not (git.git_dir() / "sglpatch-rebase").exists() and fingerprint(conflicting_series) == series_before
+
+
+def test_revert_steps_back_one_rebase_at_a_time(sglpatch, chain, patches, tmp_path):
+    """A finished rebase records its branch like apply: revert returns to where the rebase began, then further."""
+    git = Git(chain)
+    work = git.run("rev-parse", "HEAD")
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    applied = git.run("rev-parse", "HEAD")
+    assert rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15")[0] == 0
+    assert git.current_branch() == "sglpatch/v0.5.15"
+    code, out, err = sglpatch("recover", "--sglang", chain)
+    assert code == 0 and "nothing to recover" in out and "fully patched" in out, err
+    assert sglpatch("revert", "--sglang", chain)[0] == 0
+    assert git.current_branch() == "sglpatch/v0.5.14" and git.run("rev-parse", "HEAD") == applied
+    assert git.rev_parse("refs/heads/sglpatch/v0.5.15") is None
+    assert sglpatch("revert", "--sglang", chain)[0] == 0
+    assert git.current_branch() == "work" and git.run("rev-parse", "HEAD") == work
+    assert not (git.git_dir() / "sglpatch-state.json").exists()
 
 
 def test_upstream_by_pr_number_is_reported_and_dropped_only_on_request(sglpatch, chain, patches, tmp_path):

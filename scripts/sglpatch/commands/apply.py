@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
-from sglpatch import journal
+from sglpatch import journal, rebase_state
 from sglpatch.base import ensure_default_base
+from sglpatch.checkout_record import APPLIED_STATE, APPLYING, REVERTING, STATE_FILE, read_state, write_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
@@ -15,11 +15,6 @@ from sglpatch.output import plural, say
 from sglpatch.plan import APPLIED, Plan, make_plan
 from sglpatch.project import default_base_dir
 from sglpatch.target import Target, target_lock
-
-STATE_FILE = "sglpatch-state.json"
-# The state file's "state": written "applying" before the first write to a checkout, "applied" after
-# the last; revert writes "reverting" first and deletes the file last. No "state" means applied.
-APPLYING, APPLIED_STATE, REVERTING = "applying", "applied", "reverting"
 
 
 def add_arguments(parser) -> None:
@@ -71,9 +66,12 @@ def run(args) -> int:
 
 
 def interrupted_state(target: Target) -> str | None:
-    """What an interrupted sglpatch run left in the target ("apply", "revert", "start"), or None."""
+    """What an interrupted sglpatch run left in the target ("apply", "revert", "rebase", "start"), or None."""
     if target.is_git:
         git_dir = target.git.git_dir()
+        rebase = rebase_state.load(rebase_state.state_dir(target.git))
+        if rebase is not None and not rebase.get("stopped"):
+            return "rebase"
         if (git_dir / f"{STATE_FILE}.tmp").exists():
             return "start"
         record = read_state(target)
@@ -90,6 +88,9 @@ def interrupted_state(target: Target) -> str | None:
 
 
 def refuse_interrupted(target: Target) -> None:
+    """Refuse a target an earlier run left half-way, or one where a rebase waits for the user."""
+    if target.is_git:
+        rebase_state.refuse_in_progress(target)
     what = interrupted_state(target)
     if what:
         run = "an sglpatch run" if what == "start" else f"an sglpatch {what}"
@@ -97,23 +98,6 @@ def refuse_interrupted(target: Target) -> None:
             f"{run} on {target.root} was interrupted; run `sglpatch recover --sglang {target.root}` "
             f"(make recover SGLANG={target.root}) to finish or undo it"
         )
-
-
-def read_state(target: Target) -> dict | None:
-    path = target.git.git_dir() / STATE_FILE
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("branch", "previous")):
-            raise ValueError("missing branch or previous")
-        return record
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FatalError(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
-
-
-def write_state(target: Target, record: dict) -> None:
-    journal.write_durably(target.git.git_dir() / STATE_FILE, (json.dumps(record, indent=2) + "\n").encode())
 
 
 def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:

@@ -6,34 +6,39 @@ from its PyPI wheel) with git's 3-way merge and rename detection. Each patch is
 reported clean / merged with changes / conflict / already upstream. A conflict
 stops with the conflict in the work tree; `--continue` goes on after the user
 resolves it, `--abort` puts back the branch, index and work tree as they were.
-The original HEAD is kept under refs/sglpatch/backup/ whatever happens.
-On success, patches/ is rewritten against ONTO (new pin) and a range-diff of
-the old and new series is written for reviewers.
+The original branch never moves; its HEAD is also saved under
+refs/sglpatch/backup/ for as long as the rebase runs, and kept after success.
+On success, patches/ is rewritten against ONTO (new pin), a range-diff of the
+old and new series is written for reviewers, and the checkout records the
+rebased branch like `apply` does (so `make revert` steps back to where the
+rebase began). Ctrl-C, SIGTERM or a kill roll the rebase back, or, once
+the result is staged, finish it: see rebase_state.py and `sglpatch recover`.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+from sglpatch import rebase_state
 from sglpatch.carry import CLEAN, THREE_WAY, UPSTREAM, series_commits, upstream_reason
+from sglpatch.checkout_record import APPLIED_STATE, read_state
 from sglpatch.checks import compile_error, import_error
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
-from sglpatch.commands.export import export_series
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
+from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
+from sglpatch.rebase_state import REPLAYING, SERIES_REF, save
 from sglpatch.releases import release_commit, release_date, release_of
 from sglpatch.series import Series, load_series
+from sglpatch.series_writer import render_series
 from sglpatch.target import Target, target_lock
 from sglpatch.wheels import fetch_wheel, file_sha256
 
-STATE_DIR = "sglpatch-rebase"
-SERIES_REF = "refs/sglpatch/rebase/series"
 MERGED = "merged with changes"
 RESOLVED = "conflict, resolved by hand"
 
@@ -68,21 +73,33 @@ def run(args) -> int:
     target = resolve_target(args)
     if not target.is_git:
         raise FatalError("rebase needs a git checkout (a package folder has no history to rebase)")
-    with target_lock(target):
-        state_dir = target.git.git_dir() / STATE_DIR
+    with guarded("rebase", str(target.root)), target_lock(target):
+        folder = rebase_state.state_dir(target.git)
+        state = rebase_state.load(folder)
         if args.abort:
-            return _abort(target, state_dir)
+            return _abort(target, folder, state)
         if args.resume:
-            return _resume(target, state_dir)
-        if state_dir.exists():
-            raise FatalError("a rebase is already in progress here; use --continue or --abort")
-        return _start(target, state_dir, args)
+            return _resume(target, folder, state)
+        rebase_state.refuse_in_progress(target)
+        return _start(target, folder, args)
+
+
+@contextmanager
+def _settled_if_interrupted(target: Target, folder: Path):
+    """Ctrl-C / SIGTERM mid-rebase: roll it back (or finish it, once staged) before `guarded` reports."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        state = rebase_state.load(folder)
+        if state is not None:
+            rebase_state.settle(target, folder, state)
+        raise
 
 
 # -- starting ----------------------------------------------------------------------
 
 
-def _start(target: Target, state_dir: Path, args) -> int:
+def _start(target: Target, folder: Path, args) -> int:
     git = target.git
     series, pin = load_inputs(args)
     if git.run("status", "--porcelain", "--untracked-files=no"):
@@ -90,17 +107,14 @@ def _start(target: Target, state_dir: Path, args) -> int:
     onto, release = _resolve_onto(git, args.onto, args.release)
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
     commits = series_commits(git, base, series.patches)
-    try:
-        commits.workspace.hand_over(commits.commits[-1], git, SERIES_REF)
-    finally:
-        commits.workspace.close()
     head = git.run("rev-parse", "HEAD")
-    backup = f"refs/sglpatch/backup/{time.strftime('%Y%m%d-%H%M%S')}"
-    git.run("update-ref", backup, head)
+    backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
     state = {
+        "phase": REPLAYING,
         "original": git.current_branch() or head,
         "original_head": head,
         "backup": backup,
+        "backup_made": git.rev_parse(backup) is None,
         "onto": onto,
         "onto_name": args.onto,
         "release": release,
@@ -113,14 +127,26 @@ def _start(target: Target, state_dir: Path, args) -> int:
         "next": 0,
         "outcomes": [],
     }
-    state_dir.mkdir()
-    _save(state_dir, state)
-    status, _, err = git.try_run("checkout", "-q", "--detach", onto)
-    if status != 0:
-        shutil.rmtree(state_dir)
-        raise FatalError(f"could not check out {args.onto}: {err.strip()}; nothing was changed")
-    progress(f"rebasing {len(series.patches)} patches onto {args.onto} ({onto[:12]}); backup of HEAD at {backup}")
-    return _replay(target, state_dir, state, series)
+    try:
+        with _settled_if_interrupted(target, folder):
+            with write_phase():
+                folder.mkdir()
+                save(folder, state)
+                fault_point("rebase: state saved")
+                commits.workspace.hand_over(commits.commits[-1], git, SERIES_REF)
+                fault_point("rebase: series ref made")
+                git.run("update-ref", backup, head)
+                fault_point("rebase: HEAD backed up")
+                status, _, err = git.try_run("checkout", "-q", "--detach", onto)
+                fault_point("rebase: ONTO checked out")
+            if status != 0:
+                with write_phase():
+                    rebase_state.roll_back(git, folder, state)
+                raise FatalError(f"could not check out {args.onto}: {err.strip()}; nothing was changed")
+            progress(f"rebasing {len(series.patches)} patches onto {args.onto} ({onto[:12]}); HEAD saved at {backup}")
+            return _replay(target, folder, state, series)
+    finally:
+        commits.workspace.close()
 
 
 def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | None]:
@@ -136,45 +162,49 @@ def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | N
 # -- the replay loop ---------------------------------------------------------------
 
 
-def _replay(target: Target, state_dir: Path, state: dict, series: Series) -> int:
+def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
     git = target.git
-    scratch = git.with_env(GIT_INDEX_FILE=str(state_dir / "scratch-index"))
+    scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
     history = (state["base"], state["onto"]) if _is_ancestor(git, state["base"], state["onto"]) else None
     while state["next"] < len(state["commits"]):
         index = state["next"]
         patch, commit = series.patches[index], state["commits"][index]
         reason = upstream_reason(scratch, "HEAD", patch, history)
         if reason and state["drop_upstreamed"]:
-            _record(state_dir, state, patch.name, UPSTREAM, f"{reason}; dropped")
+            _record(folder, state, patch.name, UPSTREAM, f"{reason}; dropped")
             continue
         scratch.run("read-tree", "HEAD")
         applies_as_is = scratch.try_run("apply", "--cached", "--check", str(patch.path))[0] == 0
-        status, _, _ = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
+        with write_phase():
+            status, _, _ = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            fault_point(f"rebase: {patch.name} picked")
         if status != 0:
             files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
             hint = f" ({reason}: consider --abort, then --drop-upstreamed)" if reason else ""
             state["stopped"] = {"patch": patch.name, "files": files, "upstream": reason}
-            _save(state_dir, state)
+            save(folder, state)
             raise Stopped(
                 f"{patch.name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
                 "then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
             )
         detail = f"already upstream ({reason}), kept" if reason else ""
-        _record(state_dir, state, patch.name, CLEAN if applies_as_is else THREE_WAY, detail)
-        _check_prefix(git, state_dir, state, patch.name)
-    return _finish(target, state_dir, state, series)
+        _record(folder, state, patch.name, CLEAN if applies_as_is else THREE_WAY, detail)
+        _check_prefix(git, folder, state, patch.name)
+    return _finish(target, folder, state, series)
 
 
-def _record(state_dir: Path, state: dict, name: str, kind: str, detail: str) -> None:
+def _record(folder: Path, state: dict, name: str, kind: str, detail: str) -> None:
     label = {THREE_WAY: MERGED}.get(kind, kind)
     state["outcomes"].append({"patch": name, "outcome": label, "detail": detail})
     state["next"] += 1
     state.pop("stopped", None)
-    _save(state_dir, state)
+    with write_phase():
+        save(folder, state)
+        fault_point(f"rebase: {name} recorded")
     say(f"  {name}: {label}{f' ({detail})' if detail else ''}")
 
 
-def _check_prefix(git: Git, state_dir: Path, state: dict, name: str) -> None:
+def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
     """Each prefix of the series must byte-compile (and, with --check-imports, import) what it touched."""
     changed = git.run("diff", "--name-only", "--diff-filter=AMR", "HEAD~1", "HEAD", "--", "*.py").splitlines()
     problem = compile_error(git.workdir, changed)
@@ -183,7 +213,7 @@ def _check_prefix(git: Git, state_dir: Path, state: dict, name: str) -> None:
         problem = import_error(git.workdir, changed)
     if problem:
         state["stopped"] = {"patch": name, "files": changed, "check": problem}
-        _save(state_dir, state)
+        save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
             "then `make rebase CONTINUE=1`, or `make rebase ABORT=1`"
@@ -197,71 +227,100 @@ def _is_ancestor(git: Git, older: str, newer: str) -> bool:
 # -- continue / abort ----------------------------------------------------------------
 
 
-def _resume(target: Target, state_dir: Path) -> int:
-    state = _load(state_dir)
+def _resume(target: Target, folder: Path, state: dict | None) -> int:
     git = target.git
+    if state is None:
+        raise FatalError("no rebase in progress here")
     stopped = state.get("stopped")
     if stopped is None:
-        raise FatalError("the rebase is not stopped; nothing to continue")
-    if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
-        unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
-        if unmerged:
-            raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
-        status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
-        if status != 0:
-            raise FatalError(
-                f"git cherry-pick --continue failed: {err.strip().splitlines()[-1] if err.strip() else status}"
-            )
-        _record(state_dir, state, stopped["patch"], RESOLVED, "")
-        _check_prefix(git, state_dir, state, stopped["patch"])
-    else:  # a failing check stopped us; the user amended the commit
-        state.pop("stopped")
-        _check_prefix(git, state_dir, state, stopped["patch"])
-    return _replay(target, state_dir, state, load_series(Path(state["patch_dir"])))
+        rebase_state.refuse_in_progress(target)
+    with _settled_if_interrupted(target, folder):
+        if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+            unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
+            if unmerged:
+                raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
+            state["resolved_by_hand"] = True
+            with write_phase():
+                save(folder, state)
+                status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+                fault_point("rebase: resolution committed")
+            if status != 0:
+                raise FatalError(
+                    f"git cherry-pick --continue failed: {err.strip().splitlines()[-1] if err.strip() else status}"
+                )
+            _record(folder, state, stopped["patch"], RESOLVED, "")
+            _check_prefix(git, folder, state, stopped["patch"])
+        else:  # a failing check stopped us; the user amended the commit
+            state.pop("stopped")
+            _check_prefix(git, folder, state, stopped["patch"])
+        return _replay(target, folder, state, load_series(Path(state["patch_dir"])))
 
 
-def _abort(target: Target, state_dir: Path) -> int:
-    state = _load(state_dir)
-    git = target.git
-    if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
-        git.try_run("cherry-pick", "--abort")
-    git.run("checkout", "-q", "-f", state["original"])
-    if git.run("rev-parse", "HEAD") != state["original_head"]:
-        git.run("reset", "-q", "--hard", state["original_head"])
-    git.try_run("update-ref", "-d", SERIES_REF)
-    shutil.rmtree(state_dir)
-    say(
-        f"rebase aborted: back on {state['original']} at {state['original_head'][:12]} (backup kept at {state['backup']})"
+def _abort(target: Target, folder: Path, state: dict | None) -> int:
+    if state is None:
+        raise FatalError("no rebase in progress here")
+    with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
+        rebase_state.roll_back(target.git, folder, state)
+    where = (
+        f"back on {state['original']} at {state['original_head'][:12]}"
+        if "original" in state
+        else "nothing had changed"
     )
+    say(f"rebase aborted: {where}")
     return 0
 
 
 # -- finishing -------------------------------------------------------------------------
 
 
-def _finish(target: Target, state_dir: Path, state: dict, series: Series) -> int:
+def _finish(target: Target, folder: Path, state: dict, series: Series) -> int:
+    """Stage the result (new series files, range-diff, checkout record), then install it."""
     git = target.git
     name = state["release"] or state["onto"][:12]
     branch = f"sglpatch/v{name}" if state["release"] else f"sglpatch/onto-{name}"
     if git.rev_parse(f"refs/heads/{branch}"):
         branch = f"{branch}-{time.strftime('%Y%m%d-%H%M%S')}"
-    git.run("checkout", "-q", "-b", branch)
-    kept = git.run("rev-list", "--count", f"{state['onto']}..HEAD")
-    say(f"rebased onto {state['onto_name']}: branch {branch}, {kept} of {len(series.patches)} patches kept")
+    kept = int(git.run("rev-list", "--count", f"{state['onto']}..HEAD"))
+    files: dict[str, bytes] = {}
+    report = None
     if state["release"]:
-        patch_dir = Path(state["patch_dir"])
-        new_pin = _pin_for(state["release"], load_pin(patch_dir))
-        report = _write_range_diff(git, state, Path(state["report_dir"]))
-        if int(kept):
-            export_series(git, state["onto"], "HEAD", patch_dir, new_pin)
-            say(f"rewrote {patch_dir} against sglang {state['release']}; range-diff for review: {report}")
-        else:
-            say(f"every patch is upstream at {state['release']}: {patch_dir} left as it was; range-diff: {report}")
+        report = _range_diff(git, state, Path(state["report_dir"]))
+        if kept:
+            new_pin = _pin_for(state["release"], load_pin(Path(state["patch_dir"])))
+            files = render_series(git, state["onto"], "HEAD", new_pin)
+    record = _checkout_record(target, state, branch)
+    with write_phase():
+        rebase_state.stage(folder, state, files, report, record)
+    with write_phase(f"the rebase is finished: {target.root} is fully patched (branch {branch})"):
+        rebase_state.install(target, folder, state)
+    say(f"rebased onto {state['onto_name']}: branch {branch}, {kept} of {len(series.patches)} patches kept")
+    patch_dir = state["patch_dir"]
+    if files:
+        say(f"rewrote {patch_dir} against sglang {state['release']}; range-diff for review: {report[0]}")
+    elif report:
+        say(f"every patch is upstream at {state['release']}: {patch_dir} left as it was; range-diff: {report[0]}")
     else:
         say("ONTO is not a named release: patches/ left as it was (pass --release X to regenerate it)")
-    git.try_run("update-ref", "-d", SERIES_REF)
-    shutil.rmtree(state_dir)
     return 0
+
+
+def _checkout_record(target: Target, state: dict, branch: str) -> dict:
+    """What `apply` would have recorded for the rebased branch; the record it replaces is kept inside."""
+    git = target.git
+    touched = git.run("diff", "--name-only", "--no-renames", state["onto"], "HEAD").splitlines()
+    record = {
+        "state": APPLIED_STATE,
+        "branch": branch,
+        "previous": state["original"],
+        "head": git.run("rev-parse", "HEAD"),
+        "patches": [o["patch"] for o in state["outcomes"] if "dropped" not in o["detail"]],
+        "touched": sorted(touched),
+        "rebased_onto": state["onto_name"],
+    }
+    before = read_state(target)
+    if before is not None:
+        record["before"] = before
+    return record
 
 
 def _pin_for(release: str, old: Pin) -> Pin:
@@ -270,8 +329,8 @@ def _pin_for(release: str, old: Pin) -> Pin:
     return Pin(release, f"v{release}", release_date(wheel_path), wheel, old.blobs)
 
 
-def _write_range_diff(git: Git, state: dict, report_dir: Path) -> Path:
-    report_dir.mkdir(parents=True, exist_ok=True)
+def _range_diff(git: Git, state: dict, report_dir: Path) -> tuple[str, str]:
+    """(path, text) of the range-diff between the old and the new series, for reviewers."""
     old_name = git.run("describe", "--tags", "--always", state["base"])
     path = report_dir / f"range-diff-{old_name}-to-v{state['release']}.txt"
     if git.run("rev-parse", "HEAD") == state["onto"]:
@@ -283,17 +342,4 @@ def _write_range_diff(git: Git, state: dict, report_dir: Path) -> Path:
     lines += [
         f"# {o['patch']}: {o['outcome']}{' (' + o['detail'] + ')' if o['detail'] else ''}" for o in state["outcomes"]
     ]
-    path.write_text("\n".join(lines) + "\n\n" + diff)
-    return path
-
-
-def _save(state_dir: Path, state: dict) -> None:
-    tmp = state_dir / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(state_dir / "state.json")
-
-
-def _load(state_dir: Path) -> dict:
-    if not (state_dir / "state.json").is_file():
-        raise FatalError("no rebase in progress here")
-    return json.loads((state_dir / "state.json").read_text())
+    return str(path), "\n".join(lines) + "\n\n" + diff

@@ -1,15 +1,17 @@
 """`sglpatch recover`: after a run was cut short (killed, power loss), finish or undo it.
 
 An interrupted apply is rolled back (the target is as it was); an interrupted
-revert is finished (also as it was); scratch a killed run left is removed. A
-target that was not interrupted is left alone. The last line says which state
-the target is in: as it was, or fully patched.
+revert is finished (also as it was); an interrupted rebase is rolled back, or
+finished if it had staged its result (then fully patched on the rebased
+branch); scratch a killed run left is removed. A target that was not
+interrupted is left alone. The last line says which state the target is in:
+as it was, or fully patched.
 """
 
 from __future__ import annotations
 
-from sglpatch import journal
-from sglpatch.commands.apply import APPLYING, REVERTING, STATE_FILE, read_state
+from sglpatch import journal, rebase_state
+from sglpatch.checkout_record import APPLYING, REVERTING, STATE_FILE, read_state
 from sglpatch.commands.common import add_target_option, resolve_target
 from sglpatch.commands.revert import undo_checkout
 from sglpatch.errors import FatalError
@@ -40,6 +42,16 @@ def run(args) -> int:
 
 def _recover_checkout(target: Target) -> None:
     git = target.git
+    rebase = rebase_state.load(rebase_state.state_dir(git))
+    if rebase is not None:
+        if rebase.get("stopped"):
+            raise FatalError(
+                f"{rebase_state.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
+                "resolve, then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
+            )
+        done = rebase_state.settle(target, rebase_state.state_dir(git), rebase)
+        say(f"recovered {target.root}: {done}")
+        return
     tmp = git.git_dir() / f"{STATE_FILE}.tmp"
     if tmp.exists():
         with write_phase("removed a half-written state file"):

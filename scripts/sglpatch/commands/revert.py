@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sglpatch import journal
-from sglpatch.commands.apply import APPLYING, REVERTING, STATE_FILE, read_state, write_state
+from sglpatch import journal, rebase_state
+from sglpatch.checkout_record import APPLYING, REVERTING, STATE_FILE, read_state, write_state
 from sglpatch.commands.common import add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
@@ -35,6 +35,7 @@ def run(args) -> int:
 
 def _revert_checkout(target: Target) -> None:
     git = target.git
+    rebase_state.refuse_in_progress(target)
     scratch = git.git_dir() / f"{STATE_FILE}.tmp"
     if scratch.exists():
         scratch.unlink()  # a run killed while writing the state file; the file itself is still whole
@@ -81,7 +82,10 @@ def undo_checkout(target: Target, record: dict) -> str:
         if git.rev_parse(f"refs/heads/{branch}") is not None:
             git.run("branch", "-q", "-D", branch)
             fault_point("checkout: series branch deleted")
-        (git.git_dir() / STATE_FILE).unlink()
+        if "before" in record:  # a rebase's branch: back to the series it was rebased from
+            write_state(target, record["before"])
+        else:
+            (git.git_dir() / STATE_FILE).unlink()
         fault_point("checkout: state file removed")
     action = {APPLYING: "rolled back the interrupted apply", REVERTING: "finished the interrupted revert"}
     done = action.get(was, "reverted")

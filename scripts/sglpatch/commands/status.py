@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sglpatch import rebase_state
 from sglpatch.commands.apply import interrupted_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.output import plural, say
@@ -20,6 +21,8 @@ def run(args) -> int:
         say(f"target: {target.describe()}")
         if interrupted := interrupted_state(target):
             say(f"NOTE:   an sglpatch {interrupted} was cut short here; `make recover SGLANG={target.root}` settles it")
+        elif target.is_git and (rebase := rebase_state.load(rebase_state.state_dir(target.git))):
+            say(f"NOTE:   {rebase_state.describe_stop(rebase)}; `make rebase CONTINUE=1` or `ABORT=1`")
         if plan.drift:
             say(
                 f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"

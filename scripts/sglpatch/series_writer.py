@@ -1,0 +1,79 @@
+"""Writing a series folder from commits: what `export` and a finished `rebase` put in patches/.
+
+The commits BASE..HEAD become `NNNN-subject.patch` files (git format-patch,
+full blob ids so 3-way apply can find the preimages), `series`,
+`SHA256SUMS`, and `pin.json`'s blobs for every touched file at BASE. Everything
+is produced and checked in memory first, so an error changes nothing; each file
+is then replaced atomically. A kill between two renames can leave old and new
+files side by side (`sha256sum -c SHA256SUMS` shows it); a rebase marks the
+folder first (series.REWRITE_MARKER) so that such a kill is detected and
+finished by `recover`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from sglpatch.errors import FatalError
+from sglpatch.git import Git
+from sglpatch.interrupts import fault_point
+from sglpatch.pin import PIN_FILE, Pin
+from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, render_sums
+
+SERIES_HEADER = """\
+# The patch series, in order, against the sglang release named in pin.json.
+# quilt format: one file name per line. Apply with `make apply`, or without
+# this tool: `git am --keep-non-patch $(grep -v '^#' series)` in a checkout,
+# or `quilt push -a` with QUILT_PATCHES pointing here.
+"""
+
+
+def render_series(repo: Git, base: str, head: str, pin: Pin) -> dict[str, bytes]:
+    """The series folder's files (patches in order, then series, SHA256SUMS, pin.json) for BASE..HEAD."""
+    with tempfile.TemporaryDirectory(prefix="sglpatch-export-") as tmp:
+        repo.run(
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--full-index",
+            "--no-signature",
+            "--no-renames",
+            "--subject-prefix=PATCH",
+            "-o",
+            tmp,
+            f"{base}..{head}",
+        )
+        produced = sorted(Path(tmp).glob("*.patch"))
+        if not produced:
+            raise FatalError(f"no commits between {base} and {head}")
+        patches = [parse_patch(p.name, p.read_bytes(), p) for p in produced]
+        touched = sorted({path for patch in patches for path in patch.touched_paths})
+        blobs = _blobs_at(repo, base, touched)
+        new_pin = Pin(pin.release, pin.tag, pin.date, pin.wheel, blobs)
+        staged = {p.name: p.data for p in patches}
+        staged[SERIES_FILE] = (SERIES_HEADER + "".join(f"{p.name}\n" for p in patches)).encode()
+        staged[SUMS_FILE] = render_sums(patches).encode()
+        staged[PIN_FILE] = new_pin.to_json().encode()
+    return staged
+
+
+def _blobs_at(repo: Git, rev: str, paths: list[str]) -> dict[str, str]:
+    listed = repo.run("ls-tree", "-r", rev, "--", *paths)
+    found = {line.split("\t", 1)[1]: line.split()[2] for line in listed.splitlines()}
+    return {p: found.get(p, "") for p in paths}
+
+
+def write_series_files(out_dir: Path, files: dict[str, bytes]) -> None:
+    """Replace each file atomically, then drop patches no longer in the series. Safe to run again."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, out_dir / name)
+        fault_point(f"series folder: {name} written")
+    for old in sorted(out_dir.glob("*.patch")):
+        if old.name not in files:
+            old.unlink()
+            fault_point(f"series folder: {old.name} removed")
