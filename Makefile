@@ -49,10 +49,10 @@ pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in bui
 	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(ONTO),) $(if $(FORK),--fork $(FORK),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(OUT),)
 
 .PHONY: recover test-fault
-recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert of SGLANG=PATH: finish or undo it, and say which state it is in
+recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLANG=PATH: finish or undo it, and say which state it is in
 	$(SGLPATCH) recover $(TARGET_ARG)
 
-test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert cut at every write point x SIGINT/TERM/KILL x checkout/package
+test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package
 	SGLPATCH_FAULT_GRID=full $(PY) -m pytest -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)

@@ -55,12 +55,37 @@ def load(folder: Path) -> dict | None:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(path.read_text(encoding="utf-8"))
+        _check_shape(state)
+        return state
     except (ValueError, UnicodeDecodeError) as exc:
         raise FatalError(
-            f"{path} is corrupt ({exc}); check out your branch by hand (the original HEAD is under "
+            f"{path} is corrupt ({exc}); check out your branch by hand (its HEAD is also under "
             f"refs/sglpatch/backup/), then delete {folder}"
         ) from None
+
+
+_REQUIRED = {"phase": str, "original": str, "original_head": str, "backup": str, "onto": str, "onto_name": str}
+_REQUIRED_TO_INSTALL = {"install": dict, "patch_dir": str}
+
+
+def _check_shape(state) -> None:
+    if not isinstance(state, dict):
+        raise ValueError("not a JSON object")
+    required = {**_REQUIRED, **(_REQUIRED_TO_INSTALL if state.get("phase") == INSTALLING else {})}
+    for key, kind in required.items():
+        if not isinstance(state.get(key), kind):
+            raise ValueError(f"{key} is missing or not a {kind.__name__}")
+    if state["phase"] not in (REPLAYING, INSTALLING):
+        raise ValueError(f"unknown phase {state['phase']!r}")
+    if state["phase"] == INSTALLING:
+        plan = state["install"]
+        if not (isinstance(plan.get("files"), list) and isinstance(plan.get("record"), dict)):
+            raise ValueError("install is missing its files or record")
+    if "stopped" in state and not (
+        isinstance(state["stopped"], dict) and isinstance(state["stopped"].get("patch"), str)
+    ):
+        raise ValueError("stopped is not a patch record")
 
 
 def refuse_in_progress(target: Target) -> None:

@@ -207,6 +207,35 @@ def test_corrupt_journal_or_state_file(sglpatch, request, patches, command, kind
     assert "is corrupt" in refused(sglpatch, target, *args, command=command)
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        "{not json",
+        "[]",
+        '{"phase": "replaying"}',
+        '{"phase": "sideways", "original": "main", "original_head": "0", "backup": "b", "onto": "0", "onto_name": "x"}',
+        '{"phase": "installing", "original": "main", "original_head": "0", "backup": "b", "onto": "0",'
+        ' "onto_name": "x", "patch_dir": "/p", "install": {"files": 3}}',
+    ],
+    ids=["not-json", "not-an-object", "missing-keys", "unknown-phase", "bad-install"],
+)
+@pytest.mark.parametrize(
+    "command,args", [("recover", []), ("apply", []), ("rebase", ["--abort"]), ("rebase", ["--continue"])]
+)
+def test_corrupt_rebase_state(sglpatch, shared_targets, patches, state, command, args):
+    """A damaged .git/sglpatch-rebase/state.json: every command that reads it refuses in one line, writes nothing."""
+    checkout = shared_targets["checkout"]
+    folder = checkout / ".git" / "sglpatch-rebase"
+    folder.mkdir()
+    try:
+        (folder / "state.json").write_text(state)
+        extra = ["--patches", patches] if command == "apply" else args
+        err = refused(sglpatch, checkout, *extra, command=command)
+        assert "sglpatch-rebase/state.json is corrupt" in err
+    finally:
+        shutil.rmtree(folder)
+
+
 # -- wheels (tests/toolkit/test_default_base.py has the wrong-checksum download) --------
 
 

@@ -118,3 +118,25 @@ def test_recover_refuses_to_call_a_mixed_checkout_as_it_was(labs, point_label):
     result = lab.sglpatch("recover", "--sglang", str(target))
     assert result.returncode == 2 and "left changes in" in result.stderr and record["touched"][0] in result.stderr
     assert run_state(tree) == before
+
+
+def test_recover_does_not_roll_a_rebase_back_over_changes_it_cannot_explain(labs):
+    """A rebase leaves the work tree clean between its steps; after a kill, an edited file (or a git checkout
+    killed half-way) must make recover refuse and keep it, not discard it with the rollback."""
+    lab = labs["checkout"]
+    rebase = OPERATIONS["rebase"]
+    labels = [line.split("\t", 1)[1] for line in lab.trace(rebase)]
+    picked = next(i for i, label in enumerate(labels, 1) if label.endswith("recorded"))
+    tree = lab.fresh(rebase.start)
+    killed = lab.sglpatch(*rebase.argv(tree), SGLPATCH_FAULT_AT=str(picked), SGLPATCH_FAULT_SIGNAL="KILL")
+    assert killed.returncode == -signal.SIGKILL
+    edited = tree.target / "python" / "sglang" / "version.py"
+    edited.write_text(edited.read_text() + "# an edit made after the kill\n")
+    before = run_state(tree)
+    result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 2 and "left changes in python/sglang/version.py" in result.stderr, result.stderr
+    assert run_state(tree) == before
+    subprocess.run(["git", "checkout", "--", "python/sglang/version.py"], cwd=tree.target, check=True)
+    result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 0 and "as it was" in result.stdout, result.stderr
+    assert lab.which_state(tree) == rebase.start

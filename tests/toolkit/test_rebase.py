@@ -175,6 +175,26 @@ def test_an_interrupted_continue_rolls_back_but_keeps_the_resolution(sglpatch, c
     assert not (git.git_dir() / "sglpatch-rebase").exists() and fingerprint(conflicting_series) == series_before
 
 
+def test_continue_after_the_user_committed_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
+    """`git commit` instead of `git add` alone (as git rebase users do) is taken as the resolution."""
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    git = Git(chain)
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    git.with_env(GIT_EDITOR="true").run("commit", "-q", "--no-edit")
+    code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 0, err
+    assert "resolved by hand" in out and git.current_branch() == "sglpatch/v0.5.15"
+    assert git.run("rev-list", "--count", "v0.5.15..HEAD") == "1" and "  # ours" in (chain / OVERLAP).read_text()
+
+
+def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain, conflicting_series, tmp_path):
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    Git(chain).run("cherry-pick", "--abort")
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 2 and "is gone and nothing was committed" in err and "ABORT=1" in err
+
+
 def test_revert_steps_back_one_rebase_at_a_time(sglpatch, chain, patches, tmp_path):
     """A finished rebase records its branch like apply: revert returns to where the rebase began, then further."""
     git = Git(chain)

@@ -181,7 +181,8 @@ def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
         if status != 0:
             files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
             hint = f" ({reason}: consider --abort, then --drop-upstreamed)" if reason else ""
-            state["stopped"] = {"patch": patch.name, "files": files, "upstream": reason}
+            head = git.run("rev-parse", "HEAD")
+            state["stopped"] = {"patch": patch.name, "files": files, "upstream": reason, "head": head}
             save(folder, state)
             raise Stopped(
                 f"{patch.name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
@@ -235,25 +236,38 @@ def _resume(target: Target, folder: Path, state: dict | None) -> int:
     if stopped is None:
         rebase_state.refuse_in_progress(target)
     with _settled_if_interrupted(target, folder):
-        if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
-            unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
-            if unmerged:
-                raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
-            state["resolved_by_hand"] = True
-            with write_phase():
-                save(folder, state)
-                status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
-                fault_point("rebase: resolution committed")
-            if status != 0:
-                raise FatalError(
-                    f"git cherry-pick --continue failed: {err.strip().splitlines()[-1] if err.strip() else status}"
-                )
-            _record(folder, state, stopped["patch"], RESOLVED, "")
-            _check_prefix(git, folder, state, stopped["patch"])
-        else:  # a failing check stopped us; the user amended the commit
+        if "check" in stopped:  # a failing check stopped us; the user amended the commit
             state.pop("stopped")
             _check_prefix(git, folder, state, stopped["patch"])
+        else:
+            _commit_resolution(git, folder, state, stopped)
+            _record(folder, state, stopped["patch"], RESOLVED, "")
+            _check_prefix(git, folder, state, stopped["patch"])
         return _replay(target, folder, state, load_series(Path(state["patch_dir"])))
+
+
+def _commit_resolution(git: Git, folder: Path, state: dict, stopped: dict) -> None:
+    """Commit the resolved conflict, unless the user (or a run killed right after) already did."""
+    if not (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+        if git.run("rev-parse", "HEAD") == stopped.get("head"):
+            raise FatalError(
+                f"the cherry-pick of {stopped['patch']} is gone and nothing was committed for it; "
+                "run `make rebase ABORT=1` and start again"
+            )
+        state["resolved_by_hand"] = True
+        return
+    unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
+    if unmerged:
+        raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
+    state["resolved_by_hand"] = True
+    with write_phase():
+        save(folder, state)
+        status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+        fault_point("rebase: resolution committed")
+    if status != 0:
+        raise FatalError(
+            f"git cherry-pick --continue failed: {err.strip().splitlines()[-1] if err.strip() else status}"
+        )
 
 
 def _abort(target: Target, folder: Path, state: dict | None) -> int:

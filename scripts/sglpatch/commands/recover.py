@@ -49,6 +49,7 @@ def _recover_checkout(target: Target) -> None:
                 f"{rebase_state.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
                 "resolve, then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
             )
+        _refuse_unexplained_changes(target, rebase)
         done = rebase_state.settle(target, rebase_state.state_dir(git), rebase)
         say(f"recovered {target.root}: {done}")
         return
@@ -71,6 +72,22 @@ def _recover_checkout(target: Target) -> None:
         say(f"nothing to recover: {target.root} is {PATCHED} (branch {branch})")
     else:
         say(f"nothing to recover: the series is applied on branch {branch}, which {target.root} is not on")
+
+
+def _refuse_unexplained_changes(target: Target, rebase: dict) -> None:
+    """Rolling a rebase back discards work-tree changes: only when its own steps explain them.
+
+    Between its steps a rebase leaves the work tree clean, and a kill inside `git cherry-pick` leaves
+    CHERRY_PICK_HEAD; anything else (a kill inside `git checkout`, or an edit since) is not guessed at."""
+    git = target.git
+    if rebase.get("phase") == rebase_state.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+        return
+    changed = git.run("diff", "--name-only", "HEAD").splitlines()
+    if changed:
+        raise FatalError(
+            f"the interrupted rebase left changes in {', '.join(changed[:5])} (HEAD is detached); nothing was "
+            "changed: check them, then `git checkout -- <files>` and run recover again"
+        )
 
 
 def _recover_package(target: Target, force: bool) -> None:
