@@ -82,13 +82,13 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
         }
         if change.before is not None:
             entry["backup"] = f"originals/{number}"
-            _write_durably(journal_dir / entry["backup"], change.before)
+            write_durably(journal_dir / entry["backup"], change.before)
         created = _missing_parents(package, change.path)
         if created:
             entry["created_dirs"] = created
         entries.append(entry)
     journal = {"version": 1, "state": APPLYING, "series": series_digest, "patches": patch_names, "files": entries}
-    _write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
+    write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
     _fsync_dir(journal_dir)
     try:
         for change, entry in zip(changes, entries, strict=True):
@@ -96,7 +96,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
     except OSError as exc:
         _roll_back_after(package, exc)
     journal["state"] = APPLIED
-    _write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
+    write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
 
 
 def _roll_back_after(package: Path, exc: OSError) -> None:
@@ -168,7 +168,7 @@ def restore(package: Path, force: bool = False) -> list[str]:
         originals.append(data)
     if journal["state"] != REVERTING:
         journal["state"] = REVERTING
-        _write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
+        write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
     for entry, data in zip(entries, originals, strict=True):
         path = package / entry["path"]
         _replace(path, data, entry["mode"])
@@ -215,21 +215,20 @@ def _replace(path: Path, data: bytes | None, mode: int) -> None:
     fault_point(f"package: {path.name} replaced")
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    """Write beside, fsync, rename: a reader sees the old bytes or the new, never part of them."""
-    _write_durably(path, data)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
+def write_durably(path: Path, data: bytes, fault_points: bool = True) -> None:
+    """Write beside, fsync, rename: a reader sees the old bytes or the new, never part of them, even after
+    a power cut. `fault_points=False` for callers that mark the step with a fault point of their own."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    fault_point(f"durable: {path.name} written beside")
+    if fault_points:
+        fault_point(f"durable: {path.name} written beside")
     os.replace(tmp, path)
     _fsync_dir(path.parent)
-    fault_point(f"durable: {path.name} renamed")
+    if fault_points:
+        fault_point(f"durable: {path.name} renamed")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -10,10 +10,13 @@ a rebase to its last. Its "phase" says which way an interrupted rebase goes:
   files, the range-diff, the checkout record) is staged under `staged/`.
   `install` finishes the job; every step of it is safe to run again.
 
-A rebase stopped for the user (a conflict, a failing check) has "stopped" set:
-that is not an interruption, and only `--continue` or `--abort` settle it.
-While `install` rewrites the series folder it leaves REWRITE_MARKER in it, so a
-kill there is seen by anyone loading that series, not only in the target.
+A rebase stopped for the user (a conflict, a failing check, an error such as a
+failed download) has "stopped" set: that is not an interruption, and only
+`--continue` or `--abort` settle it. While `install` rewrites the series folder
+it leaves REWRITE_MARKER in it, so a kill there is seen by anyone loading that
+series, not only in the target. Every file here is written durably (fsync before
+rename), so a power cut leaves the old bytes or the new, and the state folder is
+renamed away before it is deleted, so a half-deleted one is never read.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from sglpatch.checkout_record import STATE_FILE, write_state
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.series import REWRITE_MARKER
+from sglpatch.journal import write_durably
+from sglpatch.series import REWRITE_MARKER, load_series
 from sglpatch.series_writer import write_series_files
 from sglpatch.target import Target
 
 STATE_DIR = "sglpatch-rebase"
+DELETING = STATE_DIR + ".deleting"  # the state folder on its way out: never read as a rebase in progress
 SERIES_REF = "refs/sglpatch/rebase/series"
 REPLAYING, INSTALLING = "replaying", "installing"
 STAGED_SERIES, STAGED_REPORT = "staged/series", "staged/report.txt"
@@ -41,9 +46,16 @@ def state_dir(git: Git) -> Path:
 
 
 def save(folder: Path, state: dict) -> None:
-    tmp = folder / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(folder / "state.json")
+    write_durably(folder / "state.json", json.dumps(state, indent=2).encode(), fault_points=False)
+
+
+def remove_state_folder(folder: Path) -> None:
+    """Rename, then delete: a kill inside the delete leaves DELETING, which nothing reads."""
+    gone = folder.with_name(DELETING)
+    if gone.exists():
+        shutil.rmtree(gone)
+    folder.rename(gone)
+    shutil.rmtree(gone)
 
 
 def load(folder: Path) -> dict | None:
@@ -65,27 +77,55 @@ def load(folder: Path) -> dict | None:
         ) from None
 
 
-_REQUIRED = {"phase": str, "original": str, "original_head": str, "backup": str, "onto": str, "onto_name": str}
-_REQUIRED_TO_INSTALL = {"install": dict, "patch_dir": str}
+_REQUIRED = {
+    "phase": str,
+    "original": str,
+    "original_head": str,
+    "backup": str,
+    "onto": str,
+    "onto_name": str,
+    "base": str,
+    "patch_dir": str,
+    "report_dir": str,
+    "series_digest": str,
+    "patches": list,
+    "commits": list,
+    "next": int,
+    "outcomes": list,
+}
 
 
 def _check_shape(state) -> None:
+    """Raise ValueError unless `state` has what settling and continuing read."""
     if not isinstance(state, dict):
         raise ValueError("not a JSON object")
-    required = {**_REQUIRED, **(_REQUIRED_TO_INSTALL if state.get("phase") == INSTALLING else {})}
-    for key, kind in required.items():
-        if not isinstance(state.get(key), kind):
+    for key, kind in _REQUIRED.items():
+        if not isinstance(state.get(key), kind) or (kind is int and isinstance(state.get(key), bool)):
             raise ValueError(f"{key} is missing or not a {kind.__name__}")
     if state["phase"] not in (REPLAYING, INSTALLING):
         raise ValueError(f"unknown phase {state['phase']!r}")
-    if state["phase"] == INSTALLING:
-        plan = state["install"]
-        if not (isinstance(plan.get("files"), list) and isinstance(plan.get("record"), dict)):
-            raise ValueError("install is missing its files or record")
+    if len(state["patches"]) != len(state["commits"]) or not 0 <= state["next"] <= len(state["commits"]):
+        raise ValueError("patches, commits and next do not agree")
+    if not all(isinstance(o, dict) and isinstance(o.get("patch"), str) for o in state["outcomes"]):
+        raise ValueError("an outcome is not a patch record")
     if "stopped" in state and not (
         isinstance(state["stopped"], dict) and isinstance(state["stopped"].get("patch"), str)
     ):
         raise ValueError("stopped is not a patch record")
+    if state["phase"] == INSTALLING:
+        _check_install_plan(state.get("install"))
+
+
+def _check_install_plan(plan) -> None:
+    if not isinstance(plan, dict) or not isinstance(plan.get("files"), list):
+        raise ValueError("install has no file list")
+    if not all(isinstance(n, str) and n and Path(n).name == n and not n.startswith(".") for n in plan["files"]):
+        raise ValueError("install names a file that is not a plain name")
+    record = plan.get("record")
+    if not (isinstance(record, dict) and all(isinstance(record.get(k), str) for k in ("branch", "previous", "head"))):
+        raise ValueError("install has no checkout record")
+    if not (plan.get("report") is None or isinstance(plan["report"], str)):
+        raise ValueError("install's report is not a path")
 
 
 def refuse_in_progress(target: Target) -> None:
@@ -106,7 +146,12 @@ def refuse_in_progress(target: Target) -> None:
 
 def describe_stop(state: dict) -> str:
     stopped = state["stopped"]
-    why = f"failing check: {stopped['check']}" if "check" in stopped else "conflict"
+    if "check" in stopped:
+        why = f"failing check: {stopped['check']}"
+    elif "error" in stopped:
+        why = f"error: {stopped['error']}"
+    else:
+        why = "conflict"
     return f"a rebase is stopped at {stopped['patch']} ({why})"
 
 
@@ -119,24 +164,28 @@ def settle(target: Target, folder: Path, state: dict) -> str:
         return (
             f"finished the interrupted rebase; it is fully patched (branch {branch}, rebased onto {state['onto_name']})"
         )
-    note = keep_hand_resolutions(target.git, state)
+    with write_phase():
+        note = keep_hand_resolutions(target.git, state)
     with write_phase(f"the rebase was rolled back{note}: {target.root} is as it was"):
         roll_back(target.git, folder, state)
     return f"rolled back the interrupted rebase{note}; it is as it was"
 
 
 def keep_hand_resolutions(git: Git, state: dict) -> str:
-    """Conflicts the user resolved are their work: before a rollback, keep the commit that holds them."""
+    """Conflicts the user resolved (or commits amended after a failing check) are their work: before a
+    rollback, keep the commit that holds them."""
     if not state.get("resolved_by_hand") or "original" not in state:
         return ""
     head = git.run("rev-parse", "HEAD")
     kept = f"refs/sglpatch/backup/resolved-{head[:12]}"
     git.run("update-ref", kept, head)
-    return f" (the conflicts you resolved are kept at {kept})"
+    return f" (the work you did by hand is kept at {kept})"
 
 
 def roll_back(git: Git, folder: Path, state: dict) -> None:
-    """Undo a rebase that had not finished: the checkout, its refs and .git as before it began."""
+    """Undo a rebase that had not finished: back on the original branch, the refs it made gone.
+
+    The original branch is checked out as it is now: had the user moved it meanwhile, that stays."""
     if state.get("phase") == INSTALLING:
         raise FatalError("the rebase had finished and was writing its result: `make recover` completes it")
     if "original" in state:
@@ -144,28 +193,30 @@ def roll_back(git: Git, folder: Path, state: dict) -> None:
             git.try_run("cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
         git.run("checkout", "-q", "-f", state["original"])
-        if git.run("rev-parse", "HEAD") != state["original_head"]:
-            git.run("reset", "-q", "--hard", state["original_head"])
         fault_point("rebase rollback: back on the original branch")
         made = [SERIES_REF] + ([state["backup"]] if state.get("backup_made") else [])
         for ref in made:
             if git.rev_parse(ref):
                 git.run("update-ref", "-d", ref)
                 fault_point(f"rebase rollback: {ref} deleted")
-    shutil.rmtree(folder)
+    remove_state_folder(folder)
 
 
 def stage(folder: Path, state: dict, series_files: dict[str, bytes], report: tuple[str, str] | None, record: dict):
-    """Write the result under staged/, then mark the rebase as installing: from here on it goes forward.
-
-    `report` is (path, text) of the range-diff; `record` the checkout record of the rebased branch."""
+    """Write the result under staged/ (durably), then mark the rebase as installing: from here on it goes
+    forward. `report` is (path, text) of the range-diff; `record` the checkout record of the rebased branch."""
     staged = folder / STAGED_SERIES
     staged.mkdir(parents=True, exist_ok=True)
     for name, data in series_files.items():
-        (staged / name).write_bytes(data)
+        write_durably(staged / name, data, fault_points=False)
     if report is not None:
-        (folder / STAGED_REPORT).write_text(report[1])
-    state["install"] = {"files": list(series_files), "report": report[0] if report else None, "record": record}
+        write_durably(folder / STAGED_REPORT, report[1].encode(), fault_points=False)
+    state["install"] = {
+        "files": list(series_files),
+        "series_digest": load_series(staged).digest() if series_files else None,
+        "report": report[0] if report else None,
+        "record": record,
+    }
     state["phase"] = INSTALLING
     save(folder, state)
     fault_point("rebase: result staged")
@@ -175,7 +226,9 @@ def install(target: Target, folder: Path, state: dict) -> None:
     """Put the staged result in place: branch, series folder, range-diff, checkout record. Safe to rerun."""
     git, plan = target.git, state["install"]
     patch_dir = Path(state["patch_dir"])
-    if plan["files"]:
+    _refuse_moved_head(git, plan["record"])
+    if plan["files"] and not (patch_dir / REWRITE_MARKER).exists():
+        _refuse_changed_series(patch_dir, (state["series_digest"], plan.get("series_digest")))
         (patch_dir / REWRITE_MARKER).write_text(f"{target.root}\n")
         fault_point("rebase install: series folder marked")
     branch = plan["record"]["branch"]
@@ -188,9 +241,7 @@ def install(target: Target, folder: Path, state: dict) -> None:
     if plan["report"]:
         report = Path(plan["report"])
         report.parent.mkdir(parents=True, exist_ok=True)
-        tmp = report.with_name(f".{report.name}.tmp")
-        shutil.copyfile(folder / STAGED_REPORT, tmp)
-        tmp.replace(report)
+        write_durably(report, (folder / STAGED_REPORT).read_bytes(), fault_points=False)
         fault_point("rebase install: range-diff written")
     write_state(target, plan["record"])
     fault_point(f"rebase install: {STATE_FILE} written")
@@ -200,4 +251,35 @@ def install(target: Target, folder: Path, state: dict) -> None:
     if git.rev_parse(SERIES_REF):
         git.run("update-ref", "-d", SERIES_REF)
         fault_point("rebase install: series ref deleted")
-    shutil.rmtree(folder)
+    remove_state_folder(folder)
+
+
+def series_digest(patch_dir: Path) -> str | None:
+    """The series' digest as it is on disk now; None when it does not load."""
+    try:
+        return load_series(patch_dir).digest()
+    except FatalError:
+        return None
+
+
+def _refuse_changed_series(patch_dir: Path, expected: tuple[str, str | None]) -> None:
+    """Unmarked, the folder holds the old series (install has not begun) or the new one (install is past
+    unmarking it); anything else is someone's edit, which installing would overwrite."""
+    if series_digest(patch_dir) not in expected:
+        raise FatalError(
+            f"{patch_dir} changed since the rebase began, and installing the result would overwrite that; "
+            "put it back as it was (e.g. `git checkout -- patches/`) and run recover again"
+        )
+
+
+def _refuse_moved_head(git: Git, record: dict) -> None:
+    """On a kill after staging, HEAD is detached at the rebased commit, or on the rebased branch made from
+    it; anywhere else, someone moved it since, and finishing would build on the wrong commit."""
+    branch, head = record["branch"], record["head"]
+    if git.current_branch() == branch:
+        return
+    if git.run("rev-parse", "HEAD") != head or git.rev_parse(f"refs/heads/{branch}") not in (None, head):
+        raise FatalError(
+            f"HEAD (or branch {branch}) moved since the rebase was interrupted; to finish it, "
+            f"`git checkout --detach {head[:12]}` (and delete {branch} if you made it), then run recover again"
+        )

@@ -12,13 +12,13 @@ finished by `recover`.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point
+from sglpatch.journal import write_durably
 from sglpatch.pin import PIN_FILE, Pin
 from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, render_sums
 
@@ -66,12 +66,10 @@ def _blobs_at(repo: Git, rev: str, paths: list[str]) -> dict[str, str]:
 
 
 def write_series_files(out_dir: Path, files: dict[str, bytes]) -> None:
-    """Replace each file atomically, then drop patches no longer in the series. Safe to run again."""
+    """Replace each file atomically and durably, then drop patches no longer in the series. Safe to run again."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, out_dir / name)
+        write_durably(out_dir / name, data, fault_points=False)
         fault_point(f"series folder: {name} written")
     for old in sorted(out_dir.glob("*.patch")):
         if old.name not in files:

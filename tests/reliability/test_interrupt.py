@@ -140,3 +140,55 @@ def test_recover_does_not_roll_a_rebase_back_over_changes_it_cannot_explain(labs
     result = lab.sglpatch("recover", "--sglang", str(tree.target))
     assert result.returncode == 0 and "as it was" in result.stdout, result.stderr
     assert lab.which_state(tree) == rebase.start
+
+
+def _killed_after_staging(lab):
+    rebase = OPERATIONS["rebase"]
+    labels = [line.split("\t", 1)[1] for line in lab.trace(rebase)]
+    tree = lab.fresh(rebase.start)
+    point = labels.index("rebase: result staged") + 1
+    killed = lab.sglpatch(*rebase.argv(tree), SGLPATCH_FAULT_AT=str(point), SGLPATCH_FAULT_SIGNAL="KILL")
+    assert killed.returncode == -signal.SIGKILL
+    state = json.loads((tree.target / ".git" / "sglpatch-rebase" / "state.json").read_text())
+    return tree, state["install"]["record"]
+
+
+def test_recover_does_not_finish_a_rebase_onto_a_head_someone_moved(labs):
+    lab = labs["checkout"]
+    tree, record = _killed_after_staging(lab)
+    git = ["git", "-C", str(tree.target)]
+    subprocess.run([*git, "checkout", "-q", record["previous"]], check=True)
+    before = run_state(tree)
+    result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 2 and "moved since the rebase was interrupted" in result.stderr, result.stderr
+    assert run_state(tree) == before
+    subprocess.run([*git, "checkout", "-q", "--detach", record["head"]], check=True)
+    result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 0 and "fully patched" in result.stdout, result.stderr
+    assert lab.which_state(tree) == OPERATIONS["rebase"].end
+
+
+def test_recover_does_not_overwrite_a_series_folder_changed_after_the_kill(labs):
+    lab = labs["checkout"]
+    tree, _ = _killed_after_staging(lab)
+    series_file = tree.patches / "series"
+    series_file.write_text("".join(line for line in series_file.read_text().splitlines(True) if "0002-" not in line))
+    before = run_state(tree)
+    result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 2 and "changed since the rebase began" in result.stderr, result.stderr
+    assert run_state(tree) == before
+
+
+def test_a_state_folder_whose_deletion_was_cut_short_is_never_read(labs):
+    """The state folder is renamed before it is deleted; a kill inside the delete leaves only that name."""
+    lab = labs["checkout"]
+    tree = lab.fresh(OPERATIONS["rebase"].end)
+    leftover = tree.target / ".git" / "sglpatch-rebase.deleting"
+    leftover.mkdir()
+    (leftover / "state.json").write_text("{half deleted")
+    status = lab.sglpatch("status", "--sglang", str(tree.target), "--patches", str(tree.patches))
+    assert status.returncode == 0 and "NOTE" not in status.stdout, status.stderr
+    result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 0 and "sglpatch-rebase.deleting" in result.stdout, result.stderr
+    assert "fully patched" in result.stdout.strip().splitlines()[-1]
+    assert lab.which_state(tree) == OPERATIONS["rebase"].end

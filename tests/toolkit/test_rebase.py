@@ -14,7 +14,7 @@ from conftest import OVERLAP, SECOND, fingerprint, make_series
 from sglpatch.base import commit_release
 from sglpatch.git import Git, init_repo
 from sglpatch.series import load_series
-from sglpatch.wheels import fetch_wheel
+from sglpatch.wheels import cache_dir, fetch_wheel
 
 LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
@@ -193,6 +193,48 @@ def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain,
     Git(chain).run("cherry-pick", "--abort")
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
     assert code == 2 and "is gone and nothing was committed" in err and "ABORT=1" in err
+
+
+def test_abort_leaves_a_branch_the_user_moved_meanwhile(sglpatch, chain, conflicting_series, tmp_path):
+    """Abort puts HEAD back on the original branch, not the branch back where it was: commits made on it
+    while the rebase was stopped are the user's."""
+    sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
+    git = Git(chain)
+    branch, head = git.current_branch(), git.run("rev-parse", "HEAD")
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    moved = git.run("commit-tree", f"{head}^{{tree}}", "-p", head, "-m", "made while the rebase was stopped")
+    git.run("update-ref", f"refs/heads/{branch}", moved)
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")[0] == 0
+    assert git.current_branch() == branch and git.run("rev-parse", "HEAD") == moved
+
+
+def test_continue_refuses_a_series_folder_changed_while_stopped(sglpatch, chain, conflicting_series, patches, tmp_path):
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    for old in conflicting_series.glob("*.patch"):
+        old.unlink()
+    for new in patches.iterdir():
+        (conflicting_series / new.name).write_bytes(new.read_bytes())
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 2 and "changed since the rebase stopped" in err
+
+
+def test_an_error_after_the_picks_stops_and_continue_retries(sglpatch, chain, patches, tmp_path, monkeypatch):
+    """The new pin needs the release's wheel: with PyPI out of reach the rebase stops (it does not roll back
+    the picks), says why, and --continue finishes once the wheel can be had."""
+    cache = str(cache_dir())
+    monkeypatch.setenv("SGLPATCH_CACHE", str(tmp_path / "empty-cache"))
+    for key, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
+        monkeypatch.setenv(key, value)
+    code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15")
+    assert code == 1 and "the rebase is stopped at the end" in err and "CONTINUE=1" in err, err
+    assert Git(chain).current_branch() is None
+    monkeypatch.setenv("SGLPATCH_CACHE", cache)
+    for key in ("PIP_INDEX_URL", "PIP_RETRIES", "PIP_TIMEOUT"):
+        monkeypatch.delenv(key)
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--continue")
+    assert code == 0, err
+    assert Git(chain).current_branch() == "sglpatch/v0.5.15"
+    assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
 
 
 def test_revert_steps_back_one_rebase_at_a_time(sglpatch, chain, patches, tmp_path):

@@ -90,9 +90,45 @@ def _settled_if_interrupted(target: Target, folder: Path):
     try:
         yield
     except KeyboardInterrupt:
+        with write_phase():  # a second Ctrl-C waits until this one is settled
+            state = rebase_state.load(folder)
+            if state is not None:
+                rebase_state.settle(target, folder, state)
+        raise
+
+
+@contextmanager
+def _stopped_on_error(target: Target, folder: Path):
+    """Around the replay: an error that is not a stop (a failed download, a git failure) stops the rebase
+    where it is, so that --continue retries once the cause is fixed; nothing done so far is lost."""
+    try:
+        yield
+    except Stopped:
+        raise
+    except FatalError as exc:
         state = rebase_state.load(folder)
-        if state is not None:
-            rebase_state.settle(target, folder, state)
+        if not state or state["phase"] != REPLAYING:
+            raise
+        index = state["next"]
+        name = state["patches"][index] if index < len(state["patches"]) else "the end (writing the result)"
+        state["stopped"] = {"patch": name, "error": str(exc), "head": target.git.run("rev-parse", "HEAD")}
+        with write_phase():
+            save(folder, state)
+        raise Stopped(
+            f"{exc}; the rebase is stopped at {name}: fix that, then `make rebase CONTINUE=1`, "
+            "or `make rebase ABORT=1` to put everything back"
+        ) from None
+
+
+@contextmanager
+def _rolled_back_on_failure(target: Target, folder: Path, state: dict):
+    """Around the first writes: whatever stops them (a signal, a failed checkout) undoes them."""
+    try:
+        yield
+    except (KeyboardInterrupt, FatalError):
+        with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
+            if folder.exists():
+                rebase_state.roll_back(target.git, folder, state)
         raise
 
 
@@ -123,27 +159,27 @@ def _start(target: Target, folder: Path, args) -> int:
         "report_dir": str(args.report_dir.resolve()),
         "drop_upstreamed": args.drop_upstreamed,
         "check_imports": args.check_imports,
+        "series_digest": series.digest(),
+        "patches": [patch.name for patch in series.patches],
         "commits": commits.commits,
         "next": 0,
         "outcomes": [],
     }
     try:
-        with _settled_if_interrupted(target, folder):
-            with write_phase():
-                folder.mkdir()
-                save(folder, state)
-                fault_point("rebase: state saved")
-                commits.workspace.hand_over(commits.commits[-1], git, SERIES_REF)
-                fault_point("rebase: series ref made")
-                git.run("update-ref", backup, head)
-                fault_point("rebase: HEAD backed up")
-                status, _, err = git.try_run("checkout", "-q", "--detach", onto)
-                fault_point("rebase: ONTO checked out")
+        with _rolled_back_on_failure(target, folder, state), write_phase():
+            folder.mkdir()
+            save(folder, state)
+            fault_point("rebase: state saved")
+            commits.workspace.hand_over(commits.commits[-1], git, SERIES_REF)
+            fault_point("rebase: series ref made")
+            git.run("update-ref", backup, head)
+            fault_point("rebase: HEAD backed up")
+            status, _, err = git.try_run("checkout", "-q", "--detach", onto)
             if status != 0:
-                with write_phase():
-                    rebase_state.roll_back(git, folder, state)
                 raise FatalError(f"could not check out {args.onto}: {err.strip()}; nothing was changed")
-            progress(f"rebasing {len(series.patches)} patches onto {args.onto} ({onto[:12]}); HEAD saved at {backup}")
+            fault_point("rebase: ONTO checked out")
+        progress(f"rebasing {len(series.patches)} patches onto {args.onto} ({onto[:12]}); HEAD saved at {backup}")
+        with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
             return _replay(target, folder, state, series)
     finally:
         commits.workspace.close()
@@ -235,15 +271,27 @@ def _resume(target: Target, folder: Path, state: dict | None) -> int:
     stopped = state.get("stopped")
     if stopped is None:
         rebase_state.refuse_in_progress(target)
+    patch_dir = Path(state["patch_dir"])
+    if rebase_state.series_digest(patch_dir) != state["series_digest"]:
+        raise FatalError(
+            f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
+            "or `make rebase ABORT=1` and start again"
+        )
+    series = load_series(patch_dir)
     with _settled_if_interrupted(target, folder):
-        if "check" in stopped:  # a failing check stopped us; the user amended the commit
+        if "check" in stopped or "error" in stopped:  # the user fixed it: amended the commit, or the cause
             state.pop("stopped")
-            _check_prefix(git, folder, state, stopped["patch"])
+            state["resolved_by_hand"] = state.get("resolved_by_hand") or "check" in stopped
+            with write_phase():
+                save(folder, state)
+            if "check" in stopped:
+                _check_prefix(git, folder, state, stopped["patch"])
         else:
             _commit_resolution(git, folder, state, stopped)
             _record(folder, state, stopped["patch"], RESOLVED, "")
             _check_prefix(git, folder, state, stopped["patch"])
-        return _replay(target, folder, state, load_series(Path(state["patch_dir"])))
+        with _stopped_on_error(target, folder):
+            return _replay(target, folder, state, series)
 
 
 def _commit_resolution(git: Git, folder: Path, state: dict, stopped: dict) -> None:

@@ -10,6 +10,8 @@ as it was, or fully patched.
 
 from __future__ import annotations
 
+import shutil
+
 from sglpatch import journal, rebase_state
 from sglpatch.checkout_record import APPLYING, REVERTING, STATE_FILE, read_state
 from sglpatch.commands.common import add_target_option, resolve_target
@@ -42,6 +44,11 @@ def run(args) -> int:
 
 def _recover_checkout(target: Target) -> None:
     git = target.git
+    leftover = git.git_dir() / rebase_state.DELETING
+    if leftover.exists():
+        with write_phase():
+            shutil.rmtree(leftover)
+        say(f"removed {leftover.name}, the state of a settled rebase whose deletion was cut short")
     rebase = rebase_state.load(rebase_state.state_dir(git))
     if rebase is not None:
         if rebase.get("stopped"):
