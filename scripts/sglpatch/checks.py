@@ -50,14 +50,17 @@ def import_error(root: Path, paths: list[str], timeout: float = 300) -> str | No
         return None
     harness = PROJECT_ROOT / "tests" / "patched"
     env = {**os.environ, "SGLPATCH_SGLANG_TREE": str(root / "python"), "SGLANG_OPT_USE_TOPK_V2": "0"}
-    result = subprocess.run(
-        [sys.executable, "-c", _IMPORT_SCRIPT, str(harness), *modules],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _IMPORT_SCRIPT, str(harness), *modules],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"importing {', '.join(modules)} did not finish in {timeout:.0f} s"
     if result.returncode == 0:
         return None
     last = (result.stderr.strip().splitlines() or ["import failed"])[-1]

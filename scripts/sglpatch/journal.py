@@ -89,7 +89,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
         entries.append(entry)
     journal = {"version": 1, "state": APPLYING, "series": series_digest, "patches": patch_names, "files": entries}
     write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
-    _fsync_dir(journal_dir)
+    fsync_dir(journal_dir)
     try:
         for change, entry in zip(changes, entries, strict=True):
             _replace(change.path, change.after, entry["mode"])
@@ -176,7 +176,7 @@ def restore(package: Path, force: bool = False) -> list[str]:
         if data is None:
             _remove_empty_dirs(package, entry.get("created_dirs", []))
     os.unlink(journal_dir / JOURNAL_FILE)
-    _fsync_dir(journal_dir)
+    fsync_dir(journal_dir)
     fault_point("journal: journal.json removed")
     shutil.rmtree(journal_dir)
     fault_point("journal: folder removed")
@@ -199,7 +199,7 @@ def _replace(path: Path, data: bytes | None, mode: int) -> None:
     if data is None:
         if path.exists():
             path.unlink()
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
             fault_point(f"package: {path.name} removed")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,7 +211,7 @@ def _replace(path: Path, data: bytes | None, mode: int) -> None:
     os.chmod(tmp, mode)
     fault_point(f"package: {path.name} written beside")
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     fault_point(f"package: {path.name} replaced")
 
 
@@ -226,12 +226,12 @@ def write_durably(path: Path, data: bytes, fault_points: bool = True) -> None:
     if fault_points:
         fault_point(f"durable: {path.name} written beside")
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     if fault_points:
         fault_point(f"durable: {path.name} renamed")
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

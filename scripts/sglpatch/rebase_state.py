@@ -21,6 +21,7 @@ renamed away before it is deleted, so a half-deleted one is never read.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -29,8 +30,8 @@ from sglpatch.checkout_record import STATE_FILE, write_state
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.journal import write_durably
-from sglpatch.series import REWRITE_MARKER, load_series
+from sglpatch.journal import fsync_dir, write_durably
+from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import write_series_files
 from sglpatch.target import Target
 
@@ -77,13 +78,10 @@ def load(folder: Path) -> dict | None:
         ) from None
 
 
-_REQUIRED = {
-    "phase": str,
-    "original": str,
-    "original_head": str,
-    "backup": str,
-    "onto": str,
-    "onto_name": str,
+# What rolling back reads; a state missing anything else can still be aborted or recovered.
+_REQUIRED = {"original": str, "original_head": str, "backup": str, "onto": str, "onto_name": str}
+# What --continue and finishing read.
+_REQUIRED_TO_GO_ON = {
     "base": str,
     "patch_dir": str,
     "report_dir": str,
@@ -92,28 +90,52 @@ _REQUIRED = {
     "commits": list,
     "next": int,
     "outcomes": list,
+    "drop_upstreamed": bool,
 }
 
 
 def _check_shape(state) -> None:
-    """Raise ValueError unless `state` has what settling and continuing read."""
+    """Raise ValueError unless `state` has what rolling back (and, once installing, finishing) reads."""
     if not isinstance(state, dict):
         raise ValueError("not a JSON object")
-    for key, kind in _REQUIRED.items():
-        if not isinstance(state.get(key), kind) or (kind is int and isinstance(state.get(key), bool)):
-            raise ValueError(f"{key} is missing or not a {kind.__name__}")
+    state.setdefault("phase", REPLAYING)  # states written before phases existed were replaying
+    _check_fields(state, _REQUIRED)
     if state["phase"] not in (REPLAYING, INSTALLING):
         raise ValueError(f"unknown phase {state['phase']!r}")
-    if len(state["patches"]) != len(state["commits"]) or not 0 <= state["next"] <= len(state["commits"]):
-        raise ValueError("patches, commits and next do not agree")
-    if not all(isinstance(o, dict) and isinstance(o.get("patch"), str) for o in state["outcomes"]):
-        raise ValueError("an outcome is not a patch record")
     if "stopped" in state and not (
         isinstance(state["stopped"], dict) and isinstance(state["stopped"].get("patch"), str)
     ):
         raise ValueError("stopped is not a patch record")
     if state["phase"] == INSTALLING:
+        _check_fields(state, {"patch_dir": str, "series_digest": str})
         _check_install_plan(state.get("install"))
+
+
+def check_can_go_on(state: dict, folder: Path) -> None:
+    """Refuse --continue on a state that lacks what the replay reads (e.g. one written by an older sglpatch)."""
+    try:
+        _check_fields(state, _REQUIRED_TO_GO_ON)
+        if not (state.get("release") is None or isinstance(state["release"], str)):
+            raise ValueError("release is not a version")
+        if len(state["patches"]) != len(state["commits"]) or not 0 <= state["next"] <= len(state["commits"]):
+            raise ValueError("patches, commits and next do not agree")
+        for outcome in state["outcomes"]:
+            if not (isinstance(outcome, dict) and all(isinstance(outcome.get(k), str) for k in OUTCOME_KEYS)):
+                raise ValueError("an outcome is not a patch record")
+    except ValueError as exc:
+        raise FatalError(
+            f"{folder / 'state.json'} cannot be continued ({exc}); `make rebase ABORT=1` and start again"
+        ) from None
+
+
+OUTCOME_KEYS = ("patch", "outcome", "detail")
+
+
+def _check_fields(state: dict, fields: dict) -> None:
+    for key, kind in fields.items():
+        value = state.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"{key} is missing or not a {kind.__name__}")
 
 
 def _check_install_plan(plan) -> None:
@@ -211,15 +233,25 @@ def stage(folder: Path, state: dict, series_files: dict[str, bytes], report: tup
         write_durably(staged / name, data, fault_points=False)
     if report is not None:
         write_durably(folder / STAGED_REPORT, report[1].encode(), fault_points=False)
+    for made in (staged.parent, folder):
+        fsync_dir(made)
     state["install"] = {
         "files": list(series_files),
-        "series_digest": load_series(staged).digest() if series_files else None,
+        "series_digest": folder_digest(_after_install(Path(state["patch_dir"]), series_files)),
         "report": report[0] if report else None,
         "record": record,
     }
     state["phase"] = INSTALLING
     save(folder, state)
     fault_point("rebase: result staged")
+
+
+def _after_install(patch_dir: Path, series_files: dict[str, bytes]) -> dict[str, bytes]:
+    """What the series folder will hold: its other files (pr-groups.json...), the new series files."""
+    if not series_files:
+        return folder_files(patch_dir)
+    kept = {n: data for n, data in folder_files(patch_dir).items() if not n.endswith(".patch")}
+    return {**kept, **series_files}
 
 
 def install(target: Target, folder: Path, state: dict) -> None:
@@ -254,12 +286,27 @@ def install(target: Target, folder: Path, state: dict) -> None:
     remove_state_folder(folder)
 
 
-def series_digest(patch_dir: Path) -> str | None:
-    """The series' digest as it is on disk now; None when it does not load."""
-    try:
-        return load_series(patch_dir).digest()
-    except FatalError:
-        return None
+def folder_files(patch_dir: Path) -> dict[str, bytes]:
+    """The series folder's own files: regular, not hidden, not a writer's leftover `.tmp`."""
+    if not patch_dir.is_dir():
+        return {}
+    return {
+        path.name: path.read_bytes()
+        for path in sorted(patch_dir.iterdir())
+        if path.is_file() and not path.is_symlink() and not path.name.startswith(".") and path.suffix != ".tmp"
+    }
+
+
+def folder_digest(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return digest.hexdigest()
+
+
+def series_digest(patch_dir: Path) -> str:
+    """Every file of the series folder as it is now (pin.json, pr-groups.json and unlisted patches too)."""
+    return folder_digest(folder_files(patch_dir))
 
 
 def _refuse_changed_series(patch_dir: Path, expected: tuple[str, str | None]) -> None:

@@ -237,6 +237,41 @@ def test_an_error_after_the_picks_stops_and_continue_retries(sglpatch, chain, pa
     assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
 
 
+def test_continue_refuses_when_head_left_the_stopped_rebase(sglpatch, chain, conflicting_series, tmp_path):
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    git = Git(chain)
+    git.run("cherry-pick", "--abort")
+    git.run("checkout", "-q", "work")
+    before = fingerprint(chain)
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 2 and "HEAD is on branch work, not where the rebase stopped" in err
+    assert fingerprint(chain) == before and git.run("rev-parse", "work") == git.run("rev-parse", "v0.5.14")
+
+
+def test_continue_refuses_an_edited_pin_and_an_old_state_can_still_be_aborted(
+    sglpatch, chain, conflicting_series, tmp_path
+):
+    """Every file of the series folder counts (pin.json too); a state lacking what --continue reads (as an
+    older sglpatch wrote it) is refused for --continue but can be aborted."""
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    pin = conflicting_series / "pin.json"
+    original = pin.read_bytes()
+    pin.write_bytes(original.replace(b'"0.5.14"', b'"0.5.99"'))
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 2 and "changed since the rebase stopped" in err
+    pin.write_bytes(original)
+    state_path = chain / ".git" / "sglpatch-rebase" / "state.json"
+    state = json.loads(state_path.read_text())
+    for key in ("phase", "series_digest", "patches", "backup_made"):
+        state.pop(key)
+    state_path.write_text(json.dumps(state))
+    code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 2 and "cannot be continued" in err and "ABORT=1" in err
+    code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
+    assert code == 0 and "rebase aborted: back on work" in out, err
+    assert Git(chain).current_branch() == "work"
+
+
 def test_revert_steps_back_one_rebase_at_a_time(sglpatch, chain, patches, tmp_path):
     """A finished rebase records its branch like apply: revert returns to where the rebase began, then further."""
     git = Git(chain)

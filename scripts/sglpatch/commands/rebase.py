@@ -105,17 +105,21 @@ def _stopped_on_error(target: Target, folder: Path):
         yield
     except Stopped:
         raise
-    except FatalError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure mid-replay: stop rather than leave it unsettled
         state = rebase_state.load(folder)
-        if not state or state["phase"] != REPLAYING:
-            raise
-        index = state["next"]
-        name = state["patches"][index] if index < len(state["patches"]) else "the end (writing the result)"
-        state["stopped"] = {"patch": name, "error": str(exc), "head": target.git.run("rev-parse", "HEAD")}
+        if not state or state["phase"] != REPLAYING or state.get("stopped"):
+            raise  # settled already, or a refusal of --continue: the rebase is as it was before this run
+        why = str(exc) if isinstance(exc, FatalError) else f"{type(exc).__name__}: {exc}"
+        index, checked = state["next"], state.get("checked", state["next"])
+        recheck = checked < index  # the last patch was recorded, but its check had not passed yet
+        names = state["patches"] + ["the end (writing the result)"]
+        name = names[index - 1] if recheck else names[index]
+        head = target.git.run("rev-parse", "HEAD")
+        state["stopped"] = {"patch": name, "error": why, "head": head, "recheck": recheck}
         with write_phase():
             save(folder, state)
         raise Stopped(
-            f"{exc}; the rebase is stopped at {name}: fix that, then `make rebase CONTINUE=1`, "
+            f"{why}; the rebase is stopped at {name}: fix that, then `make rebase CONTINUE=1`, "
             "or `make rebase ABORT=1` to put everything back"
         ) from None
 
@@ -159,7 +163,7 @@ def _start(target: Target, folder: Path, args) -> int:
         "report_dir": str(args.report_dir.resolve()),
         "drop_upstreamed": args.drop_upstreamed,
         "check_imports": args.check_imports,
-        "series_digest": series.digest(),
+        "series_digest": rebase_state.series_digest(Path(args.patches or default_patch_dir())),
         "patches": [patch.name for patch in series.patches],
         "commits": commits.commits,
         "next": 0,
@@ -178,8 +182,8 @@ def _start(target: Target, folder: Path, args) -> int:
             if status != 0:
                 raise FatalError(f"could not check out {args.onto}: {err.strip()}; nothing was changed")
             fault_point("rebase: ONTO checked out")
-        progress(f"rebasing {len(series.patches)} patches onto {args.onto} ({onto[:12]}); HEAD saved at {backup}")
         with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
+            progress(f"rebasing {len(series.patches)} patches onto {args.onto} ({onto[:12]}); HEAD saved at {backup}")
             return _replay(target, folder, state, series)
     finally:
         commits.workspace.close()
@@ -208,6 +212,7 @@ def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
         reason = upstream_reason(scratch, "HEAD", patch, history)
         if reason and state["drop_upstreamed"]:
             _record(folder, state, patch.name, UPSTREAM, f"{reason}; dropped")
+            state["checked"] = state["next"]
             continue
         scratch.run("read-tree", "HEAD")
         applies_as_is = scratch.try_run("apply", "--cached", "--check", str(patch.path))[0] == 0
@@ -249,12 +254,17 @@ def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
         progress(f"importing the modules {name} touched (CPU)")
         problem = import_error(git.workdir, changed)
     if problem:
-        state["stopped"] = {"patch": name, "files": changed, "check": problem}
+        head = git.run("rev-parse", "HEAD~1")  # what the patch went onto: an amended commit still sits on it
+        state["stopped"] = {"patch": name, "files": changed, "check": problem, "head": head}
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
             "then `make rebase CONTINUE=1`, or `make rebase ABORT=1`"
         )
+    state["checked"] = state["next"]
+    with write_phase():
+        save(folder, state)
+        fault_point(f"rebase: {name} checked")
 
 
 def _is_ancestor(git: Git, older: str, newer: str) -> bool:
@@ -271,6 +281,8 @@ def _resume(target: Target, folder: Path, state: dict | None) -> int:
     stopped = state.get("stopped")
     if stopped is None:
         rebase_state.refuse_in_progress(target)
+    rebase_state.check_can_go_on(state, folder)
+    _refuse_moved_since_stop(git, state, stopped)
     patch_dir = Path(state["patch_dir"])
     if rebase_state.series_digest(patch_dir) != state["series_digest"]:
         raise FatalError(
@@ -278,20 +290,31 @@ def _resume(target: Target, folder: Path, state: dict | None) -> int:
             "or `make rebase ABORT=1` and start again"
         )
     series = load_series(patch_dir)
-    with _settled_if_interrupted(target, folder):
+    with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
         if "check" in stopped or "error" in stopped:  # the user fixed it: amended the commit, or the cause
             state.pop("stopped")
             state["resolved_by_hand"] = state.get("resolved_by_hand") or "check" in stopped
             with write_phase():
                 save(folder, state)
-            if "check" in stopped:
+            if "check" in stopped or stopped.get("recheck"):
                 _check_prefix(git, folder, state, stopped["patch"])
         else:
             _commit_resolution(git, folder, state, stopped)
             _record(folder, state, stopped["patch"], RESOLVED, "")
             _check_prefix(git, folder, state, stopped["patch"])
-        with _stopped_on_error(target, folder):
-            return _replay(target, folder, state, series)
+        return _replay(target, folder, state, series)
+
+
+def _refuse_moved_since_stop(git: Git, state: dict, stopped: dict) -> None:
+    """--continue builds on HEAD: it must still be the detached rebase, on ONTO and on where it stopped."""
+    branch = git.current_branch()
+    head = git.run("rev-parse", "HEAD")
+    where = stopped.get("head") or state["onto"]
+    if branch is not None or not (_is_ancestor(git, state["onto"], head) and _is_ancestor(git, where, head)):
+        raise FatalError(
+            f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
+            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or `make rebase ABORT=1`"
+        )
 
 
 def _commit_resolution(git: Git, folder: Path, state: dict, stopped: dict) -> None:
@@ -323,11 +346,8 @@ def _abort(target: Target, folder: Path, state: dict | None) -> int:
         raise FatalError("no rebase in progress here")
     with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
         rebase_state.roll_back(target.git, folder, state)
-    where = (
-        f"back on {state['original']} at {state['original_head'][:12]}"
-        if "original" in state
-        else "nothing had changed"
-    )
+    head = target.git.run("rev-parse", "HEAD")[:12]
+    where = f"back on {state['original']} at {head}" if "original" in state else "nothing had changed"
     say(f"rebase aborted: {where}")
     return 0
 
