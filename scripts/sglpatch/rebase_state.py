@@ -78,6 +78,7 @@ def load(folder: Path) -> dict | None:
         ) from None
 
 
+OUTCOME_KEYS = ("patch", "outcome", "detail")
 # What rolling back reads; a state missing anything else can still be aborted or recovered.
 _REQUIRED = {"original": str, "original_head": str, "backup": str, "onto": str, "onto_name": str}
 # What --continue and finishing read.
@@ -126,9 +127,6 @@ def check_can_go_on(state: dict, folder: Path) -> None:
         raise FatalError(
             f"{folder / 'state.json'} cannot be continued ({exc}); `make rebase ABORT=1` and start again"
         ) from None
-
-
-OUTCOME_KEYS = ("patch", "outcome", "detail")
 
 
 def _check_fields(state: dict, fields: dict) -> None:

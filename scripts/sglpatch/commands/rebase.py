@@ -149,6 +149,7 @@ def _start(target: Target, folder: Path, args) -> int:
     commits = series_commits(git, base, series.patches)
     head = git.run("rev-parse", "HEAD")
     backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
+    patch_dir = Path(args.patches or default_patch_dir()).resolve()
     state = {
         "phase": REPLAYING,
         "original": git.current_branch() or head,
@@ -159,11 +160,11 @@ def _start(target: Target, folder: Path, args) -> int:
         "onto_name": args.onto,
         "release": release,
         "base": base,
-        "patch_dir": str(Path(args.patches or default_patch_dir()).resolve()),
+        "patch_dir": str(patch_dir),
         "report_dir": str(args.report_dir.resolve()),
         "drop_upstreamed": args.drop_upstreamed,
         "check_imports": args.check_imports,
-        "series_digest": rebase_state.series_digest(Path(args.patches or default_patch_dir())),
+        "series_digest": rebase_state.series_digest(patch_dir),
         "patches": [patch.name for patch in series.patches],
         "commits": commits.commits,
         "next": 0,

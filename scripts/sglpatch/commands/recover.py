@@ -49,7 +49,8 @@ def _recover_checkout(target: Target) -> None:
         with write_phase():
             shutil.rmtree(leftover)
         say(f"removed {leftover.name}, the state of a settled rebase whose deletion was cut short")
-    rebase = rebase_state.load(rebase_state.state_dir(git))
+    folder = rebase_state.state_dir(git)
+    rebase = rebase_state.load(folder)
     if rebase is not None:
         if rebase.get("stopped"):
             raise FatalError(
@@ -57,7 +58,7 @@ def _recover_checkout(target: Target) -> None:
                 "resolve, then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
             )
         _refuse_unexplained_changes(target, rebase)
-        done = rebase_state.settle(target, rebase_state.state_dir(git), rebase)
+        done = rebase_state.settle(target, folder, rebase)
         say(f"recovered {target.root}: {done}")
         return
     tmp = git.git_dir() / f"{STATE_FILE}.tmp"
