@@ -428,14 +428,31 @@ def to_positions(torch, slot_pos, entries):
     return slot_pos[t.to(slot_pos.device)]
 
 
-def compare_topk(torch, ref, got, logits, slot_pos, next_n, lengths):
-    """Rows equal as sets; differing rows count as ties only if every differing entry's logit
-    equals the row's k-th largest (boundary) logit under ``logits`` (per-token kernel's).
-    Returns dict(identical_rows, tie_rows, mismatch_rows, first_mismatch)."""
+def compare_topk(torch, ref, got, logits, slot_pos, next_n, lengths, got_logits=None):
+    """Compare two top-k results row by row, as sets.
+
+    A differing row is
+    - a tie when every differing entry's logit (under ``logits``, the reference's) equals the
+      row's k-th largest kept logit;
+    - explained by the top-k kernel when the reference result is not an exact top-k of its own
+      logits, and the other side's logits (``got_logits``, when given) are bit-identical to the
+      reference's on that row: the inputs agree and the top-k kernel itself did not return the
+      exact top-k (there is then no single right answer to be identical to);
+    - a mismatch otherwise.
+    Returns dict(rows, identical_rows, tie_rows, explained_rows, mismatch_rows, first_mismatch,
+    explained)."""
     a = torch.sort(ref, dim=-1).values
     b = torch.sort(got, dim=-1).values
     same = (a == b).all(dim=-1)
-    res = dict(rows=int(ref.shape[0]), identical_rows=int(same.sum()), tie_rows=0, mismatch_rows=0, first_mismatch=None)
+    res = dict(
+        rows=int(ref.shape[0]),
+        identical_rows=int(same.sum()),
+        tie_rows=0,
+        explained_rows=0,
+        mismatch_rows=0,
+        first_mismatch=None,
+        explained=[],
+    )
     bad = torch.nonzero(~same).flatten().tolist()
     for row in bad:
         ra, rb = set(a[row].tolist()), set(b[row].tolist())
@@ -458,12 +475,46 @@ def compare_topk(torch, ref, got, logits, slot_pos, next_n, lengths):
         vals = logits[row, pos_diff]
         if bool((vals == boundary).all()):
             res["tie_rows"] += 1
+            continue
+        ref_exact = exact_topk(torch, ref[row], logits[row], slot_pos, valid)
+        got_exact = exact_topk(torch, got[row], logits[row], slot_pos, valid)
+        same_logits = None
+        if got_logits is not None:
+            same_logits = torch.equal(logits[row, :valid], got_logits[row, :valid])
+        evidence = dict(
+            row=row,
+            differing_entries=len(diff),
+            reference_exact_topk=ref_exact,
+            other_exact_topk=got_exact,
+            logits_bit_identical=same_logits,
+        )
+        # Only when the reference itself is not an exact top-k of its own logits: a correct
+        # reference that the other side misses is a mismatch, whatever the reason.
+        if not ref_exact and same_logits is not False:
+            res["explained_rows"] += 1
+            res["explained"].append(evidence)
         else:
             res["mismatch_rows"] += 1
-            res["first_mismatch"] = res["first_mismatch"] or dict(
-                row=row, diff=len(diff), boundary=boundary, values=vals[:8].tolist()
-            )
+            evidence.update(boundary=boundary, values=vals[:8].tolist())
+            res["first_mismatch"] = res["first_mismatch"] or evidence
     return res
+
+
+def logits_bit_identical(torch, a, b, next_n, lengths):
+    """Are two [tokens, width] logits tensors bit-identical on every position a token may see?"""
+    if a is None or b is None:
+        return None
+    valid = torch.tensor(
+        [L - next_n + 1 + j for L in lengths for j in range(next_n)], device=a.device, dtype=torch.int64
+    )
+    width = min(a.shape[1], b.shape[1])
+    mask = torch.arange(width, device=a.device)[None, :] < valid[:, None]
+    return bool(((a[:, :width] == b[:, :width]) | ~mask).all())
+
+
+def same_sets_rows(torch, x, y):
+    """How many rows of two top-k results differ as sets."""
+    return int((torch.sort(x, dim=-1).values != torch.sort(y, dim=-1).values).any(dim=-1).sum())
 
 
 def sensitivity_check(torch, ref, slot_pos, next_n, lengths):
@@ -514,7 +565,7 @@ def graph_vs_eager(torch, refs, slot_pos, next_n, lengths):
     """Per-token top-k: CUDA graph vs eager, with which side is an exact top-k of its own logits
     for every row where they differ, and how far the two logits rows are apart there."""
     e, g = refs["eager"], refs["graph"]
-    res = compare_topk(torch, e["topk"], g["topk"], e["logits"], slot_pos, next_n, lengths)
+    res = compare_topk(torch, e["topk"], g["topk"], e["logits"], slot_pos, next_n, lengths, got_logits=g["logits"])
     a = torch.sort(e["topk"], dim=-1).values
     b = torch.sort(g["topk"], dim=-1).values
     rows = torch.nonzero(~(a == b).all(dim=-1)).flatten().tolist()
@@ -532,9 +583,9 @@ def graph_vs_eager(torch, refs, slot_pos, next_n, lengths):
 
 
 def merge_cmp(items):
-    out = dict(rows=0, identical_rows=0, tie_rows=0, mismatch_rows=0, first_mismatch=None)
+    out = dict(rows=0, identical_rows=0, tie_rows=0, explained_rows=0, mismatch_rows=0, first_mismatch=None)
     for it in items:
-        for k in ("rows", "identical_rows", "tie_rows", "mismatch_rows"):
+        for k in ("rows", "identical_rows", "tie_rows", "explained_rows", "mismatch_rows"):
             out[k] += it[k]
         out["first_mismatch"] = out["first_mismatch"] or it["first_mismatch"]
     return out
@@ -600,7 +651,7 @@ def run_variant(fx, next_n, lengths, forced, graph, seed, timing, iters, reps, k
             for _ in range(2):
                 step.replay()
                 _sync(torch, fx.device)
-                unstable = max(unstable, int((step.out != topk).any(dim=-1).sum()))
+                unstable = max(unstable, same_sets_rows(torch, step.out, topk))
             us = time_fn(torch, step.replay, iters, reps) if timing else None
             del step, graph_logits
             assert bs == fb.batch_size
@@ -662,20 +713,37 @@ def run(args):
                             self_check = sensitivity_check(torch, pt, fx.entry_pos, next_n, lengths)
                             log(f"comparison self-check: {self_check}")
                         ch = (
-                            run_variant(fx, next_n, lengths, False, graph, seed, timing, args.iters, args.reps)
+                            run_variant(
+                                fx, next_n, lengths, False, graph, seed, timing, args.iters, args.reps, keep_logits=True
+                            )
                             if patched
                             else pt
                         )
+                        # the per-token path against itself: a second eager run (graphs: replays)
+                        if graph:
+                            rerun_diff = pt["replay_unstable_rows"]
+                        else:
+                            again = run_variant(fx, next_n, lengths, True, False, seed, False, 0, 0)
+                            rerun_diff = same_sets_rows(torch, pt["topk"], again["topk"])
+                            del again
                         cmp_args = (pt["logits"], fx.entry_pos, next_n, lengths)
-                        cmp = dict(chosen=compare_topk(torch, pt["topk"], ch["topk"], *cmp_args))
+                        cmp = dict(
+                            chosen=compare_topk(torch, pt["topk"], ch["topk"], *cmp_args, got_logits=ch["logits"])
+                        )
+                        same_logits = (
+                            logits_bit_identical(torch, pt["logits"], ch["logits"], next_n, lengths)
+                            if patched
+                            else None
+                        )
                         saved[mode] = pt["topk"].cpu()
                         if pristine is not None:
                             cmp["pristine"] = compare_topk(
                                 torch, pt["topk"], pristine[mode].to(pt["topk"].device), *cmp_args
                             )
                         total = merge_cmp(cmp.values())
-                        ok = total["mismatch_rows"] == 0
-                        all_ok &= ok
+                        identical = total["mismatch_rows"] == 0 and total["explained_rows"] == 0
+                        equivalent = total["mismatch_rows"] == 0
+                        all_ok &= equivalent
                         speedup = pt["us"] / ch["us"] if pt["us"] and ch["us"] else None
                         row = dict(
                             next_n=next_n,
@@ -684,7 +752,9 @@ def run(args):
                             lengths=kind,
                             cuda_graph=graph,
                             layout=ch["layout"],
-                            topk_identical=ok,
+                            topk_identical=identical,
+                            topk_equivalent=equivalent,
+                            logits_bit_identical=same_logits,
                             per_token_us=_r(pt["us"]),
                             chosen_us=_r(ch["us"]),
                             speedup=_r(speedup, 3),
@@ -694,6 +764,8 @@ def run(args):
                             compared_with=["per_token"] + sorted(cmp),
                             tie_rows={k: v["tie_rows"] for k, v in cmp.items()},
                             mismatch_rows={k: v["mismatch_rows"] for k, v in cmp.items()},
+                            explained_rows={k: v["explained_rows"] for k, v in cmp.items()},
+                            per_token_rerun_diff_rows=rerun_diff,
                             topk_rows=total["rows"] // len(cmp),
                             replay_unstable_rows=(
                                 dict(per_token=pt["replay_unstable_rows"], chosen=ch["replay_unstable_rows"])
@@ -704,6 +776,9 @@ def run(args):
                         )
                         if total["first_mismatch"]:
                             row["first_mismatch"] = total["first_mismatch"]
+                        explained = [dict(e, against=k) for k, v in cmp.items() for e in v["explained"]]
+                        if explained:
+                            row["explained"] = explained[:8]
                         if graph:
                             row["graph_vs_eager_per_token"] = graph_vs_eager(torch, refs, fx.entry_pos, next_n, lengths)
                         rows.append(row)
@@ -723,7 +798,7 @@ def run(args):
         log("the comparison self-check did not detect a perturbed top-k row")
         all_ok = False
     if not all_ok:
-        log("TOP-K MISMATCH in at least one row (see mismatch_rows / first_mismatch)")
+        log("TOP-K MISMATCH not explained by the top-k kernel (see mismatch_rows / first_mismatch)")
     return 0 if all_ok else 1
 
 
@@ -736,13 +811,17 @@ def fmt_row(r):
     if r["per_token_us"] is not None:
         t = f" per-token {r['per_token_us']:8.1f} us  chosen {r['chosen_us']:8.1f} us  x{r['speedup']:.3f}"
     ties = sum(r["tie_rows"].values())
+    expl = sum(r["explained_rows"].values())
+    if expl:
+        t += f"  explained by the top-k kernel: {expl} rows"
     gve = r.get("graph_vs_eager_per_token")
     if gve:
         t += f"  graph-vs-eager per-token: {gve['mismatch_rows']} rows differ, {gve['tie_rows']} tie rows"
     return (
         f"n={r['next_n']} B={r['batch_size']:3d} ctx={r['ctx']:5d} {r['lengths']:7s} "
         f"{'graph' if r['cuda_graph'] else 'eager'} {r['layout']:9s} q={r['kernel_q_chosen']} "
-        f"identical={r['topk_identical']} ties={ties}{t}"
+        f"identical={r['topk_identical']} equivalent={r['topk_equivalent']} logits_same={r['logits_bit_identical']} "
+        f"ties={ties} rerun_diff={r['per_token_rerun_diff_rows']}{t}"
     )
 
 

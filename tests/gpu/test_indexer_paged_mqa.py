@@ -110,26 +110,42 @@ def test_patched_run_finished(runs):
     assert runs["doc"]["partial"] is False
 
 
-def test_graph_vs_eager_is_the_same_in_both_trees(runs):
-    """Where a CUDA-graph replay's per-token top-k differs from the eager one, it must differ
-    the same way on pristine v0.5.14: the series adds no eager/graph divergence of its own."""
-    key = lambda r: (r["next_n"], r["batch_size"], r["ctx"], r["lengths"])  # noqa: E731
-    pristine = {key(r): r for r in runs["pristine"]["rows"] if r["cuda_graph"]}
-    for r in runs["doc"]["rows"]:
-        if r["cuda_graph"]:
-            mine = r["graph_vs_eager_per_token"]["mismatch_rows"]
-            theirs = pristine[key(r)]["graph_vs_eager_per_token"]["mismatch_rows"]
-            assert mine == theirs, (key(r), mine, theirs)
+def test_graph_vs_eager_differs_only_where_the_topk_kernel_is_inexact(runs):
+    """Where a CUDA-graph replay's per-token top-k differs from the eager one (same tree), the
+    two logits rows are bit-identical and the eager top-k is not an exact top-k of them: the
+    fused top-k kernel, on pristine v0.5.14 as on the patched tree."""
+    for doc in (runs["pristine"], runs["doc"]):
+        for r in doc["rows"]:
+            if r["cuda_graph"]:
+                gve = r["graph_vs_eager_per_token"]
+                assert gve["mismatch_rows"] == 0, (doc["tree"], r)
 
 
 def test_every_row_identical_to_per_token_and_pristine(runs):
+    """Top-k sets equal (ties at the boundary allowed) in every row, except rows where the
+    per-token reference is itself not an exact top-k of its own logits and the other side's
+    logits are bit-identical: the fused top-k kernel's doing, counted and listed in the JSON
+    under ``explained`` (never more than a few rows of a case)."""
     rows = runs["doc"]["rows"]
     assert rows
-    bad = [r for r in rows if not r["topk_identical"]]
+    bad = [r for r in rows if not r["topk_equivalent"]]
     assert not bad, bad[:3]
     for r in rows:
         assert sorted(r["compared_with"]) == ["chosen", "per_token", "pristine"], r
         assert sum(r["mismatch_rows"].values()) == 0, r
+        explained = sum(r["explained_rows"].values())
+        assert r["topk_identical"] == (explained == 0), r
+        # a few rows, not a pattern
+        assert max(r["explained_rows"].values()) <= max(2, r["topk_rows"] // 100), r
+        for e in r.get("explained", []):
+            assert e["reference_exact_topk"] is False and e["logits_bit_identical"] is not False, e
+
+
+def test_logits_bit_identical_across_layouts(runs):
+    """DeepGEMM's logits in the chosen layout equal per-token's bit for bit on every position
+    each token may attend to, in every case, eager and CUDA graph."""
+    bad = [r for r in runs["doc"]["rows"] if r["logits_bit_identical"] is not True]
+    assert not bad, bad[:3]
 
 
 def test_grid_covered_eager_and_graph(runs):
