@@ -56,7 +56,8 @@ def render_body(
 ) -> str:
     lines = ["## Motivation", ""]
     for patch in group.patches:
-        lines += [_unwrap(note(patch, "Why")), ""]
+        why = _unwrap(note(patch, "Why"))
+        lines += [why[:1].upper() + why[1:], ""]
     upstream = sorted({p.trailer("upstream-pr") for p in group.patches if p.trailer("upstream-pr")})
     if upstream:
         lines += ["Related: " + ", ".join(f"#{n}" for n in upstream), ""]
