@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-SGLPATCH := $(VENV)/bin/sglpatch
+SGLPATCH := $(VENV)/bin/sglpatch$(if $(V), -v,)
 
 SGLANG   ?=
 ONTO     ?=

@@ -8,6 +8,7 @@ import sys
 from sglpatch import __version__
 from sglpatch.commands import apply, check, ci_check, drift, export, pr, rebase, recover, rerun, revert, status
 from sglpatch.errors import FatalError
+from sglpatch.git import require_git, set_verbose
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
@@ -27,6 +28,9 @@ COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglpatch", description="Carry a patch series on top of a pinned sglang.")
     parser.add_argument("--version", action="version", version=f"sglpatch {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print every git command line run, and its exit status"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
@@ -36,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module = COMMANDS[args.command][0]
+    set_verbose(args.verbose)
     try:
+        require_git()
         return module.run(args)
     except FatalError as exc:
         print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)

@@ -60,13 +60,14 @@ def test_series_order_and_strip(tmp_path):
     assert (root / "sglang/srt/a.py").read_text() == "one\n2\nthree\n"
 
 
-def test_python_fallback_matches(tmp_path):
+def test_a_patch_that_no_longer_applies_stops_and_leaves_the_file(tmp_path):
     root = _tree(tmp_path / "w")
     (tmp_path / "x.patch").write_text(PATCH)
-    apply_series._apply_python(tmp_path / "x.patch", root, 2)
+    assert apply_series.main([str(tmp_path / "x.patch"), "--root", str(root)]) == 0
     assert (root / "sglang/srt/a.py").read_text() == "one\nTWO\nthree\n"
-    with pytest.raises(SystemExit):  # context no longer matches
-        apply_series._apply_python(tmp_path / "x.patch", root, 2)
+    with pytest.raises(SystemExit, match="git apply --check x.patch failed"):  # context no longer matches
+        apply_series.main([str(tmp_path / "x.patch"), "--root", str(root)])
+    assert (root / "sglang/srt/a.py").read_text() == "one\nTWO\nthree\n"
 
 
 def test_none_is_pristine(tmp_path):
