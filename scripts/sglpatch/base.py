@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
 from sglpatch.output import timed
@@ -51,10 +52,10 @@ def commit_release(repo: Git, wheel_path: Path, release: str, tag: str, date: st
 def ensure_default_base(pin: Pin, dest: Path) -> Path:
     if (dest / ".git").exists():
         if Git(dest).rev_parse(pin.tag) is None:
-            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run `make apply` again")
+            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.APPLY} again")
         return dest
     if dest.exists():
-        raise FatalError(f"{dest} exists but is not a git repo; delete it and run `make apply` again")
+        raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.APPLY} again")
     wheel_path = fetch_wheel(pin.release, pin.wheel)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

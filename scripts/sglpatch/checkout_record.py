@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 
-from sglpatch import journal
+from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
 from sglpatch.target import Target
 
 STATE_FILE = "sglpatch-state.json"
-APPLYING, APPLIED_STATE, REVERTING = "applying", "applied", "reverting"
 
 
 def read_state(target: Target) -> dict | None:
@@ -34,4 +33,4 @@ def read_state(target: Target) -> dict | None:
 
 
 def write_state(target: Target, record: dict) -> None:
-    journal.write_durably(target.git.git_dir() / STATE_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    write_durably(target.git.git_dir() / STATE_FILE, (json.dumps(record, indent=2) + "\n").encode())

@@ -19,15 +19,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch.durable import fsync_dir, remove_durably, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
+from sglpatch.write_states import WriteState
 
 JOURNAL_DIR = ".sglpatch"
 JOURNAL_FILE = "journal.json"
-APPLYING = "applying"
-APPLIED = "applied"
-REVERTING = "reverting"
 
 
 @dataclass
@@ -47,7 +46,7 @@ def read_journal(package: Path) -> dict | None:
         return None
     try:
         journal = json.loads(path.read_text(encoding="utf-8"))
-        if journal.get("state") not in (APPLYING, APPLIED, REVERTING) or not isinstance(journal.get("files"), list):
+        if journal.get("state") not in tuple(WriteState) or not isinstance(journal.get("files"), list):
             raise ValueError("unknown state")
         return journal
     except (ValueError, UnicodeDecodeError) as exc:
@@ -87,7 +86,13 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
         if created:
             entry["created_dirs"] = created
         entries.append(entry)
-    journal = {"version": 1, "state": APPLYING, "series": series_digest, "patches": patch_names, "files": entries}
+    journal = {
+        "version": 1,
+        "state": WriteState.APPLYING,
+        "series": series_digest,
+        "patches": patch_names,
+        "files": entries,
+    }
     write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
     fsync_dir(journal_dir)
     try:
@@ -95,7 +100,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
             _replace(change.path, change.after, entry["mode"])
     except OSError as exc:
         _roll_back_after(package, exc)
-    journal["state"] = APPLIED
+    journal["state"] = WriteState.APPLIED
     write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
 
 
@@ -166,8 +171,8 @@ def restore(package: Path, force: bool = False) -> list[str]:
         if data is not None and blob_id(data) != entry["before"]:
             raise FatalError(f"journal backup for {entry['path']} is damaged; nothing was restored from it")
         originals.append(data)
-    if journal["state"] != REVERTING:
-        journal["state"] = REVERTING
+    if journal["state"] != WriteState.REVERTING:
+        journal["state"] = WriteState.REVERTING
         write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
     for entry, data in zip(entries, originals, strict=True):
         path = package / entry["path"]
@@ -197,43 +202,8 @@ def _tmp_for(path: Path) -> Path:
 
 def _replace(path: Path, data: bytes | None, mode: int) -> None:
     if data is None:
-        if path.exists():
-            path.unlink()
-            fsync_dir(path.parent)
-            fault_point(f"package: {path.name} removed")
+        remove_durably(path, f"package: {path.name} removed")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_for(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    fault_point(f"package: {path.name} written beside")
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    fault_point(f"package: {path.name} replaced")
-
-
-def write_durably(path: Path, data: bytes, fault_points: bool = True) -> None:
-    """Write beside, fsync, rename: a reader sees the old bytes or the new, never part of them, even after
-    a power cut. `fault_points=False` for callers that mark the step with a fault point of their own."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if fault_points:
-        fault_point(f"durable: {path.name} written beside")
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    if fault_points:
-        fault_point(f"durable: {path.name} renamed")
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    steps = (f"package: {path.name} written beside", f"package: {path.name} replaced")
+    write_durably(path, data, mode=mode, beside=_tmp_for(path), step_names=steps)

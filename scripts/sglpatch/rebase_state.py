@@ -26,11 +26,12 @@ import json
 import shutil
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.checkout_record import STATE_FILE, write_state
+from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.journal import fsync_dir, write_durably
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import write_series_files
 from sglpatch.target import Target
@@ -125,7 +126,7 @@ def check_can_go_on(state: dict, folder: Path) -> None:
                 raise ValueError("an outcome is not a patch record")
     except ValueError as exc:
         raise FatalError(
-            f"{folder / 'state.json'} cannot be continued ({exc}); `make rebase ABORT=1` and start again"
+            f"{folder / 'state.json'} cannot be continued ({exc}); {hints.ABORT_REBASE} and start again"
         ) from None
 
 
@@ -155,12 +156,11 @@ def refuse_in_progress(target: Target) -> None:
         return
     if state.get("stopped"):
         raise FatalError(
-            f"{describe_stop(state)} in {target.root}; finish it (make rebase CONTINUE=1) "
-            "or undo it (make rebase ABORT=1) first"
+            f"{describe_stop(state)} in {target.root}; finish it ({hints.CONTINUE_REBASE}) "
+            f"or undo it ({hints.ABORT_REBASE}) first"
         )
     raise FatalError(
-        f"a rebase of {target.root} was interrupted; run `sglpatch recover --sglang {target.root}` "
-        f"(make recover SGLANG={target.root}) to finish or undo it"
+        f"a rebase of {target.root} was interrupted; run {hints.recover(target.root)} to finish or undo it"
     )
 
 
@@ -207,7 +207,7 @@ def roll_back(git: Git, folder: Path, state: dict) -> None:
 
     The original branch is checked out as it is now: had the user moved it meanwhile, that stays."""
     if state.get("phase") == INSTALLING:
-        raise FatalError("the rebase had finished and was writing its result: `make recover` completes it")
+        raise FatalError(f"the rebase had finished and was writing its result: {hints.RECOVER} completes it")
     if "original" in state:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.try_run("cherry-pick", "--abort")

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 
-from sglpatch import journal, rebase_state
+from sglpatch import hints, journal
 from sglpatch.base import ensure_default_base
-from sglpatch.checkout_record import APPLIED_STATE, APPLYING, REVERTING, STATE_FILE, read_state, write_state
+from sglpatch.checkout_record import STATE_FILE, write_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
+from sglpatch.interrupted import refuse_interrupted
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.plan import APPLIED, Plan, make_plan
 from sglpatch.project import default_base_dir
-from sglpatch.target import Target, target_lock
+from sglpatch.target import target_lock
+from sglpatch.write_states import WriteState
 
 
 def add_arguments(parser) -> None:
@@ -45,7 +47,7 @@ def run(args) -> int:
                 return 0
             if not target.is_git and journal.read_journal(target.root):
                 raise FatalError(
-                    f"{target.root} carries an earlier apply of another series; run `make revert SGLANG={target.root}` first"
+                    f"{target.root} carries an earlier apply of another series; run {hints.revert(target.root)} first"
                 )
             _refuse_unless_ready(plan, pin.release, args.three_way)
             done = f"the series is applied: {target.root} is fully patched"
@@ -63,41 +65,6 @@ def run(args) -> int:
     note = f", {skipped} already there" if skipped else ""
     say(f"applied {len(applied)} patches to {target.root} on {where}{note} in {time.monotonic() - started:.1f} s")
     return 0
-
-
-def interrupted_state(target: Target) -> str | None:
-    """What an interrupted sglpatch run left in the target ("apply", "revert", "rebase", "start"), or None."""
-    if target.is_git:
-        git_dir = target.git.git_dir()
-        rebase = rebase_state.load(rebase_state.state_dir(target.git))
-        if rebase is not None and not rebase.get("stopped"):
-            return "rebase"
-        if (git_dir / f"{STATE_FILE}.tmp").exists():
-            return "start"
-        record = read_state(target)
-        state = record.get("state", APPLIED_STATE) if record else None
-        return {APPLYING: "apply", REVERTING: "revert"}.get(state)
-    if journal.has_leftover(target.root):
-        return "start"
-    record = journal.read_journal(target.root)
-    if record is None:
-        return None
-    if record["state"] == journal.APPLIED:
-        return "start" if journal.stray_files(target.root, record) else None
-    return {journal.APPLYING: "apply", journal.REVERTING: "revert"}[record["state"]]
-
-
-def refuse_interrupted(target: Target) -> None:
-    """Refuse a target an earlier run left half-way, or one where a rebase waits for the user."""
-    if target.is_git:
-        rebase_state.refuse_in_progress(target)
-    what = interrupted_state(target)
-    if what:
-        run = "an sglpatch run" if what == "start" else f"an sglpatch {what}"
-        raise FatalError(
-            f"{run} on {target.root} was interrupted; run `sglpatch recover --sglang {target.root}` "
-            f"(make recover SGLANG={target.root}) to finish or undo it"
-        )
 
 
 def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:
@@ -127,7 +94,7 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
     record = {
-        "state": APPLYING,
+        "state": WriteState.APPLYING,
         "branch": branch,
         "previous": previous,
         "head": parent,
@@ -148,7 +115,7 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
         last = (err.strip().splitlines() or ["git failed"])[-1]
         raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
     fault_point("checkout: switched to the branch")
-    write_state(plan.target, {**record, "state": APPLIED_STATE})
+    write_state(plan.target, {**record, "state": WriteState.APPLIED})
     return branch
 
 

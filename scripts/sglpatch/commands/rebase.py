@@ -21,9 +21,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from sglpatch import rebase_state
+from sglpatch import hints, rebase_state
 from sglpatch.carry import CLEAN, THREE_WAY, UPSTREAM, series_commits, upstream_reason
-from sglpatch.checkout_record import APPLIED_STATE, read_state
+from sglpatch.checkout_record import read_state
 from sglpatch.checks import compile_error, import_error
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
@@ -38,6 +38,7 @@ from sglpatch.series import Series, load_series
 from sglpatch.series_writer import render_series
 from sglpatch.target import Target, target_lock
 from sglpatch.wheels import fetch_wheel, file_sha256
+from sglpatch.write_states import WriteState
 
 MERGED = "merged with changes"
 RESOLVED = "conflict, resolved by hand"
@@ -119,8 +120,8 @@ def _stopped_on_error(target: Target, folder: Path):
         with write_phase():
             save(folder, state)
         raise Stopped(
-            f"{why}; the rebase is stopped at {name}: fix that, then `make rebase CONTINUE=1`, "
-            "or `make rebase ABORT=1` to put everything back"
+            f"{why}; the rebase is stopped at {name}: fix that, then {hints.CONTINUE_REBASE}, "
+            f"or {hints.ABORT_REBASE} to put everything back"
         ) from None
 
 
@@ -228,7 +229,7 @@ def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
             save(folder, state)
             raise Stopped(
                 f"{patch.name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
-                "then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
+                f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
             )
         detail = f"already upstream ({reason}), kept" if reason else ""
         _record(folder, state, patch.name, CLEAN if applies_as_is else THREE_WAY, detail)
@@ -260,7 +261,7 @@ def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
-            "then `make rebase CONTINUE=1`, or `make rebase ABORT=1`"
+            f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE}"
         )
     state["checked"] = state["next"]
     with write_phase():
@@ -288,7 +289,7 @@ def _resume(target: Target, folder: Path, state: dict | None) -> int:
     if rebase_state.series_digest(patch_dir) != state["series_digest"]:
         raise FatalError(
             f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
-            "or `make rebase ABORT=1` and start again"
+            f"or {hints.ABORT_REBASE} and start again"
         )
     series = load_series(patch_dir)
     with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
@@ -314,7 +315,7 @@ def _refuse_moved_since_stop(git: Git, state: dict, stopped: dict) -> None:
     if branch is not None or not (_is_ancestor(git, state["onto"], head) and _is_ancestor(git, where, head)):
         raise FatalError(
             f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
-            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or `make rebase ABORT=1`"
+            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.ABORT_REBASE}"
         )
 
 
@@ -324,7 +325,7 @@ def _commit_resolution(git: Git, folder: Path, state: dict, stopped: dict) -> No
         if git.run("rev-parse", "HEAD") == stopped.get("head"):
             raise FatalError(
                 f"the cherry-pick of {stopped['patch']} is gone and nothing was committed for it; "
-                "run `make rebase ABORT=1` and start again"
+                f"run {hints.ABORT_REBASE} and start again"
             )
         state["resolved_by_hand"] = True
         return
@@ -392,7 +393,7 @@ def _checkout_record(target: Target, state: dict, branch: str) -> dict:
     git = target.git
     touched = git.run("diff", "--name-only", "--no-renames", state["onto"], "HEAD").splitlines()
     record = {
-        "state": APPLIED_STATE,
+        "state": WriteState.APPLIED,
         "branch": branch,
         "previous": state["original"],
         "head": git.run("rev-parse", "HEAD"),

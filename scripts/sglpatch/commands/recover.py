@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import journal, rebase_state
-from sglpatch.checkout_record import APPLYING, REVERTING, STATE_FILE, read_state
+from sglpatch import hints, journal, rebase_state
+from sglpatch.checkout_record import STATE_FILE, read_state
+from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_target_option, resolve_target
-from sglpatch.commands.revert import undo_checkout
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
 from sglpatch.target import Target, target_lock
+from sglpatch.write_states import INTERRUPTED, WriteState
 
 AS_IT_WAS = "as it was"
 PATCHED = "fully patched"
@@ -55,7 +56,7 @@ def _recover_checkout(target: Target) -> None:
         if rebase.get("stopped"):
             raise FatalError(
                 f"{rebase_state.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
-                "resolve, then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
+                f"resolve, then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
             )
         _refuse_unexplained_changes(target, rebase)
         done = rebase_state.settle(target, folder, rebase)
@@ -71,8 +72,8 @@ def _recover_checkout(target: Target) -> None:
     if record is None:
         say(f"nothing to recover: {target.root} has no series applied by sglpatch; it is {AS_IT_WAS}")
         return
-    if record.get("state") in (APPLYING, REVERTING):
-        undo_checkout(target, record)
+    if record.get("state") in INTERRUPTED:
+        say(undo_checkout(target, record))
         say(f"recovered {target.root}: it is {AS_IT_WAS}")
         return
     branch = record["branch"]
@@ -109,8 +110,8 @@ def _recover_package(target: Target, force: bool) -> None:
     if record is None:
         say(f"nothing to recover: {root} has no sglpatch journal; it is {AS_IT_WAS}")
         return
-    if record["state"] in (journal.APPLYING, journal.REVERTING):
-        done = "rolled back the interrupted apply" if record["state"] == journal.APPLYING else "finished the revert"
+    if record["state"] in INTERRUPTED:
+        done = "rolled back the interrupted apply" if record["state"] == WriteState.APPLYING else "finished the revert"
         with write_phase(f"{done}: {root} is {AS_IT_WAS}"):
             restored = journal.restore(root, force=force)
         say(f"recovered {root}: {done} ({len(restored)} files restored byte for byte); it is {AS_IT_WAS}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglpatch import rebase_state
-from sglpatch.commands.apply import interrupted_state
+from sglpatch import hints, rebase_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.interrupted import interrupted_state
 from sglpatch.output import plural, say
 from sglpatch.plan import CONFLICT, make_plan
 
@@ -20,9 +20,9 @@ def run(args) -> int:
     with make_plan(target, series, pin) as plan:
         say(f"target: {target.describe()}")
         if interrupted := interrupted_state(target):
-            say(f"NOTE:   an sglpatch {interrupted} was cut short here; `make recover SGLANG={target.root}` settles it")
+            say(f"NOTE:   an sglpatch {interrupted} was cut short here; {hints.recover_short(target.root)} settles it")
         elif target.is_git and (rebase := rebase_state.load(rebase_state.state_dir(target.git))):
-            say(f"NOTE:   {rebase_state.describe_stop(rebase)}; `make rebase CONTINUE=1` or `ABORT=1`")
+            say(f"NOTE:   {rebase_state.describe_stop(rebase)}; {hints.CONTINUE_REBASE} or {hints.ABORT_REBASE}")
         if plan.drift:
             say(
                 f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"
