@@ -97,15 +97,6 @@ def plan_reruns(patches: list[Patch], rerun_map: RerunMap) -> Plan:
     return plan
 
 
-def group_patches(patches: list[Patch]) -> list[tuple[str, list[Patch]]]:
-    """Patches by their Patch-Group trailer, groups in the order they first appear in the series;
-    a patch without the trailer is a group of its own, named after the patch."""
-    groups: dict[str, list[Patch]] = {}
-    for patch in patches:
-        groups.setdefault(patch.trailer("Patch-Group") or patch.name.removesuffix(".patch"), []).append(patch)
-    return list(groups.items())
-
-
 def rerun_comment_lines(
     patches: list[Patch], *, labeled: bool = False, ci_failed: bool = False, rerun_map: RerunMap | None = None
 ) -> list[str]:

@@ -6,12 +6,17 @@ python -m pytest ci/test_gpu_ci_tools.py
 from __future__ import annotations
 
 import enum
+import hashlib
 import importlib.util
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+
+from sglpatch.errors import FatalError
+from sglpatch.wheels import pip_download
 
 CI = Path(__file__).resolve().parents[2] / "ci"
 
@@ -74,24 +79,45 @@ def test_none_is_pristine(tmp_path):
     assert apply_series.list_series("none") == []
 
 
-def test_lock_roundtrip(tmp_path):
-    entries = [
-        dict(
-            role="dep", name="foo-bar", version="1.0", filename="foo_bar-1.0-py3-none-any.whl", sha256="ab" * 32, size=3
-        )
-    ]
-    gpu_bundle.write_lock(tmp_path / "l", entries)
-    got = gpu_bundle.read_lock(tmp_path / "l")
-    assert got["foo-bar"]["sha256"] == "ab" * 32 and got["foo-bar"]["size"] == 3
+def test_committed_requirements_pin_and_hash_every_wheel():
+    deps = gpu_bundle.read_requirements(gpu_bundle.DEPS_REQUIREMENTS)
+    sglang = gpu_bundle.read_requirements(gpu_bundle.SGLANG_REQUIREMENTS)
+    versions = {gpu_bundle.norm(p["name"]): p["version"] for p in deps + sglang}
+    assert len(versions) == len(deps) + len(sglang) == 43  # no wheel named twice
+    assert versions["sglang"] == "0.5.14" and versions["sglang-kernel"] == "0.4.4"
+    assert versions["transformers"] == "5.8.1" and versions["sgl-deep-gemm"] == "0.1.5.post1"
     assert gpu_bundle.wheel_matches("foo_bar-1.0-py3-none-any.whl", "foo.bar", "1.0")
 
 
-def test_committed_lock_covers_every_pin():
-    lock = gpu_bundle.read_lock(CI / "gpu-bundle.lock")
-    for name, version, _ in gpu_bundle.DEP_PINS:
-        assert lock[gpu_bundle.norm(name)]["version"] == version
-    assert lock["sglang"]["version"] == "0.5.14"
-    assert lock["sglang-kernel"]["version"] == "0.4.4"
+def _tiny_wheel(folder: Path) -> Path:
+    folder.mkdir()
+    wheel = folder / "tiny_dep-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tiny_dep/__init__.py", "")
+        archive.writestr("tiny_dep-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tiny-dep\nVersion: 1.0\n")
+        archive.writestr(
+            "tiny_dep-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr("tiny_dep-1.0.dist-info/RECORD", "")
+    return wheel
+
+
+def test_pip_itself_refuses_a_wheel_whose_hash_differs(tmp_path):
+    wheel = _tiny_wheel(tmp_path / "index")
+    good = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    offline = ["--no-index", "--find-links", str(wheel.parent)]
+    for digest, dest in ((good, tmp_path / "ok"), ("0" * 64, tmp_path / "refused")):
+        requirements = tmp_path / f"req-{digest[:4]}.txt"
+        requirements.write_text(f"tiny-dep==1.0 --hash=sha256:{digest}  # why it is here\n")
+        assert gpu_bundle.read_requirements(requirements)[0]["sha256"] == digest
+        arguments = [*offline, "--require-hashes", "-r", str(requirements)]
+        if digest == good:
+            pip_download(arguments, dest, "3.12", gpu_bundle.PLATFORMS)
+            assert [p.name for p in dest.iterdir()] == [wheel.name]
+        else:
+            with pytest.raises(FatalError, match="could not download"):
+                pip_download(arguments, dest, "3.12", gpu_bundle.PLATFORMS)
+            assert not dest.exists() or not list(dest.iterdir())
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="driver helpers use torch tensors")

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from sglpatch import cli
-from sglpatch.base import commit_release
 from sglpatch.git import Git, init_repo
 from sglpatch.pin import load_pin
 from sglpatch.project import PROJECT_ROOT
+from sglpatch.releases import check_out_release
 from sglpatch.series_writer import render_series, write_series_files
 from sglpatch.wheels import fetch_wheel
 
@@ -51,7 +51,7 @@ def wheel_path(project_pin):
 def base_repo(tmp_path_factory, wheel_path, project_pin) -> Path:
     root = tmp_path_factory.mktemp("base") / "sglang"
     repo = init_repo(root)
-    commit_release(repo, wheel_path, project_pin.release, project_pin.tag, project_pin.date)
+    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
     return root
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from sglpatch import hints, journal
-from sglpatch.base import ensure_default_base
 from sglpatch.checkout_record import STATE_FILE, write_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
 from sglpatch.interrupted import refuse_interrupted

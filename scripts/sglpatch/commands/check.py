@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglpatch.base import ensure_default_base
 from sglpatch.carry import series_commits
 from sglpatch.commands.common import add_series_options, load_inputs
+from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.output import progress, say
