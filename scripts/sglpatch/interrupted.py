@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglpatch import hints, journal, rebase_state
+from sglpatch import hints, journal, rebase_store
 from sglpatch.checkout_record import STATE_FILE, read_state
 from sglpatch.errors import FatalError
 from sglpatch.target import Target
@@ -13,7 +13,7 @@ def interrupted_state(target: Target) -> str | None:
     """What an interrupted sglpatch run left in the target ("apply", "revert", "rebase", "start"), or None."""
     if target.is_git:
         git_dir = target.git.git_dir()
-        rebase = rebase_state.load(rebase_state.state_dir(target.git))
+        rebase = rebase_store.load(rebase_store.state_dir(target.git))
         if rebase is not None and not rebase.get("stopped"):
             return "rebase"
         if (git_dir / f"{STATE_FILE}.tmp").exists():
@@ -34,7 +34,7 @@ def interrupted_state(target: Target) -> str | None:
 def refuse_interrupted(target: Target) -> None:
     """Refuse a target an earlier run left half-way, or one where a rebase waits for the user."""
     if target.is_git:
-        rebase_state.refuse_in_progress(target)
+        rebase_store.refuse_in_progress(target)
     what = interrupted_state(target)
     if what:
         run = "an sglpatch run" if what == "start" else f"an sglpatch {what}"

@@ -75,14 +75,14 @@ def load_rerun_map(path=None) -> RerunMap:
 
 
 @dataclass
-class Plan:
+class RerunPlan:
     tests: list[str] = field(default_factory=list)  # upstream test files, in first-touched order
     by_path: dict[str, list[str]] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)  # touched paths no rule covers
 
 
-def plan_reruns(patches: list[Patch], rerun_map: RerunMap) -> Plan:
-    plan = Plan()
+def plan_reruns(patches: list[Patch], rerun_map: RerunMap) -> RerunPlan:
+    plan = RerunPlan()
     for patch in patches:
         for path in patch.touched_paths:
             if path in plan.by_path or path in plan.unmapped:

@@ -13,7 +13,7 @@ from sglpatch.git import GitFailed
 from sglpatch.interrupted import refuse_interrupted
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
-from sglpatch.plan import APPLIED, Plan, make_plan
+from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.project import default_base_dir
 from sglpatch.target import target_lock
 from sglpatch.write_states import WriteState
@@ -67,7 +67,7 @@ def run(args) -> int:
     return 0
 
 
-def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:
+def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None:
     if plan.dirty:
         raise FatalError(
             f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
@@ -81,7 +81,7 @@ def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:
         raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
 
 
-def _apply_to_checkout(plan: Plan, branch: str) -> str:
+def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
     git = plan.target.git
     if git.rev_parse(f"refs/heads/{branch}") is not None:
         raise FatalError(f"branch {branch} already exists; pass --branch NAME (BRANCH=NAME) or delete it")
@@ -103,7 +103,7 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
     }
     write_state(plan.target, record)
     try:
-        plan.workspace.hand_over(parent, git, f"refs/heads/{branch}", force=False)
+        plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
         status, _, err = git.try_run("checkout", "-q", branch)
     except GitFailed as exc:
@@ -119,7 +119,7 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
     return branch
 
 
-def _apply_to_package(plan: Plan, digest: str) -> None:
+def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
     target = plan.target
     paths = [p for s in plan.to_apply for p in s.patch.touched_paths]
     before = target.read_files(list(dict.fromkeys(paths)))
@@ -128,5 +128,5 @@ def _apply_to_package(plan: Plan, digest: str) -> None:
         new = plan.workspace.read(path)
         if new != old:
             changes.append(journal.Change(target.local_path(path), old, new))
-    names = [s.patch.name for s in plan.states if s.state != APPLIED]
+    names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
     journal.write_changes(target.root, changes, digest, names)

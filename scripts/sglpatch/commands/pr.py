@@ -17,7 +17,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sglpatch.carry import series_commits
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
@@ -26,6 +25,7 @@ from sglpatch.output import say
 from sglpatch.pr_body import Group, render_body
 from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
+from sglpatch.replay import series_commits
 from sglpatch.rerun import rerun_comment_lines
 
 RECORD_FILE = "sglpatch-prs.json"
@@ -112,7 +112,7 @@ def build_branch(git: Git, group: Group, base: str) -> str:
     """The group's patches as commits on `base`, authorship kept; returns the tip."""
     built = series_commits(git, base, group.patches, f"group {group.id}", three_way=True, committer=git.identity())
     with built.workspace as workspace:
-        workspace.hand_over(built.commits[-1], git, "refs/sglpatch/pr-build")
+        workspace.copy_commit_to(built.commits[-1], git, "refs/sglpatch/pr-build")
     git.run("update-ref", "-d", "refs/sglpatch/pr-build")
     return built.commits[-1]
 

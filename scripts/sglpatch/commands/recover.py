@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import hints, journal, rebase_state
+from sglpatch import hints, journal, rebase_settle, rebase_store
 from sglpatch.checkout_record import STATE_FILE, read_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_target_option, resolve_target
@@ -45,21 +45,21 @@ def run(args) -> int:
 
 def _recover_checkout(target: Target) -> None:
     git = target.git
-    leftover = git.git_dir() / rebase_state.DELETING
+    leftover = git.git_dir() / rebase_store.DELETING
     if leftover.exists():
         with write_phase():
             shutil.rmtree(leftover)
         say(f"removed {leftover.name}, the state of a settled rebase whose deletion was cut short")
-    folder = rebase_state.state_dir(git)
-    rebase = rebase_state.load(folder)
+    folder = rebase_store.state_dir(git)
+    rebase = rebase_store.load(folder)
     if rebase is not None:
         if rebase.get("stopped"):
             raise FatalError(
-                f"{rebase_state.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
+                f"{rebase_store.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
                 f"resolve, then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
             )
         _refuse_unexplained_changes(target, rebase)
-        done = rebase_state.settle(target, folder, rebase)
+        done = rebase_settle.finish_or_roll_back(target, folder, rebase)
         say(f"recovered {target.root}: {done}")
         return
     tmp = git.git_dir() / f"{STATE_FILE}.tmp"
@@ -89,7 +89,7 @@ def _refuse_unexplained_changes(target: Target, rebase: dict) -> None:
     Between its steps a rebase leaves the work tree clean, and a kill inside `git cherry-pick` leaves
     CHERRY_PICK_HEAD; anything else (a kill inside `git checkout`, or an edit since) is not guessed at."""
     git = target.git
-    if rebase.get("phase") == rebase_state.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+    if rebase.get("phase") == rebase_store.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
         return
     changed = git.run("diff", "--name-only", "HEAD").splitlines()
     if changed:

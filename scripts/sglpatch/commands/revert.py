@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglpatch import journal, rebase_state
+from sglpatch import journal, rebase_store
 from sglpatch.checkout_record import STATE_FILE, read_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_target_option, resolve_target
@@ -37,7 +37,7 @@ def run(args) -> int:
 
 def _revert_checkout(target: Target) -> None:
     git = target.git
-    rebase_state.refuse_in_progress(target)
+    rebase_store.refuse_in_progress(target)
     scratch = git.git_dir() / f"{STATE_FILE}.tmp"
     if scratch.exists():
         scratch.unlink()  # a run killed while writing the state file; the file itself is still whole
