@@ -66,7 +66,7 @@ test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; th
 	$(PY) -m pytest -ra tests/gpu
 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
-	$(PY) ci/gpu_leg.py $(TARGET_ARG) $(if $(LEG),--leg $(LEG),) $(if $(OUT),--out $(OUT),) $(if $(GPU_PYTHON),--python $(GPU_PYTHON),)
+	$(SGLPATCH) gpu-leg $(TARGET_ARG) $(if $(LEG),--leg $(LEG),) $(if $(OUT),--out $(OUT),) $(if $(GPU_PYTHON),--python $(GPU_PYTHON),)
 
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
 	$(PYTHON) ci/gpu_bundle.py --out .gpu-bundle

@@ -6,7 +6,20 @@ import argparse
 import sys
 
 from sglpatch import __version__
-from sglpatch.commands import apply, check, ci_check, drift, export, pr, rebase, recover, rerun, revert, status
+from sglpatch.commands import (
+    apply,
+    check,
+    ci_check,
+    drift,
+    export,
+    gpu_leg,
+    pr,
+    rebase,
+    recover,
+    rerun,
+    revert,
+    status,
+)
 from sglpatch.errors import FatalError
 from sglpatch.git import require_git, set_verbose
 
@@ -21,6 +34,10 @@ COMMANDS = {
     "pr": (pr, "build upstream PR branches and bodies per PR group; dry run unless --submit"),
     "export": (export, "write patches/ from commits in a git repo"),
     "rerun": (rerun, "per PR group: the /rerun-test comment lines for the upstream tests its files affect"),
+    "gpu-leg": (
+        gpu_leg,
+        "one GPU CI leg: apply, run upstream's test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary",
+    ),
     "ci-check": (ci_check, "check a GPU CI leg's JSON summary against ci/leg-expectations.json"),
 }
 
@@ -38,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command line, for a command that records how it was started
+    args.run_command = main  # for a command that runs another one in this process (gpu-leg runs apply)
     module = COMMANDS[args.command][0]
     set_verbose(args.verbose)
     try:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import importlib
 import importlib.util
+import json
 import subprocess
 import sys
 import zipfile
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sglpatch.ci_summary import kit_metadata_layouts
 from sglpatch.errors import FatalError
 from sglpatch.wheels import pip_download
 
@@ -30,6 +33,8 @@ def _load(name):
 
 apply_series = _load("apply_series")
 gpu_bundle = _load("gpu_bundle")
+sys.path.insert(0, str(CI))
+layouts = importlib.import_module("dsa_kit_layouts")  # the module the driver imports, not a copy
 
 
 def _tree(root: Path) -> Path:
@@ -124,24 +129,22 @@ def test_pip_itself_refuses_a_wheel_whose_hash_differs(tmp_path):
 def test_layout_helpers():
     import torch
 
-    drv = _load("dsa_kit_driver")
-
     class L(enum.Enum):
         PER_TOKEN = "per_token"
         NATIVE = "native"
         PAIRED = "paired"
 
-    assert [drv.normalize_layout(v) for v in L] == ["per_token", "native", "paired"]
-    assert drv.infer_from_ctx_lens(torch.zeros(8, 1), 2, 4) == "per_token"
-    assert drv.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
-    assert drv.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
-    assert drv.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
+    assert [layouts.normalize_layout(v) for v in L] == ["per_token", "native", "paired"]
+    assert layouts.infer_from_ctx_lens(torch.zeros(8, 1), 2, 4) == "per_token"
+    assert layouts.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
+    assert layouts.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
+    assert layouts.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
     # SM90 patched rule (no minimum batch size named by the tree -> 1)
-    assert drv.expected_layout(2, 8, 9, "patched") == "native"
-    assert drv.expected_layout(3, 8, 9, "patched") == "per_token"
-    assert drv.expected_layout(4, 8, 9, "patched") == "paired"
-    assert drv.expected_layout(4, 8, 9, "pristine") == "per_token"
-    assert drv.expected_layout(3, 1, 10, "pristine") == "native"
+    assert layouts.expected_layout(2, 8, 9, "patched") == "native"
+    assert layouts.expected_layout(3, 8, 9, "patched") == "per_token"
+    assert layouts.expected_layout(4, 8, 9, "patched") == "paired"
+    assert layouts.expected_layout(4, 8, 9, "pristine") == "per_token"
+    assert layouts.expected_layout(3, 1, 10, "pristine") == "native"
 
 
 def test_driver_collects_without_gpu():
@@ -171,7 +174,7 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
     import torch
 
     drv = _load("dsa_kit_driver")
-    monkeypatch.setattr(drv, "sm90_min_batch_size", lambda: 8)
+    monkeypatch.setattr(layouts, "sm90_min_batch_size", lambda: 8)
     monkeypatch.setenv("DSA_KIT_EXPECT", "patched")
     mode = types.SimpleNamespace(name="TARGET_VERIFY")
 
@@ -200,7 +203,7 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
         return dict(dsa=dsa, ForwardMode=types.SimpleNamespace(TARGET_VERIFY=mode), torch=fake_torch)
 
     def good(bs, n):
-        return drv.expected_layout(n, bs, 9, "patched")
+        return layouts.expected_layout(n, bs, 9, "patched")
 
     request = types.SimpleNamespace(node=types.SimpleNamespace(nodeid="t", user_properties=[]))
     for prefix, n in [((1,) * 8, 2), ((1,) * 8, 3), ((1,) * 8, 4), ((1,), 2)]:
@@ -211,3 +214,14 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
     drv.RECORDER.records.clear()
     with pytest.raises(AssertionError):  # per-token where paired is due
         drv._run_target_verify(make_kit(lambda bs, n: "per_token"), None, request, (1,) * 8, 4)
+
+
+def test_kit_metadata_layouts_reads_old_and_new_summaries():
+    committed = json.loads((CI.parent / "docs" / "ci" / "dsa_kit_patched_h200.json").read_text())
+    assert "layouts_seen" in committed and "metadata_layouts" not in committed  # written before the rename
+    old = kit_metadata_layouts(committed)
+    assert old["test_target_verify_eight_requests[bs8-next_n4]"]["field"] == ["paired"]
+    assert old["test_target_verify_eight_requests[bs8-next_n4]"]["schedule_ctx_lens_shapes"] == [[16, 2]]
+    renamed = dict(committed, metadata_layouts=old)
+    del renamed["layouts_seen"]
+    assert kit_metadata_layouts(renamed) == old
