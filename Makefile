@@ -84,8 +84,8 @@ bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain g
 		$(PY) bench/paged_mqa.py; else echo "bench/paged_mqa.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json"; fi
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
-	$(PY) -m ruff check scripts tests bench
-	$(PY) -m black --check -q scripts tests bench
+	$(PY) -m ruff check scripts tests testing bench
+	$(PY) -m black --check -q scripts tests testing bench
 	$(PY) -m ruff check ci
 	$(PY) -m black --check -q ci
 	$(VENV)/bin/actionlint ci/workflows/gpu-matrix.yml

@@ -19,15 +19,11 @@ Skips, with the reason, where there is no CUDA device, no SM90 device, or no
 from __future__ import annotations
 
 import math
-import os
 import random
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
-import paged_mqa as pm
+from bench import paged_mqa as pm
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 

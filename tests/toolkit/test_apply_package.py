@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import BACKEND, NEW_FILE, SECOND, fingerprint
-
 from sglpatch import journal
 from sglpatch.series import load_series
 from sglpatch.write_states import WriteState
+from testing.sglang_trees import BACKEND, NEW_FILE, SECOND, fingerprint
 
 
 def _local(package, upstream_path):

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import OVERLAP, SECOND, fingerprint, make_series
 
 from sglpatch.git import Git, init_repo
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
+from testing.sglang_trees import OVERLAP, SECOND, fingerprint, make_series
 
 LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
