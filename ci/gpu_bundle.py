@@ -27,7 +27,6 @@ series through its parser (scripts/sglpatch/series.py); nothing else beyond the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import re
@@ -43,6 +42,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from sglpatch.errors import FatalError  # noqa: E402
 from sglpatch.series import SERIES_FILE, parse_series_text  # noqa: E402
+from sglpatch.wheels import file_sha256 as sha256_file  # noqa: E402
 from sglpatch.wheels import pip_download  # noqa: E402
 
 DEFAULT_CACHE = REPO / ".cache" / "gpu-bundle"
@@ -86,14 +86,6 @@ def log(msg: str) -> None:
 
 def norm(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------
