@@ -28,6 +28,18 @@ OVERLAP = "python/sglang/srt/managers/overlap_utils.py"
 SECOND = "python/sglang/global_config.py"  # unchanged from 0.5.14 to 0.5.17
 NEW_FILE = "python/sglang/srt/layers/attention/dsa/layout_note.py"
 AUTHOR = ("Ada Patchwright", "ada@example.com")
+# what a conftest takes with `from testing.sglang_trees import *`: the fixtures
+__all__ = [
+    "_clean_git_env",
+    "project_pin",
+    "wheel_path",
+    "base_repo",
+    "series_dir",
+    "checkout",
+    "package",
+    "patches",
+    "sglpatch",
+]
 
 
 @pytest.fixture(autouse=True)

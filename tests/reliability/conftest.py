@@ -11,17 +11,7 @@ from __future__ import annotations
 import json
 
 from testing.fault_harness import GRID_PROPERTY
-from testing.sglang_trees import (  # noqa: F401  (fixtures are found by name)
-    _clean_git_env,
-    base_repo,
-    checkout,
-    package,
-    patches,
-    project_pin,
-    series_dir,
-    sglpatch,
-    wheel_path,
-)
+from testing.sglang_trees import *  # noqa: F401,F403  (fixtures are found by name)
 
 
 def pytest_terminal_summary(terminalreporter):
