@@ -19,16 +19,16 @@ def interrupted_state(target: Target) -> str | None:
         if (git_dir / f"{STATE_FILE}.tmp").exists():
             return "start"
         record = read_state(target)
-        state = record.get("state", WriteState.APPLIED) if record else None
+        state = record.state if record else None
         return {WriteState.APPLYING: "apply", WriteState.REVERTING: "revert"}.get(state)
     if journal.has_leftover(target.root):
         return "start"
     record = journal.read_journal(target.root)
     if record is None:
         return None
-    if record["state"] == WriteState.APPLIED:
+    if record.state == WriteState.APPLIED:
         return "start" if journal.stray_files(target.root, record) else None
-    return {WriteState.APPLYING: "apply", WriteState.REVERTING: "revert"}[record["state"]]
+    return {WriteState.APPLYING: "apply", WriteState.REVERTING: "revert"}[record.state]
 
 
 def refuse_interrupted(target: Target) -> None:

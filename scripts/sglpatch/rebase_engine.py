@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch import hints, rebase_settle, rebase_store
-from sglpatch.checkout_record import read_state
+from sglpatch.checkout_record import CheckoutRecord, read_state
 from sglpatch.checks import compile_error, import_error
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
-from sglpatch.rebase_store import REPLAYING, SERIES_REF, save
+from sglpatch.rebase_store import REPLAYING, SERIES_REF, Stop, StopKind, save, stop_of
 from sglpatch.releases import release_commit, release_date, release_of
 from sglpatch.replay import Landing, land, series_commits
 from sglpatch.series import Series, load_series
@@ -94,7 +94,7 @@ def _stopped_on_error(target: Target, folder: Path):
         names = state["patches"] + ["the end (writing the result)"]
         name = names[index - 1] if recheck else names[index]
         head = target.git.run("rev-parse", "HEAD")
-        state["stopped"] = {"patch": name, "error": why, "head": head, "recheck": recheck}
+        state["stopped"] = Stop(StopKind.ERROR, name, head, problem=why, recheck=recheck).to_json()
         with write_phase():
             save(folder, state)
         raise Stopped(
@@ -212,7 +212,7 @@ def _stop_at_conflict(git: Git, folder: Path, state: dict, name: str, upstream: 
     files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
     hint = f" ({upstream}: consider --abort, then --drop-upstreamed)" if upstream else ""
     head = git.run("rev-parse", "HEAD")
-    state["stopped"] = {"patch": name, "files": files, "upstream": upstream, "head": head}
+    state["stopped"] = Stop(StopKind.CONFLICT, name, head, files, upstream).to_json()
     save(folder, state)
     raise Stopped(
         f"{name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
@@ -240,7 +240,7 @@ def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
         problem = import_error(git.workdir, changed)
     if problem:
         head = git.run("rev-parse", "HEAD~1")  # what the patch went onto: an amended commit still sits on it
-        state["stopped"] = {"patch": name, "files": changed, "check": problem, "head": head}
+        state["stopped"] = Stop(StopKind.CHECK, name, head, changed, problem=problem).to_json()
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
@@ -260,7 +260,7 @@ def resume(target: Target, folder: Path, state: dict | None) -> int:
     git = target.git
     if state is None:
         raise FatalError("no rebase in progress here")
-    stopped = state.get("stopped")
+    stopped = stop_of(state)
     if stopped is None:
         rebase_store.refuse_in_progress(target)
     rebase_store.check_can_go_on(state, folder)
@@ -273,25 +273,25 @@ def resume(target: Target, folder: Path, state: dict | None) -> int:
         )
     series = load_series(patch_dir)
     with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
-        if "check" in stopped or "error" in stopped:  # the user fixed it: amended the commit, or the cause
+        if stopped.kind != StopKind.CONFLICT:  # the user fixed it: amended the commit, or the cause
             state.pop("stopped")
-            state["resolved_by_hand"] = state.get("resolved_by_hand") or "check" in stopped
+            state["resolved_by_hand"] = state.get("resolved_by_hand") or stopped.kind == StopKind.CHECK
             with write_phase():
                 save(folder, state)
-            if "check" in stopped or stopped.get("recheck"):
-                _check_prefix(git, folder, state, stopped["patch"])
+            if stopped.kind == StopKind.CHECK or stopped.recheck:
+                _check_prefix(git, folder, state, stopped.patch)
         else:
             _commit_resolution(git, folder, state, stopped)
-            _record(folder, state, stopped["patch"], RESOLVED, "")
-            _check_prefix(git, folder, state, stopped["patch"])
+            _record(folder, state, stopped.patch, RESOLVED, "")
+            _check_prefix(git, folder, state, stopped.patch)
         return _replay(target, folder, state, series)
 
 
-def _refuse_moved_since_stop(git: Git, state: dict, stopped: dict) -> None:
+def _refuse_moved_since_stop(git: Git, state: dict, stopped: Stop) -> None:
     """--continue builds on HEAD: it must still be the detached rebase, on ONTO and on where it stopped."""
     branch = git.current_branch()
     head = git.run("rev-parse", "HEAD")
-    where = stopped.get("head") or state["onto"]
+    where = stopped.head or state["onto"]
     if branch is not None or not (git.is_ancestor(state["onto"], head) and git.is_ancestor(where, head)):
         raise FatalError(
             f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
@@ -299,12 +299,12 @@ def _refuse_moved_since_stop(git: Git, state: dict, stopped: dict) -> None:
         )
 
 
-def _commit_resolution(git: Git, folder: Path, state: dict, stopped: dict) -> None:
+def _commit_resolution(git: Git, folder: Path, state: dict, stopped: Stop) -> None:
     """Commit the resolved conflict, unless the user (or a run killed right after) already did."""
     if not (git.git_dir() / "CHERRY_PICK_HEAD").exists():
-        if git.run("rev-parse", "HEAD") == stopped.get("head"):
+        if git.run("rev-parse", "HEAD") == stopped.head:
             raise FatalError(
-                f"the cherry-pick of {stopped['patch']} is gone and nothing was committed for it; "
+                f"the cherry-pick of {stopped.patch} is gone and nothing was committed for it; "
                 f"run {hints.ABORT_REBASE} and start again"
             )
         state["resolved_by_hand"] = True
@@ -369,23 +369,20 @@ def _finish(target: Target, folder: Path, state: dict, series: Series) -> int:
     return 0
 
 
-def _checkout_record(target: Target, state: dict, branch: str) -> dict:
+def _checkout_record(target: Target, state: dict, branch: str) -> CheckoutRecord:
     """What `apply` would have recorded for the rebased branch; the record it replaces is kept inside."""
     git = target.git
     touched = git.run("diff", "--name-only", "--no-renames", state["onto"], "HEAD").splitlines()
-    record = {
-        "state": WriteState.APPLIED,
-        "branch": branch,
-        "previous": state["original"],
-        "head": git.run("rev-parse", "HEAD"),
-        "patches": [o["patch"] for o in state["outcomes"] if "dropped" not in o["detail"]],
-        "touched": sorted(touched),
-        "rebased_onto": state["onto_name"],
-    }
-    before = read_state(target)
-    if before is not None:
-        record["before"] = before
-    return record
+    return CheckoutRecord(
+        state=WriteState.APPLIED,
+        branch=branch,
+        previous=state["original"],
+        head=git.run("rev-parse", "HEAD"),
+        patches=[o["patch"] for o in state["outcomes"] if "dropped" not in o["detail"]],
+        touched=sorted(touched),
+        rebased_onto=state["onto_name"],
+        before=read_state(target),
+    )
 
 
 def _pin_for(release: str, old: Pin) -> Pin:

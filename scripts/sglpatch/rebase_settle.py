@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.checkout_record import STATE_FILE, write_state
+from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
@@ -74,7 +74,9 @@ def roll_back(git: Git, folder: Path, state: dict) -> None:
     remove_state_folder(folder)
 
 
-def stage(folder: Path, state: dict, series_files: dict[str, bytes], report: tuple[str, str] | None, record: dict):
+def stage(
+    folder: Path, state: dict, series_files: dict[str, bytes], report: tuple[str, str] | None, record: CheckoutRecord
+):
     """Write the result under staged/ (durably), then mark the rebase as installing: from here on it goes
     forward. `report` is (path, text) of the range-diff; `record` the checkout record of the rebased branch."""
     staged = folder / STAGED_SERIES
@@ -89,7 +91,7 @@ def stage(folder: Path, state: dict, series_files: dict[str, bytes], report: tup
         "files": list(series_files),
         "series_digest": folder_digest(_after_install(Path(state["patch_dir"]), series_files)),
         "report": report[0] if report else None,
-        "record": record,
+        "record": record.to_json(),
     }
     state["phase"] = INSTALLING
     save(folder, state)
@@ -125,7 +127,7 @@ def install(target: Target, folder: Path, state: dict) -> None:
         report.parent.mkdir(parents=True, exist_ok=True)
         write_durably(report, (folder / STAGED_REPORT).read_bytes(), fault_points=False)
         fault_point("rebase install: range-diff written")
-    write_state(target, plan["record"])
+    write_state(target, CheckoutRecord.from_json(plan["record"]))
     fault_point(f"rebase install: {STATE_FILE} written")
     if plan["files"]:
         (patch_dir / REWRITE_MARKER).unlink(missing_ok=True)

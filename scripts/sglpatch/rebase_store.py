@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from sglpatch import hints
+from sglpatch.checkout_record import CheckoutRecord
 from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
@@ -26,6 +29,57 @@ DELETING = STATE_DIR + ".deleting"  # the state folder on its way out: never rea
 SERIES_REF = "refs/sglpatch/rebase/series"
 REPLAYING, INSTALLING = "replaying", "installing"
 STAGED_SERIES, STAGED_REPORT = "staged/series", "staged/report.txt"
+
+
+class StopKind(StrEnum):
+    CONFLICT = "conflict"  # the patch did not merge: resolve, `git add`, continue
+    CHECK = "failing check"  # the prefix ending at the patch does not compile or import: amend, continue
+    ERROR = "error"  # anything else (a failed download, a git failure): fix the cause, continue
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a rebase waits for the user: the state's "stopped" object, one type for its three kinds."""
+
+    kind: StopKind
+    patch: str  # the patch it stopped at ("the end (writing the result)" for an error after the last)
+    head: str | None = None  # HEAD when it stopped: what --continue builds on
+    files: list[str] = field(default_factory=list)  # conflict: unmerged files; check: the files checked
+    upstream: str | None = None  # conflict: why the patch may already be upstream
+    problem: str = ""  # check: what failed; error: the error
+    recheck: bool = False  # error: the patch was recorded but its check had not passed yet
+
+    @classmethod
+    def from_json(cls, data) -> Stop:
+        if not (isinstance(data, dict) and isinstance(data.get("patch"), str)):
+            raise ValueError("stopped is not a patch record")
+        if "check" in data:
+            return cls(StopKind.CHECK, data["patch"], data.get("head"), data.get("files", []), problem=data["check"])
+        if "error" in data:
+            return cls(
+                StopKind.ERROR,
+                data["patch"],
+                data.get("head"),
+                problem=data["error"],
+                recheck=data.get("recheck", False),
+            )
+        return cls(StopKind.CONFLICT, data["patch"], data.get("head"), data.get("files", []), data.get("upstream"))
+
+    def to_json(self) -> dict:
+        if self.kind == StopKind.CHECK:
+            return {"patch": self.patch, "files": self.files, "check": self.problem, "head": self.head}
+        if self.kind == StopKind.ERROR:
+            return {"patch": self.patch, "error": self.problem, "head": self.head, "recheck": self.recheck}
+        return {"patch": self.patch, "files": self.files, "upstream": self.upstream, "head": self.head}
+
+    def describe(self) -> str:
+        why = "conflict" if self.kind == StopKind.CONFLICT else f"{self.kind}: {self.problem}"
+        return f"a rebase is stopped at {self.patch} ({why})"
+
+
+def stop_of(state: dict) -> Stop | None:
+    """Why the rebase in `state` waits for the user; None when it does not (it runs, or was interrupted)."""
+    return Stop.from_json(state["stopped"]) if state.get("stopped") else None
 
 
 def state_dir(git: Git) -> Path:
@@ -89,10 +143,8 @@ def _check_shape(state) -> None:
     _check_fields(state, _REQUIRED)
     if state["phase"] not in (REPLAYING, INSTALLING):
         raise ValueError(f"unknown phase {state['phase']!r}")
-    if "stopped" in state and not (
-        isinstance(state["stopped"], dict) and isinstance(state["stopped"].get("patch"), str)
-    ):
-        raise ValueError("stopped is not a patch record")
+    if "stopped" in state:
+        Stop.from_json(state["stopped"])
     if state["phase"] == INSTALLING:
         _check_fields(state, {"patch_dir": str, "series_digest": str})
         _check_install_plan(state.get("install"))
@@ -128,8 +180,9 @@ def _check_install_plan(plan) -> None:
     if not all(isinstance(n, str) and n and Path(n).name == n and not n.startswith(".") for n in plan["files"]):
         raise ValueError("install names a file that is not a plain name")
     record = plan.get("record")
-    if not (isinstance(record, dict) and all(isinstance(record.get(k), str) for k in ("branch", "previous", "head"))):
+    if not (isinstance(record, dict) and isinstance(record.get("head"), str)):
         raise ValueError("install has no checkout record")
+    CheckoutRecord.from_json(record)
     if not (plan.get("report") is None or isinstance(plan["report"], str)):
         raise ValueError("install's report is not a path")
 
@@ -150,11 +203,4 @@ def refuse_in_progress(target: Target) -> None:
 
 
 def describe_stop(state: dict) -> str:
-    stopped = state["stopped"]
-    if "check" in stopped:
-        why = f"failing check: {stopped['check']}"
-    elif "error" in stopped:
-        why = f"error: {stopped['error']}"
-    else:
-        why = "conflict"
-    return f"a rebase is stopped at {stopped['patch']} ({why})"
+    return stop_of(state).describe()

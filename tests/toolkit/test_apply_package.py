@@ -20,7 +20,7 @@ def test_apply_rewrites_files_and_revert_restores_every_byte(sglpatch, package, 
     assert code == 0, err
     assert "# test series: second patch" in _local(package, SECOND).read_text()
     assert _local(package, NEW_FILE).is_file()
-    assert journal.read_journal(package)["state"] == WriteState.APPLIED
+    assert journal.read_journal(package).state == WriteState.APPLIED
     assert not list(package.rglob("*.rej")) and not list(package.rglob("*.sglpatch-tmp"))
     code, out, err = sglpatch("revert", "--sglang", package)
     assert code == 0, err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from sglpatch import hints, journal
-from sglpatch.checkout_record import STATE_FILE, write_state
+from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
@@ -93,14 +93,14 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
-    record = {
-        "state": WriteState.APPLYING,
-        "branch": branch,
-        "previous": previous,
-        "head": parent,
-        "patches": [s.patch.name for s in plan.states],
-        "touched": sorted({p for s in plan.states for p in s.patch.touched_paths}),
-    }
+    record = CheckoutRecord(
+        state=WriteState.APPLYING,
+        branch=branch,
+        previous=previous,
+        head=parent,
+        patches=[s.patch.name for s in plan.states],
+        touched=sorted({p for s in plan.states for p in s.patch.touched_paths}),
+    )
     write_state(plan.target, record)
     try:
         plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
@@ -115,7 +115,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
         last = (err.strip().splitlines() or ["git failed"])[-1]
         raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
     fault_point("checkout: switched to the branch")
-    write_state(plan.target, {**record, "state": WriteState.APPLIED})
+    write_state(plan.target, record.with_state(WriteState.APPLIED))
     return branch
 
 

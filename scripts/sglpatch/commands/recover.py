@@ -72,12 +72,12 @@ def _recover_checkout(target: Target) -> None:
     if record is None:
         say(f"nothing to recover: {target.root} has no series applied by sglpatch; it is {AS_IT_WAS}")
         return
-    if record.get("state") in INTERRUPTED:
+    if record.state in INTERRUPTED:
         say(undo_checkout(target, record))
         say(f"recovered {target.root}: it is {AS_IT_WAS}")
         return
-    branch = record["branch"]
-    if git.current_branch() == branch and git.run("rev-parse", "HEAD") == record.get("head"):
+    branch = record.branch
+    if git.current_branch() == branch and git.run("rev-parse", "HEAD") == record.head:
         say(f"nothing to recover: {target.root} is {PATCHED} (branch {branch})")
     else:
         say(f"nothing to recover: the series is applied on branch {branch}, which {target.root} is not on")
@@ -110,8 +110,8 @@ def _recover_package(target: Target, force: bool) -> None:
     if record is None:
         say(f"nothing to recover: {root} has no sglpatch journal; it is {AS_IT_WAS}")
         return
-    if record["state"] in INTERRUPTED:
-        done = "rolled back the interrupted apply" if record["state"] == WriteState.APPLYING else "finished the revert"
+    if record.state in INTERRUPTED:
+        done = "rolled back the interrupted apply" if record.state == WriteState.APPLYING else "finished the revert"
         with write_phase(f"{done}: {root} is {AS_IT_WAS}"):
             restored = journal.restore(root, force=force)
         say(f"recovered {root}: {done} ({len(restored)} files restored byte for byte); it is {AS_IT_WAS}")

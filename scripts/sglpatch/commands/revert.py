@@ -44,15 +44,15 @@ def _revert_checkout(target: Target) -> None:
     record = read_state(target)
     if record is None:
         raise FatalError(f"{target.root} has no series applied by sglpatch: nothing to revert")
-    if record.get("state") in INTERRUPTED:
+    if record.state in INTERRUPTED:
         say(undo_checkout(target, record))
         return
-    branch, head = record["branch"], record["head"]
+    branch, head = record.branch, record.head
     if git.current_branch() != branch:
         raise FatalError(f"{target.root} is not on {branch} (the series branch); switch to it or revert by hand")
     if git.run("rev-parse", "HEAD") != head:
         raise FatalError(f"{branch} has commits after the series; revert by hand so they are not lost")
-    dirty = dirty_paths(target, record.get("touched", []) or ["python/sglang"])
+    dirty = dirty_paths(target, record.touched or ["python/sglang"])
     if dirty:
         raise FatalError(
             f"uncommitted changes under the series' files: {', '.join(dirty[:5])}; commit or stash them first"
