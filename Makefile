@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-SGLPATCH := $(VENV)/bin/sglpatch
+SGLPATCH := $(VENV)/bin/sglpatch$(if $(V), -v,)
 
 SGLANG   ?=
 ONTO     ?=
@@ -66,7 +66,7 @@ test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer 
 	$(PY) -m pytest -ra tests/gpu
 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
-	$(PY) ci/gpu_leg.py $(TARGET_ARG) $(if $(LEG),--leg $(LEG),) $(if $(OUT),--out $(OUT),) $(if $(GPU_PYTHON),--python $(GPU_PYTHON),)
+	$(SGLPATCH) gpu-leg $(TARGET_ARG) $(if $(LEG),--leg $(LEG),) $(if $(OUT),--out $(OUT),) $(if $(GPU_PYTHON),--python $(GPU_PYTHON),)
 
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
 	$(PYTHON) ci/gpu_bundle.py --out .gpu-bundle
@@ -84,8 +84,8 @@ bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain g
 		$(PY) bench/paged_mqa.py && $(PY) bench/indexer_step.py --grid full; else echo "bench/paged_mqa.py, bench/indexer_step.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json, docs/results/indexer_h200.json"; fi
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
-	$(PY) -m ruff check scripts tests bench
-	$(PY) -m black --check -q scripts tests bench
+	$(PY) -m ruff check scripts tests testing bench
+	$(PY) -m black --check -q scripts tests testing bench
 	$(PY) -m ruff check ci
 	$(PY) -m black --check -q ci
 	$(VENV)/bin/actionlint ci/workflows/gpu-matrix.yml

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglpatch.base import commit_release
 from sglpatch.git import init_repo
 from sglpatch.pin import load_pin
 from sglpatch.project import PROJECT_ROOT
+from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import fetch_wheel
 
@@ -41,7 +41,7 @@ def main() -> int:
             tmp = Path(tmp)
             for name in ("ours", "theirs"):
                 rows["base from wheel"].append(
-                    timed(lambda n=name: commit_release(init_repo(tmp / n), wheel, pin.release, pin.tag, pin.date))
+                    timed(lambda n=name: check_out_release(init_repo(tmp / n), pin.release, wheel, date=pin.date))
                 )
             rows["sglpatch apply"].append(
                 timed(lambda: run([sys.executable, "-m", "sglpatch", "apply", "--sglang", str(tmp / "ours")]))

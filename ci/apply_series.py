@@ -12,8 +12,9 @@ DIR is the folder that contains `sglang/` (the package, not a git checkout).
 
 Patches may name files as a/python/sglang/... (a git checkout of sglang) or a/sglang/...
 (a package folder); the strip level is worked out per patch from where `sglang/` starts.
-Each patch is applied with `git apply` (outside any repository), else `patch`, else a small
-exact-context applier in this file.  Any failure stops the series with a non-zero exit.
+The series file is read by the toolkit's own parser (scripts/sglpatch/series.py) and each
+patch is applied with `git apply` through the toolkit's git runner (scripts/sglpatch/git.py),
+or with `patch` on a box without git. Any failure stops the series with a non-zero exit.
 --record writes JSON: the patches applied, their sha256, and the tool used.
 """
 
@@ -22,12 +23,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from sglpatch.errors import FatalError  # noqa: E402
+from sglpatch.git import Git  # noqa: E402
+from sglpatch.series import SERIES_FILE, parse_series_text  # noqa: E402
 
 HEADER = re.compile(r"^(?:diff --git a/(\S+) b/\S+|--- (?:a/)?(\S+))")
 
@@ -37,7 +43,7 @@ def list_series(source: str) -> list[Path]:
         return []
     src = Path(source).resolve()  # patches are applied from inside the package folder
     if src.is_dir():
-        series = src / "series"
+        series = src / SERIES_FILE
         if series.exists():
             return _read_series(series)
         return sorted(src.glob("*.patch"))
@@ -49,12 +55,12 @@ def list_series(source: str) -> list[Path]:
 
 
 def _read_series(series: Path) -> list[Path]:
+    try:
+        names = parse_series_text(series.read_text(encoding="utf-8"), str(series))
+    except FatalError as exc:
+        raise SystemExit(str(exc)) from None
     out = []
-    for line in series.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name = line.split()[0]  # quilt allows options after the name; we take none
+    for name in names:
         p = series.parent / name
         if not p.exists():
             raise SystemExit(f"{series}: {name} not found")
@@ -76,20 +82,15 @@ def strip_level(patch: Path) -> int:
     raise SystemExit(f"{patch.name}: no file under sglang/ found in its headers")
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    # never let git discover a repository above the package folder
-    env["GIT_CEILING_DIRECTORIES"] = "/"
-    return env
-
-
 def apply_one(patch: Path, root: Path, level: int) -> str:
     if shutil.which("git"):
-        base = ["git", "apply", f"-p{level}", "--whitespace=nowarn"]
-        chk = subprocess.run(base + ["--check", str(patch)], cwd=root, env=_env(), capture_output=True, text=True)
-        if chk.returncode != 0:
-            raise SystemExit(f"git apply --check {patch.name} failed:\n{chk.stderr}")
-        subprocess.run(base + [str(patch)], cwd=root, env=_env(), check=True)
+        # GIT_CEILING_DIRECTORIES: never let git take a repository above the package folder for its own
+        git = Git(root, {"GIT_CEILING_DIRECTORIES": "/"})
+        options = (f"-p{level}", "--whitespace=nowarn")
+        status, _, err = git.try_run("apply", *options, "--check", str(patch))
+        if status != 0:
+            raise SystemExit(f"git apply --check {patch.name} failed:\n{err}")
+        git.run("apply", *options, str(patch))
         return "git apply"
     if shutil.which("patch"):
         base = ["patch", f"-p{level}", "--forward", "--batch", "--fuzz=0", "-i", str(patch)]
@@ -98,61 +99,7 @@ def apply_one(patch: Path, root: Path, level: int) -> str:
             raise SystemExit(f"patch --dry-run {patch.name} failed:\n{chk.stdout}{chk.stderr}")
         subprocess.run(base, cwd=root, check=True, stdout=subprocess.DEVNULL)
         return "patch"
-    _apply_python(patch, root, level)
-    return "python"
-
-
-# ---------------------------------------------------------------------------
-# Last resort: unified diffs with exact context (no fuzz, no renames/binaries).
-# ---------------------------------------------------------------------------
-HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def _apply_python(patch: Path, root: Path, level: int) -> None:
-    lines = patch.read_text().splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        if not lines[i].startswith("--- "):
-            i += 1
-            continue
-        old = lines[i][4:].split("\t")[0].strip()
-        new = lines[i + 1][4:].split("\t")[0].strip()
-        i += 2
-        target = new if new != "/dev/null" else old
-        rel = Path(*target.split("/")[level:])
-        path = root / rel
-        src = path.read_text().splitlines(keepends=True) if old != "/dev/null" else []
-        out, pos = [], 0
-        while i < len(lines) and lines[i].startswith("@@"):
-            m = HUNK.match(lines[i])
-            start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
-            i += 1
-            before, after = [], []
-            while i < len(lines) and lines[i][:1] in (" ", "-", "+", "\\"):
-                tag, body = lines[i][:1], lines[i][1:]
-                if tag == "\\":
-                    prev = after if after else before
-                    if prev:
-                        prev[-1] = prev[-1].rstrip("\n")
-                elif tag == " ":
-                    before.append(body)
-                    after.append(body)
-                elif tag == "-":
-                    before.append(body)
-                else:
-                    after.append(body)
-                i += 1
-            if src[start : start + len(before)] != before:
-                raise SystemExit(f"{patch.name}: hunk at {rel}:{start + 1} does not match")
-            out.extend(src[pos:start])
-            out.extend(after)
-            pos = start + len(before)
-        out.extend(src[pos:])
-        if new == "/dev/null":
-            path.unlink()
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(out))
+    raise SystemExit("neither git nor patch is on PATH: cannot apply the series")
 
 
 def main(argv=None) -> int:

@@ -3,8 +3,9 @@
 
 The GPU box (see docs/gpu-bundle.md) has python3 3.12 and torch 2.11+cu130 but no package
 registry.  This script, run on a machine that reaches PyPI, downloads every wheel the kit needs
-and the box lacks, checks each one against the sha256 recorded in ci/gpu-bundle.lock, and packs
-three xz-compressed tar files into the output folder:
+and the box lacks, named with its sha256 in two hashed requirements files (pip itself refuses a
+wheel whose hash differs: `--require-hashes`), and packs three xz-compressed tar files into the
+output folder:
 
   deps.tar.xz        pinned third-party wheels, unpacked into one site folder (site/...)
   sgl-kernel.tar.xz  sgl_kernel + triton_kernels from sglang-kernel, without FA3 and sm100/
@@ -16,19 +17,20 @@ plus MANIFEST.json (what went in, sizes, hashes).  Wheels are cached in .cache/g
 
 Usage:
   python ci/gpu_bundle.py --out .gpu-bundle            # download (cached), verify, pack
-  python ci/gpu_bundle.py --out .gpu-bundle --update-lock   # (re)write hashes into the lock
-  python ci/gpu_bundle.py --verify-only                # check cached wheels against the lock
+  python ci/gpu_bundle.py --update-hashes              # after changing a pin: record the new hashes
+  python ci/gpu_bundle.py --verify-only                # check cached wheels against the hashes
 
-Only the standard library and `python -m pip download` are used.
+Downloads go through the toolkit's one `pip download` (scripts/sglpatch/wheels.py) and the
+series through its parser (scripts/sglpatch/series.py); nothing else beyond the standard library.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
-import subprocess
+import re
+import shutil
 import sys
 import tarfile
 import time
@@ -36,63 +38,19 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_LOCK = REPO / "ci" / "gpu-bundle.lock"
-DEFAULT_CACHE = REPO / ".cache" / "gpu-bundle"
+sys.path.insert(0, str(REPO / "scripts"))
 
-# ---------------------------------------------------------------------------
-# What goes in.  Versions are exact: sglang 0.5.14's own pins where it has one
-# (transformers, openai, flashinfer, ...), the versions measured to work on the
-# H200 image for DeepGEMM (sglang itself pins sgl-deep-gemm 0.1.3 / tvm-ffi 0.1.9,
-# which do not build against torch 2.11+cu130), and for unpinned names a release
-# that imports with the rest (fastapi stops before 0.145, which pulls in
-# opentelemetry at import time).
-# ---------------------------------------------------------------------------
-DEP_PINS: list[tuple[str, str, str]] = [
-    # name, version, why
-    ("transformers", "5.8.1", "sglang pin; the box has 5.17, which 0.5.14 cannot use"),
-    ("tokenizers", "0.22.2", "transformers 5.8.1 needs <=0.23.0; the box has 0.23.2"),
-    ("flashinfer-python", "0.6.12", "sglang pin; imported at module level by the sampler"),
-    ("openai", "2.6.1", "sglang pin"),
-    ("jiter", "0.19.0", "openai"),
-    ("distro", "1.9.0", "openai"),
-    ("sniffio", "1.3.1", "openai"),
-    ("pydantic", "2.14.4", "sglang server args / protocol types"),
-    ("pydantic-core", "2.50.5", "pydantic 2.14.4 exact pin"),
-    ("annotated-types", "0.8.0", "pydantic"),
-    ("typing-inspection", "0.4.5", "pydantic, fastapi"),
-    ("typing-extensions", "4.16.0", "pydantic 2.14 needs >=4.16"),
-    ("fastapi", "0.140.12", "imported by sglang entrypoints"),
-    ("starlette", "1.10.0", "fastapi"),
-    ("uvicorn", "0.54.0", "imported by sglang entrypoints"),
-    ("orjson", "3.13.0", "sglang"),
-    ("pybase64", "1.5.1", "sglang"),
-    ("msgspec", "0.23.0", "sglang"),
-    ("gguf", "0.19.0", "sglang model loader"),
-    ("compressed-tensors", "0.20.1", "sglang quantization imports"),
-    ("loguru", "0.7.3", "compressed-tensors"),
-    ("partial-json-parser", "0.2.1.1.post7", "sglang"),
-    ("dill", "0.4.1", "sglang"),
-    ("pyzmq", "27.3.0", "sglang"),
-    ("setproctitle", "1.3.8", "sglang"),
-    ("ipython", "9.18.1", "sglang imports IPython"),
-    ("ipython-pygments-lexers", "1.1.1", "ipython"),
-    ("jedi", "0.20.1", "ipython"),
-    ("parso", "0.8.7", "jedi"),
-    ("matplotlib-inline", "0.2.2", "ipython"),
-    ("traitlets", "5.16.1", "ipython"),
-    ("pexpect", "4.9.0", "ipython"),
-    ("ptyprocess", "0.7.0", "pexpect"),
-    ("prompt-toolkit", "3.0.53", "ipython"),
-    ("wcwidth", "0.9.4", "prompt-toolkit"),
-    ("stack-data", "0.6.3", "ipython"),
-    ("executing", "2.3.0", "stack-data"),
-    ("asttokens", "3.0.2", "stack-data"),
-    ("pure-eval", "0.2.4", "stack-data"),
-    ("sgl-deep-gemm", "0.1.5.post1", "import deep_gemm for torch 2.11 / CUDA 13 (JIT at first use)"),
-    ("apache-tvm-ffi", "0.1.11", "sgl-deep-gemm and flashinfer runtime"),
-]
-SGLANG_PIN = ("sglang", "0.5.14")
-KERNEL_PIN = ("sglang-kernel", "0.4.4")
+from sglpatch.errors import FatalError  # noqa: E402
+from sglpatch.series import SERIES_FILE, parse_series_text  # noqa: E402
+from sglpatch.wheels import file_sha256 as sha256_file  # noqa: E402
+from sglpatch.wheels import pip_download  # noqa: E402
+
+DEFAULT_CACHE = REPO / ".cache" / "gpu-bundle"
+# What goes in, with why each version: pinned and hashed in these files (one per target Python).
+DEPS_REQUIREMENTS = REPO / "ci" / "gpu-bundle-requirements.txt"
+SGLANG_REQUIREMENTS = REPO / "ci" / "gpu-bundle-sglang-requirements.txt"
+KERNEL_NAME = "sglang-kernel"
+_REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+) --hash=sha256:(?P<sha256>[0-9a-f]{64})\b")
 
 # Target interpreter of the GPU box.  pip matches manylinux tags exactly, so list them.
 PY_VERSION = "3.12"
@@ -130,50 +88,27 @@ def norm(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # ---------------------------------------------------------------------------
-# Lock file: one line per wheel, tab separated:  role name version filename sha256 size
+# Hashed requirements: `name==version --hash=sha256:HEX  # why`, one wheel a line
 # ---------------------------------------------------------------------------
-def read_lock(path: Path) -> dict[str, dict]:
-    entries: dict[str, dict] = {}
-    if not path.exists():
-        return entries
-    for line in path.read_text().splitlines():
+def read_requirements(path: Path) -> list[dict]:
+    pins = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
-        role, name, version, filename, digest, size = line.split("\t")
-        entries[norm(name)] = dict(
-            role=role,
-            name=name,
-            version=version,
-            filename=filename,
-            sha256=digest,
-            size=int(size),
-        )
-    return entries
+        match = _REQUIREMENT.match(line)
+        if not match:
+            raise SystemExit(f"{path}:{number}: not a `name==version --hash=sha256:HEX` line")
+        pins.append(match.groupdict())
+    return pins
 
 
-def write_lock(path: Path, entries: list[dict]) -> None:
-    lines = [
-        "# Wheels bundled for the air-gapped GPU run of sglang's DSA kit (ci/gpu_bundle.py).",
-        "# Regenerate with: python ci/gpu_bundle.py --update-lock",
-        "# role\tname\tversion\tfilename\tsha256\tsize",
-    ]
-    for e in entries:
-        lines.append("\t".join([e["role"], e["name"], e["version"], e["filename"], e["sha256"], str(e["size"])]))
-    path.write_text("\n".join(lines) + "\n")
+def _role(path: Path, name: str) -> str:
+    if path == SGLANG_REQUIREMENTS:
+        return "sglang"
+    return "kernel" if norm(name) == KERNEL_NAME else "dep"
 
 
-# ---------------------------------------------------------------------------
-# Download
-# ---------------------------------------------------------------------------
 def wheel_matches(filename: str, name: str, version: str) -> bool:
     if not filename.endswith(".whl"):
         return False
@@ -186,69 +121,55 @@ def find_cached(cache: Path, name: str, version: str) -> Path | None:
     return hits[0] if hits else None
 
 
-def pip_download(cache: Path, name: str, version: str, py_version: str) -> Path:
-    found = find_cached(cache, name, version)
-    if found:
-        return found
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        py_version,
-        "--implementation",
-        "cp",
-        "--dest",
-        str(cache),
-        "--quiet",
-    ]
-    for plat in PLATFORMS:
-        cmd += ["--platform", plat]
-    cmd.append(f"{name}=={version}")
-    log(f"downloading {name}=={version}")
-    subprocess.run(cmd, check=True)
-    found = find_cached(cache, name, version)
-    if not found:
-        raise SystemExit(f"pip reported success but no wheel for {name}=={version} in {cache}")
-    return found
-
-
-def fetch_all(cache: Path, lock: dict[str, dict], update_lock: bool) -> list[dict]:
-    cache.mkdir(parents=True, exist_ok=True)
-    wanted = [("dep", n, v, PY_VERSION) for n, v, _ in DEP_PINS]
-    wanted.append(("sglang", *SGLANG_PIN, SGLANG_PY_VERSION))
-    wanted.append(("kernel", *KERNEL_PIN, PY_VERSION))
+def download(path: Path, py_version: str, cache: Path, update_hashes: bool) -> list[dict]:
+    """The wheels `path` names, in `cache`: checked by pip against their hashes, or (update_hashes)
+    fetched by version and their hashes written back into `path`."""
+    pins = read_requirements(path)
+    if update_hashes:
+        wanted = [f"{p['name']}=={p['version']}" for p in pins]
+    else:
+        wanted = ["--require-hashes", "-r", str(path)]
+    log(f"pip download {len(pins)} wheels of {path.name} (Python {py_version})")
+    try:
+        pip_download(wanted, cache, py_version, PLATFORMS, what=f"the wheels of {path.name}")
+    except FatalError as exc:
+        raise SystemExit(str(exc)) from None
     entries = []
-    problems = []
-    for role, name, version, pyv in wanted:
-        path = pip_download(cache, name, version, pyv)
-        digest = sha256_file(path)
-        entry = dict(
-            role=role,
-            name=name,
-            version=version,
-            filename=path.name,
-            sha256=digest,
-            size=path.stat().st_size,
-            path=path,
+    for pin in pins:
+        found = find_cached(cache, pin["name"], pin["version"])
+        if found is None:
+            raise SystemExit(f"pip reported success but no wheel for {pin['name']}=={pin['version']} in {cache}")
+        digest = sha256_file(found) if update_hashes else pin["sha256"]
+        entries.append(
+            dict(
+                role=_role(path, pin["name"]),
+                name=pin["name"],
+                version=pin["version"],
+                filename=found.name,
+                sha256=digest,
+                size=found.stat().st_size,
+                path=found,
+            )
         )
-        locked = lock.get(norm(name))
-        if not update_lock:
-            if locked is None:
-                problems.append(f"{name}=={version}: not in the lock (run with --update-lock)")
-            elif locked["version"] != version or locked["filename"] != path.name:
-                problems.append(f"{name}: lock has {locked['filename']}, got {path.name}")
-            elif locked["sha256"] != digest:
-                problems.append(f"{name}: sha256 {digest} != locked {locked['sha256']}")
-        entries.append(entry)
-    if problems:
-        for p in problems:
-            log("LOCK MISMATCH " + p)
-        raise SystemExit("wheels do not match ci/gpu-bundle.lock; refusing to bundle")
-    log(f"{len(entries)} wheels present and " + ("hashed for the lock" if update_lock else "verified against the lock"))
+    if update_hashes:
+        _write_hashes(path, {e["name"]: e["sha256"] for e in entries})
+    return entries
+
+
+def _write_hashes(path: Path, hashes: dict[str, str]) -> None:
+    def rehash(match: re.Match) -> str:
+        return f"{match['name']}=={match['version']} --hash=sha256:{hashes[match['name']]}"
+
+    lines = [_REQUIREMENT.sub(rehash, line) for line in path.read_text().splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+    log(f"wrote the hashes of {len(hashes)} wheels into {path}")
+
+
+def fetch_all(cache: Path, update_hashes: bool) -> list[dict]:
+    cache.mkdir(parents=True, exist_ok=True)
+    entries = download(DEPS_REQUIREMENTS, PY_VERSION, cache, update_hashes)
+    entries += download(SGLANG_REQUIREMENTS, SGLANG_PY_VERSION, cache, update_hashes)
+    log(f"{len(entries)} wheels present and " + ("hashed" if update_hashes else "checked by pip against their hashes"))
     return entries
 
 
@@ -366,8 +287,6 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
     file.  Several sources are concatenated in the order given, and then names get a running
     NN- prefix so two series that both start at 0001- cannot collide; a single source keeps
     its names."""
-    import shutil
-
     dest = out / "patches"
     if dest.exists():
         shutil.rmtree(dest)
@@ -375,23 +294,22 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
     names = []
     for src in sources:
         sp = Path(src)
-        if sp.is_dir() and (sp / "series").exists():
-            sp = sp / "series"
+        if sp.is_dir() and (sp / SERIES_FILE).exists():
+            sp = sp / SERIES_FILE
         if sp.is_dir():
             files = sorted(sp.glob("*.patch"))
         else:
-            files = []
-            for line in sp.read_text().splitlines():
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    files.append(sp.parent / line.split()[0])
+            try:
+                files = [sp.parent / name for name in parse_series_text(sp.read_text(), str(sp))]
+            except FatalError as exc:
+                raise SystemExit(str(exc)) from None
         if not files:
             raise SystemExit(f"no patches in {src}")
         for f in files:
             name = f"{len(names) + 1:02d}-{f.name}" if len(sources) > 1 else f.name
             shutil.copyfile(f, dest / name)
             names.append(name)
-    (dest / "series").write_text("".join(n + "\n" for n in names))
+    (dest / SERIES_FILE).write_text("".join(n + "\n" for n in names))
     for n in names:
         log(f"staged patch {n}")
     return names
@@ -401,12 +319,7 @@ def build(args) -> int:
     if args.patches_only:
         stage_patches(args.patches, Path(args.out))
         return 0
-    lock_path = Path(args.lock)
-    lock = read_lock(lock_path)
-    entries = fetch_all(Path(args.cache), lock, args.update_lock)
-    if args.update_lock:
-        write_lock(lock_path, entries)
-        log(f"wrote {lock_path}")
+    entries = fetch_all(Path(args.cache), args.update_hashes)
     if args.verify_only:
         return 0
     out = Path(args.out)
@@ -456,12 +369,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(REPO / ".gpu-bundle"), help="bundle folder")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="wheel download cache")
-    ap.add_argument("--lock", default=str(DEFAULT_LOCK), help="lock file with sha256 per wheel")
     ap.add_argument(
-        "--update-lock", action="store_true", help="record the downloaded wheels' hashes instead of checking them"
+        "--update-hashes",
+        action="store_true",
+        help="record the downloaded wheels' hashes in the requirements files instead of checking them",
     )
     ap.add_argument(
-        "--verify-only", action="store_true", help="download if needed and check against the lock; do not pack"
+        "--verify-only", action="store_true", help="download if needed and let pip check the hashes; do not pack"
     )
     ap.add_argument(
         "--patches",

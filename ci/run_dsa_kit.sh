@@ -16,7 +16,7 @@
 #                   DIR/jit-cache.tar.gz; a later run restores BUNDLE/jit-cache.tar.gz if present
 #
 # Needs on the box: python3 with torch (CUDA), pytest, nvcc under CUDA_HOME; git or patch for
-# the series (a Python fallback is used when neither exists).
+# the series (the series refuses to apply when neither exists).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

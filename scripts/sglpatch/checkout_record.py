@@ -1,4 +1,4 @@
-"""The record sglpatch keeps in a git checkout it patched: .git/sglpatch-state.json.
+"""The record sglpatch keeps in a git checkout it patched: .git/sglpatch-state.json, as a `CheckoutRecord`.
 
 It names the series branch, the branch it was made from ("previous"), the head
 commit and the files the series touches. Its "state" is written "applying"
@@ -11,27 +11,76 @@ it replaced under "before", so a revert goes back one step at a time.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field, replace
 
-from sglpatch import journal
+from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
 from sglpatch.target import Target
+from sglpatch.write_states import WriteState
 
 STATE_FILE = "sglpatch-state.json"
-APPLYING, APPLIED_STATE, REVERTING = "applying", "applied", "reverting"
 
 
-def read_state(target: Target) -> dict | None:
+@dataclass(frozen=True)
+class CheckoutRecord:
+    branch: str  # the series branch
+    previous: str  # the branch (or commit) the series was applied from
+    head: str | None = None  # the series branch's last commit
+    state: WriteState = WriteState.APPLIED
+    patches: list[str] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)
+    rebased_onto: str | None = None  # set by a rebase: the ONTO it was asked for
+    before: CheckoutRecord | None = None  # set by a rebase: the record it replaced
+
+    def with_state(self, state: WriteState) -> CheckoutRecord:
+        return replace(self, state=state)
+
+    @classmethod
+    def from_json(cls, data) -> CheckoutRecord:
+        """The record a JSON object holds; ValueError naming what is wrong."""
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("branch", "previous")):
+            raise ValueError("missing branch or previous")
+        if data.get("state", WriteState.APPLIED) not in tuple(WriteState):
+            raise ValueError(f"unknown state {data['state']!r}")
+        for key in ("patches", "touched"):
+            if not isinstance(data.get(key, []), list):
+                raise ValueError(f"{key} is not a list")
+        before = data.get("before")
+        return cls(
+            branch=data["branch"],
+            previous=data["previous"],
+            head=data.get("head"),
+            state=WriteState(data.get("state", WriteState.APPLIED)),
+            patches=list(data.get("patches", [])),
+            touched=list(data.get("touched", [])),
+            rebased_onto=data.get("rebased_onto"),
+            before=cls.from_json(before) if before is not None else None,
+        )
+
+    def to_json(self) -> dict:
+        data = {
+            "state": str(self.state),
+            "branch": self.branch,
+            "previous": self.previous,
+            "head": self.head,
+            "patches": self.patches,
+            "touched": self.touched,
+            "rebased_onto": self.rebased_onto,
+            "before": self.before.to_json() if self.before else None,
+        }
+        return {k: v for k, v in data.items() if v is not None}
+
+
+def read_state(target: Target) -> CheckoutRecord | None:
     path = target.git.git_dir() / STATE_FILE
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("branch", "previous")):
-            raise ValueError("missing branch or previous")
-        return record
+        return CheckoutRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as exc:
         raise FatalError(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
 
 
-def write_state(target: Target, record: dict) -> None:
-    journal.write_durably(target.git.git_dir() / STATE_FILE, (json.dumps(record, indent=2) + "\n").encode())
+def write_state(target: Target, record: CheckoutRecord) -> None:
+    text = json.dumps(record.to_json(), indent=2) + "\n"
+    write_durably(target.git.git_dir() / STATE_FILE, text.encode())

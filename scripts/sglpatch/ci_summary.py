@@ -1,6 +1,6 @@
 """The JSON summary of one GPU CI leg, and the check of a leg against its expectations.
 
-`ci/gpu_leg.py` (`make ci-gpu`) writes one summary per leg; docs/ci/gpu-leg-summary.md
+`sglpatch gpu-leg` (`make ci-gpu`) writes one summary per leg; docs/ci/gpu-leg-summary.md
 documents the schema. Readers (the PR generator, `sglpatch ci-check`) load it with
 `load_leg_summary`, which validates it and raises FatalError on anything malformed.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -187,34 +188,67 @@ def _short(text, limit: int = 200) -> str:
 
 
 def tests_from_junit(path: Path, part: str) -> list[dict]:
-    """Per-test records from a pytest junit file, for a part whose own record is missing.
+    """Per-test records from a pytest junit file: the one per-test recorder of the GPU leg and the kit.
 
-    junit names a test by classname + name, so the nodeid is rebuilt as `classname::name`
-    with the module's dots kept: good enough to report, not to match expectations exactly."""
+    Written with `-o junit_family=xunit1`, each testcase names its file, so the pytest nodeid is
+    rebuilt exactly (`file::Class::name`; a module skipped or broken at collection is its file).
+    A skip's reason is pytest's own message; a failure's is its crash message."""
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
         raise FatalError(f"{path}: cannot read junit xml: {exc}") from None
     records = []
     for case in root.iter("testcase"):
-        nodeid = f"{case.get('classname', '')}::{case.get('name', '')}"
-        outcome, reason = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome, reason = "failed", child.get("message") or ""
-                break
-            if child.tag == "skipped":
-                outcome, reason = "skipped", child.get("message") or ""
-        records.append(
-            {
-                "nodeid": nodeid,
-                "part": part,
-                "outcome": outcome,
-                "reason": reason,
-                "duration_s": float(case.get("time") or 0.0),
-            }
-        )
+        outcome, reason = _junit_outcome(case)
+        record = {
+            "nodeid": junit_nodeid(case),
+            "part": part,
+            "outcome": outcome,
+            "reason": reason,
+            "duration_s": round(float(case.get("time") or 0.0), 3),
+        }
+        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+        if properties:
+            record["properties"] = properties
+        records.append(record)
     return records
+
+
+def junit_nodeid(case: ET.Element) -> str:
+    classname, name, file = case.get("classname", ""), case.get("name", ""), case.get("file")
+    if not file:
+        return f"{classname}::{name}"
+    module = file.removesuffix(".py").replace("/", ".")
+    if classname == module:
+        return f"{file}::{name}"
+    if classname.startswith(module + "."):
+        return "::".join([file, *classname[len(module) + 1 :].split("."), name])
+    if f"{classname}.{name}".strip(".") == module:  # a module skipped or broken at collection
+        return file
+    return f"{classname}::{name}"
+
+
+_COLLECTION_SKIP = re.compile(r"Skipped: (?P<reason>.*)'\)$", re.DOTALL)
+
+
+def _junit_outcome(case: ET.Element) -> tuple[str, str]:
+    for child in case:
+        if child.tag in ("failure", "error"):
+            return "failed", (child.get("message") or "").strip()[:500]
+        if child.tag == "skipped":
+            message = child.get("message") or ""
+            found = _COLLECTION_SKIP.search(child.text or "") if message == "collection skipped" else None
+            return "skipped", found.group("reason") if found else message
+    return "passed", ""
+
+
+def kit_metadata_layouts(kit_summary: dict) -> dict:
+    """Per TARGET_VERIFY / DRAFT_EXTEND_V2 test of a DSA kit summary: the paged-MQA layout its metadata
+    named (`metadata_layouts`). Summaries written before the rename call it `layouts_seen` and the
+    schedule's shapes `deep_gemm_ctx_lens_shapes`; both read the same."""
+    layouts = kit_summary.get("metadata_layouts", kit_summary.get("layouts_seen", {}))
+    renamed = {"deep_gemm_ctx_lens_shapes": "schedule_ctx_lens_shapes"}
+    return {test: {renamed.get(k, k): v for k, v in entry.items()} for test, entry in layouts.items()}
 
 
 def merge_junit(parts: list[tuple[str, Path]], out: Path) -> None:

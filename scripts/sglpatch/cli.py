@@ -6,8 +6,22 @@ import argparse
 import sys
 
 from sglpatch import __version__
-from sglpatch.commands import apply, check, ci_check, drift, export, pr, rebase, recover, rerun, revert, status
+from sglpatch.commands import (
+    apply,
+    check,
+    ci_check,
+    drift,
+    export,
+    gpu_leg,
+    pr,
+    rebase,
+    recover,
+    rerun,
+    revert,
+    status,
+)
 from sglpatch.errors import FatalError
+from sglpatch.git import require_git, set_verbose
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
@@ -20,6 +34,10 @@ COMMANDS = {
     "pr": (pr, "build upstream PR branches and bodies per PR group; dry run unless --submit"),
     "export": (export, "write patches/ from commits in a git repo"),
     "rerun": (rerun, "per PR group: the /rerun-test comment lines for the upstream tests its files affect"),
+    "gpu-leg": (
+        gpu_leg,
+        "one GPU CI leg: apply, run upstream's test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary",
+    ),
     "ci-check": (ci_check, "check a GPU CI leg's JSON summary against ci/leg-expectations.json"),
 }
 
@@ -27,6 +45,9 @@ COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglpatch", description="Carry a patch series on top of a pinned sglang.")
     parser.add_argument("--version", action="version", version=f"sglpatch {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print every git command line run, and its exit status"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
@@ -34,9 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command line, for a command that records how it was started
+    args.run_command = main  # for a command that runs another one in this process (gpu-leg runs apply)
     module = COMMANDS[args.command][0]
+    set_verbose(args.verbose)
     try:
+        require_git()
         return module.run(args)
     except FatalError as exc:
         print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)

@@ -5,19 +5,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sglpatch.carry import CLEAN, CONFLICT, THREE_WAY, UPSTREAM, Outcome
+from sglpatch.replay import Landing, Outcome
 
-COLORS = {CLEAN: "#2e7d32", THREE_WAY: "#f9a825", CONFLICT: "#c62828", UPSTREAM: "#1565c0"}
+COLORS = {
+    Landing.CLEAN: "#2e7d32",
+    Landing.THREE_WAY: "#f9a825",
+    Landing.CONFLICT: "#c62828",
+    Landing.UPSTREAM: "#1565c0",
+}
 LEGEND = {
-    CLEAN: "applies as it is",
-    THREE_WAY: "applies with a 3-way merge",
-    CONFLICT: "conflicts (files named)",
-    UPSTREAM: "already upstream (drop it there)",
+    Landing.CLEAN: "applies as it is",
+    Landing.THREE_WAY: "applies with a 3-way merge",
+    Landing.CONFLICT: "conflicts (files named)",
+    Landing.UPSTREAM: "already upstream (drop it there)",
 }
 
 
 def cell_text(outcome: Outcome) -> str:
-    if outcome.kind == CONFLICT:
+    if outcome.kind == Landing.CONFLICT:
         return "conflict: " + ", ".join(Path(f).name for f in outcome.files)
     return outcome.kind
 
@@ -36,7 +41,12 @@ def render_markdown(matrix: dict[str, list[Outcome]], seconds: float, pin_releas
         lines.append(f"| {name.removesuffix('.patch')} | " + " | ".join(cells) + " |")
     lines += ["", "Legend: " + "; ".join(f"**{k}**: {v}" for k, v in LEGEND.items()) + "."]
     upstream_notes = sorted(
-        {f"- {o.patch.name}: {o.detail}" for outcomes in matrix.values() for o in outcomes if o.kind == UPSTREAM}
+        {
+            f"- {o.patch.name}: {o.detail}"
+            for outcomes in matrix.values()
+            for o in outcomes
+            if o.kind == Landing.UPSTREAM
+        }
     )
     if upstream_notes:
         lines += ["", "Why a patch counts as upstream:", *upstream_notes]
@@ -69,7 +79,7 @@ def render_png(matrix: dict[str, list[Outcome]], path: Path, title: str) -> None
     for col, release in enumerate(releases):
         for row, outcome in enumerate(matrix[release]):
             ax.add_patch(plt.Rectangle((col, row), 0.96, 0.92, color=COLORS[outcome.kind]))
-            label = outcome.kind if outcome.kind != CONFLICT else "conflict"
+            label = outcome.kind if outcome.kind != Landing.CONFLICT else "conflict"
             ax.text(col + 0.48, row + 0.46, label, ha="center", va="center", color="white", fontsize=8)
     ax.set_xlim(0, len(releases))
     ax.set_ylim(len(names), 0)

@@ -1,4 +1,10 @@
-"""The one place that drives git (through gitpython's command runner).
+"""The one place that runs git: the git command line, through one small runner.
+
+Why the CLI and not GitPython: every step here is a plumbing command whose exact
+argv, exit status and stderr are what a user needs to see when it goes wrong, and
+a subprocess runner shows exactly those (`sglpatch -v` / `make ... V=1` prints
+each call). It also cannot fail at import time: a missing git is found by
+`require_git` and refused in one line like any other refusal.
 
 Commands never build a shell string: arguments go to git as a list. Inherited
 GIT_* variables that would redirect git to another repository are dropped, so a
@@ -9,14 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import BinaryIO
 
-import git as gitpython
-
 from sglpatch.errors import FatalError
 
+VERBOSE_VARIABLE = "SGLPATCH_VERBOSE"
 _REDIRECTING_VARS = (
     "GIT_DIR",
     "GIT_WORK_TREE",
@@ -26,16 +35,28 @@ _REDIRECTING_VARS = (
     "GIT_COMMON_DIR",
     "GIT_NAMESPACE",
 )
+_URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 
 
 class GitFailed(FatalError):
-    """A git command we expected to work exited non-zero."""
+    """A git command we expected to work exited non-zero: the message names the whole command and its stderr."""
 
-    def __init__(self, args: list[str], status: int, stderr: str):
-        last = (stderr.strip().splitlines() or ["(no message)"])[-1]
-        super().__init__(f"git {args[0]} failed ({status}): {last}")
+    def __init__(self, command: str, status: int, stderr: str):
+        message = stderr.strip() or "(no message)"
+        super().__init__(f"`{command}` failed ({status}): {message}")
         self.status = status
         self.stderr = stderr
+
+
+def require_git() -> None:
+    if shutil.which("git") is None:
+        raise FatalError("git is not installed or not on PATH; install git (2.39 or newer) and run this again")
+
+
+def set_verbose(on: bool) -> None:
+    """Log every git call on stderr; the variable carries it to the sglpatch processes this one starts."""
+    if on:
+        os.environ[VERBOSE_VARIABLE] = "1"
 
 
 def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -46,59 +67,67 @@ def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def shown_command(workdir: Path, args: tuple[str, ...] | list[str]) -> str:
+    """The git call as a user could paste it: `git -C DIR ARGS`, home as ~ and no password from a URL."""
+    text = shlex.join(["git", "-C", str(workdir), *args])
+    home = os.path.expanduser("~")
+    if home not in ("", "/"):
+        text = text.replace(home, "~")
+    return _URL_CREDENTIALS.sub("://***@", text)
+
+
 class Git:
-    """git in one working directory, optionally with its own index file."""
+    """git in one working directory, optionally with its own environment (an index file, an identity)."""
 
     def __init__(self, workdir: Path, env: dict[str, str] | None = None):
         self.workdir = Path(workdir)
         self.env = dict(env or {})
-        self._runner = gitpython.Git(str(self.workdir))
 
-    def with_env(self, **extra: str) -> "Git":
+    def with_env(self, **extra: str) -> Git:
         return Git(self.workdir, {**self.env, **extra})
 
-    def run(self, *args: str, stdin: BinaryIO | None = None, strip: bool = True) -> str:
+    def call(self, args: tuple[str, ...], stdin: bytes | BinaryIO | None = None) -> tuple[int, bytes, bytes]:
+        """Run `git ARGS` here: (exit status, stdout, stderr) as bytes. Every other method goes through this."""
+        feed = stdin if isinstance(stdin, bytes) else None
+        try:
+            result = subprocess.run(
+                ["git", *args],
+                cwd=self.workdir,
+                env=clean_environment(self.env),
+                input=feed,
+                stdin=None if feed is not None else (stdin or subprocess.DEVNULL),
+                capture_output=True,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            if shutil.which("git") is None:
+                raise FatalError("git is not installed or not on PATH") from None
+            raise FatalError(f"cannot run git in {self.workdir}: {exc.strerror}") from None
+        if os.environ.get(VERBOSE_VARIABLE):
+            _log(self.workdir, args, result.returncode, result.stderr)
+        return result.returncode, result.stdout, result.stderr
+
+    def run(self, *args: str, stdin: bytes | BinaryIO | None = None, strip: bool = True) -> str:
         status, out, err = self.try_run(*args, stdin=stdin, strip=strip)
         if status != 0:
-            raise GitFailed(list(args), status, err)
+            raise GitFailed(shown_command(self.workdir, args), status, err)
         return out
 
-    def try_run(self, *args: str, stdin: BinaryIO | None = None, strip: bool = True) -> tuple[int, str, str]:
-        try:
-            status, out, err = self._runner.execute(
-                ["git", *args],
-                istream=stdin,
-                env=clean_environment(self.env),
-                with_extended_output=True,
-                with_exceptions=False,
-                strip_newline_in_stdout=strip,
-            )
-        except gitpython.GitCommandNotFound as exc:
-            raise FatalError("git is not installed or not on PATH") from exc
-        return status, out, err
+    def try_run(self, *args: str, stdin: bytes | BinaryIO | None = None, strip: bool = True) -> tuple[int, str, str]:
+        status, out, err = self.call(args, stdin)
+        text = out.decode("utf-8", "surrogateescape")
+        if strip and text.endswith("\n"):
+            text = text[:-1]
+        return status, text, err.decode("utf-8", "replace")
 
     def run_with_input(self, args: list[str], data: bytes) -> str:
-        with tempfile.TemporaryFile() as stdin:
-            stdin.write(data)
-            stdin.seek(0)
-            return self.run(*args, stdin=stdin)
+        return self.run(*args, stdin=data)
 
     def run_bytes(self, *args: str) -> bytes:
         """Raw stdout, for blob contents that must round-trip byte for byte."""
-        try:
-            status, out, err = self._runner.execute(
-                ["git", *args],
-                env=clean_environment(self.env),
-                with_extended_output=True,
-                with_exceptions=False,
-                as_process=False,
-                stdout_as_string=False,
-                strip_newline_in_stdout=False,
-            )
-        except gitpython.GitCommandNotFound as exc:
-            raise FatalError("git is not installed or not on PATH") from exc
+        status, out, err = self.call(args)
         if status != 0:
-            raise GitFailed(list(args), status, err.decode("utf-8", "replace"))
+            raise GitFailed(shown_command(self.workdir, args), status, err.decode("utf-8", "replace"))
         return out
 
     # -- small porcelain used across commands -------------------------------------
@@ -122,6 +151,16 @@ class Git:
     def toplevel(self) -> Path | None:
         status, out, _ = self.try_run("rev-parse", "--show-toplevel")
         return Path(out) if status == 0 else None
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        return self.try_run("merge-base", "--is-ancestor", older, newer)[0] == 0
+
+
+def _log(workdir: Path, args: tuple[str, ...], status: int, stderr: bytes) -> None:
+    print(f"+ {shown_command(workdir, args)}  # exit {status}", file=sys.stderr, flush=True)
+    if status != 0 and stderr.strip():
+        for line in stderr.decode("utf-8", "replace").rstrip().splitlines():
+            print(f"  | {line}", file=sys.stderr, flush=True)
 
 
 def init_repo(path: Path, bare: bool = False) -> Git:

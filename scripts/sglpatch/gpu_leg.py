@@ -1,6 +1,6 @@
 """One GPU CI leg: apply the series to an sglang, run its GPU tests, write junit + a JSON summary.
 
-`make ci-gpu` / `python ci/gpu_leg.py`. Steps, on a machine with a CUDA GPU:
+`make ci-gpu` / `sglpatch gpu-leg` (commands/gpu_leg.py). Steps, on a machine with a CUDA GPU:
 1. `sglpatch apply --sglang PATH` (a checkout or an installed package folder; default the
    pinned base in build/sglang); "already applied" is fine.
 2. upstream's test/registered/attention/unittests/dsa/test_dsa.py, where PATH is a checkout
@@ -11,13 +11,14 @@
    check against ci/leg-expectations.json; exit 1 when the leg fails the check.
 
 Every part runs under the same Python (--python, default this one) with the patched tree
-first on PYTHONPATH; pytest records each test through sglpatch.ci_pytest_plugin.
+first on PYTHONPATH; each test's record comes from pytest's own junit report (xunit1, which
+names each test's file, so the pytest nodeid is rebuilt exactly: ci_summary.tests_from_junit).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -40,43 +41,7 @@ PROJECT_GPU_TESTS = "tests/gpu"
 SCRIPTS_DIR = Path(__file__).resolve().parents[1]
 SM_TO_LEG = {"9": "h100", "10": "b200"}
 
-# Run under the tests' Python: what the summary's environment block reports.
-PROBE = r"""
-import importlib.metadata as md, importlib.util as iu, json, platform, shutil, subprocess
-def ver(*names):
-    for n in names:
-        try:
-            return md.version(n)
-        except md.PackageNotFoundError:
-            pass
-    return None
-f = {"python": platform.python_version(), "gpu": None, "compute_capability": None, "gpu_count": 0,
-     "torch": None, "cuda": None, "deep_gemm": None, "driver": None, "xdist": iu.find_spec("xdist") is not None}
-try:
-    import torch
-    f["torch"], f["cuda"] = torch.__version__, torch.version.cuda
-    if torch.cuda.is_available():
-        f["gpu_count"] = torch.cuda.device_count()
-        f["gpu"] = torch.cuda.get_device_name(0)
-        f["compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
-except Exception as exc:
-    f["torch_error"] = repr(exc)
-f["deep_gemm"] = ver("sgl-deep-gemm", "deep-gemm", "deep_gemm")
-if f["deep_gemm"] is None and iu.find_spec("deep_gemm") is not None:
-    try:
-        import deep_gemm
-        f["deep_gemm"] = getattr(deep_gemm, "__version__", "unknown")
-    except Exception as exc:
-        f["deep_gemm_error"] = repr(exc)
-spec = iu.find_spec("sglang")
-f["sglang_imported_from"] = spec.origin if spec else None
-f["sglang_kernel"] = ver("sglang-kernel", "sgl-kernel")
-if shutil.which("nvidia-smi"):
-    r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                       capture_output=True, text=True)
-    f["driver"] = (r.stdout.splitlines() or [None])[0]
-print(json.dumps(f))
-"""
+PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-ra", "-o", "junit_family=xunit1"]
 
 
 @dataclass
@@ -106,23 +71,23 @@ def locate_sglang(path: Path) -> tuple[str, Path]:
     raise FatalError(f"{path}: neither an sglang checkout (python/sglang/) nor an sglang package folder")
 
 
-def part_env(import_root: Path, record: Path) -> dict:
+def part_env(import_root: Path) -> dict:
     env = dict(os.environ)
     paths = [str(import_root), str(SCRIPTS_DIR)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["SGLPATCH_SGLANG_TREE"] = str(import_root)  # tests/gpu/test_seed_cuda_graph.py looks here
-    env["SGLPATCH_CI_RECORD"] = str(record)
     env.setdefault("CUDA_HOME", "/usr/local/cuda")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
 def probe_environment(python: str, import_root: Path) -> dict:
-    env = part_env(import_root, Path(os.devnull))
+    env = part_env(import_root)
+    probe = [python, "-m", "sglpatch.gpu_environment"]
     try:
-        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+        out = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FatalError(f"cannot run {python} to probe the GPU: {exc}") from None
     if out.returncode != 0:
@@ -130,21 +95,36 @@ def probe_environment(python: str, import_root: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def apply_series(sglang: Path, patches: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS_DIR), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "sglpatch", "apply", "--sglang", str(sglang), "--patches", str(patches)]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=PROJECT_ROOT)
-    text = (run.stdout + run.stderr).strip()
-    print(text, flush=True)
-    return {"command": shlex.join(["sglpatch", *cmd[3:]]), "returncode": run.returncode, "output_tail": text[-2000:]}
+def apply_series(run_command, sglang: Path, patches: Path) -> dict:
+    """`sglpatch apply` in this process (`run_command` is the CLI's own dispatcher), its output shown
+    and kept."""
+    argv = ["apply", "--sglang", str(sglang), "--patches", str(patches)]
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, captured)), contextlib.redirect_stderr(_Tee(sys.stderr, captured)):
+        returncode = run_command(argv)
+    text = captured.getvalue().strip()
+    return {"command": shlex.join(["sglpatch", *argv]), "returncode": returncode, "output_tail": text[-2000:]}
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *sinks):
+        self.sinks = sinks
+
+    def write(self, text: str) -> int:
+        for sink in self.sinks:
+            sink.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
 
 
 # -- parts -------------------------------------------------------------------------------
 
 
 def plan_parts(kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: str, jobs: int) -> list[Part]:
-    pytest_common = ["-p", "sglpatch.ci_pytest_plugin", "-p", "no:cacheprovider", "-ra", "-o", "junit_family=xunit2"]
+    pytest_common = PYTEST_OPTIONS
     parts = []
     upstream = sglang / UPSTREAM_TEST_DSA
     part = Part(
@@ -175,8 +155,8 @@ def plan_parts(kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: 
                 "--command",
                 leg_command,
                 "--",
-                "-p",
-                "sglpatch.ci_pytest_plugin",
+                "-o",
+                "junit_family=xunit1",
             ],
             cwd=PROJECT_ROOT,
         )
@@ -195,9 +175,8 @@ def plan_parts(kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: 
 
 def run_part(part: Part, python: str, import_root: Path, parts_dir: Path, timeout: int) -> None:
     junit = parts_dir / f"{part.name}.xml"
-    record = parts_dir / f"{part.name}.tests.json"
     log = parts_dir / f"{part.name}.log"
-    for stale in (junit, record, log):  # an earlier run's files must not stand in for this one's
+    for stale in (junit, log):  # an earlier run's files must not stand in for this one's
         stale.unlink(missing_ok=True)
     args = list(part.args)
     if args[:2] == ["-m", "pytest"]:
@@ -210,7 +189,7 @@ def run_part(part: Part, python: str, import_root: Path, parts_dir: Path, timeou
             proc = subprocess.Popen(
                 [python, *args],
                 cwd=part.cwd,
-                env=part_env(import_root, record),
+                env=part_env(import_root),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -237,9 +216,7 @@ def run_part(part: Part, python: str, import_root: Path, parts_dir: Path, timeou
     if expired.is_set():
         part.status, part.detail = "error", f"timed out after {timeout} s; see {log.name}"
     part.wall_s = round(time.monotonic() - start, 1)
-    if record.is_file():
-        part.tests = json.loads(record.read_text(encoding="utf-8"))
-    elif junit.is_file():
+    if junit.is_file():
         part.tests = ci_summary.tests_from_junit(junit, part.name)
     for test in part.tests:
         test["part"] = part.name
@@ -306,32 +283,8 @@ def build_summary(*, leg, command, env, sglang, kind, import_root, series, appli
     return summary
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="ci/gpu_leg.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--leg", choices=("auto", *ci_summary.LEGS), default="auto", help="auto: from the GPU's SM")
-    ap.add_argument("--sglang", type=Path, default=None, help="checkout or package folder (default build/sglang)")
-    ap.add_argument("--patches", type=Path, default=None, help="series folder (default patches/)")
-    ap.add_argument("--out", type=Path, default=None, help="output stem: STEM.json, STEM.xml, STEM.parts/")
-    ap.add_argument("--python", default=sys.executable, help="the Python that has torch, DeepGEMM and sglang's deps")
-    ap.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers for tests/gpu (1: no xdist)")
-    ap.add_argument("--timeout", type=int, default=3600, help="seconds per part")
-    ap.add_argument("--expectations", type=Path, default=None, help="default ci/leg-expectations.json")
-    ap.add_argument("--skip-apply", action="store_true", help="the tree is already patched by other means")
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return _main(argv)
-    except FatalError as exc:
-        print(f"gpu-leg: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-def _main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    command = shlex.join(["python", "ci/gpu_leg.py", *argv])
+def run_leg(args, command: str, run_command) -> int:
+    """The leg, for `sglpatch gpu-leg` (its options in `args`); `run_command` runs `sglpatch apply`."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t0 = time.monotonic()
     sglang = (args.sglang or default_base_dir()).resolve()
@@ -343,7 +296,7 @@ def _main(argv: list[str]) -> int:
     applied = {"command": None, "returncode": None, "output_tail": "skipped (--skip-apply)"}
     apply_problem = None
     if not args.skip_apply:
-        applied = apply_series(sglang, patch_dir)
+        applied = apply_series(run_command, sglang, patch_dir)
         if applied["returncode"] != 0:  # still write a summary: the reader must see why nothing ran
             last = (applied["output_tail"].splitlines() or ["no output"])[-1]
             apply_problem = f"the series did not apply to {sglang}: {last}"
@@ -364,7 +317,7 @@ def _main(argv: list[str]) -> int:
     jobs = args.jobs if env.get("xdist") else 1
     parts = plan_parts(kind, sglang, leg, parts_dir, command, jobs)
     for part in parts:  # files of an earlier run into the same --out must not be merged as this run's
-        for suffix in (".xml", ".tests.json", ".log"):
+        for suffix in (".xml", ".log"):
             (parts_dir / f"{part.name}{suffix}").unlink(missing_ok=True)
     for part in parts:
         if part.status == "absent":

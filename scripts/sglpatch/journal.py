@@ -16,18 +16,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sglpatch.durable import fsync_dir, remove_durably, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
+from sglpatch.write_states import WriteState
 
 JOURNAL_DIR = ".sglpatch"
 JOURNAL_FILE = "journal.json"
-APPLYING = "applying"
-APPLIED = "applied"
-REVERTING = "reverting"
 
 
 @dataclass
@@ -37,19 +36,79 @@ class Change:
     after: bytes | None
 
 
+@dataclass
+class JournalEntry:
+    """One file the apply writes: its blob before and after ("" when absent), and how to put it back."""
+
+    path: str  # relative to the package folder
+    before: str
+    after: str
+    mode: int
+    backup: str | None  # the original bytes, under the journal folder; None when the apply creates the file
+    created_dirs: list[str] = field(default_factory=list)  # folders the apply made for it, deepest first
+
+    @classmethod
+    def from_json(cls, data) -> JournalEntry:
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("path", "before", "after")):
+            raise ValueError("a file entry lacks path, before or after")
+        if not isinstance(data.get("mode"), int) or not (data.get("backup") is None or isinstance(data["backup"], str)):
+            raise ValueError(f"the entry of {data['path']} has a bad mode or backup")
+        return cls(
+            data["path"], data["before"], data["after"], data["mode"], data["backup"], data.get("created_dirs", [])
+        )
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        if not self.created_dirs:
+            del data["created_dirs"]
+        return data
+
+
+@dataclass
+class Journal:
+    """`.sglpatch/journal.json`: which series was applied, and every file it wrote."""
+
+    state: WriteState
+    series: str  # the series' digest
+    patches: list[str]
+    files: list[JournalEntry]
+    version: int = 1
+
+    @classmethod
+    def from_json(cls, data) -> Journal:
+        if not isinstance(data, dict) or data.get("state") not in tuple(WriteState):
+            raise ValueError("unknown state")
+        if not isinstance(data.get("files"), list):
+            raise ValueError("no file list")
+        files = [JournalEntry.from_json(entry) for entry in data["files"]]
+        return cls(
+            WriteState(data["state"]), data.get("series", ""), data.get("patches", []), files, data.get("version", 1)
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "version": self.version,
+            "state": str(self.state),
+            "series": self.series,
+            "patches": self.patches,
+            "files": [entry.to_json() for entry in self.files],
+        }
+
+
+def _write_journal(journal_dir: Path, journal: Journal) -> None:
+    write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal.to_json(), indent=2).encode())
+
+
 def journal_path(package: Path) -> Path:
     return package / JOURNAL_DIR / JOURNAL_FILE
 
 
-def read_journal(package: Path) -> dict | None:
+def read_journal(package: Path) -> Journal | None:
     path = journal_path(package)
     if not path.exists():
         return None
     try:
-        journal = json.loads(path.read_text(encoding="utf-8"))
-        if journal.get("state") not in (APPLYING, APPLIED, REVERTING) or not isinstance(journal.get("files"), list):
-            raise ValueError("unknown state")
-        return journal
+        return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as exc:
         raise FatalError(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
 
@@ -73,30 +132,27 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
     fault_point("journal: folder made")
     entries = []
     for number, change in enumerate(changes):
-        entry = {
-            "path": str(change.path.relative_to(package)),
-            "before": blob_id(change.before) if change.before is not None else "",
-            "after": blob_id(change.after) if change.after is not None else "",
-            "mode": change.path.stat().st_mode & 0o777 if change.path.exists() else 0o644,
-            "backup": None,
-        }
-        if change.before is not None:
-            entry["backup"] = f"originals/{number}"
-            write_durably(journal_dir / entry["backup"], change.before)
-        created = _missing_parents(package, change.path)
-        if created:
-            entry["created_dirs"] = created
+        entry = JournalEntry(
+            path=str(change.path.relative_to(package)),
+            before=blob_id(change.before) if change.before is not None else "",
+            after=blob_id(change.after) if change.after is not None else "",
+            mode=change.path.stat().st_mode & 0o777 if change.path.exists() else 0o644,
+            backup=f"originals/{number}" if change.before is not None else None,
+            created_dirs=_missing_parents(package, change.path),
+        )
+        if entry.backup:
+            write_durably(journal_dir / entry.backup, change.before)
         entries.append(entry)
-    journal = {"version": 1, "state": APPLYING, "series": series_digest, "patches": patch_names, "files": entries}
-    write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
+    journal = Journal(WriteState.APPLYING, series_digest, patch_names, entries)
+    _write_journal(journal_dir, journal)
     fsync_dir(journal_dir)
     try:
         for change, entry in zip(changes, entries, strict=True):
-            _replace(change.path, change.after, entry["mode"])
+            _replace(change.path, change.after, entry.mode)
     except OSError as exc:
         _roll_back_after(package, exc)
-    journal["state"] = APPLIED
-    write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
+    journal.state = WriteState.APPLIED
+    _write_journal(journal_dir, journal)
 
 
 def _roll_back_after(package: Path, exc: OSError) -> None:
@@ -118,28 +174,28 @@ def _missing_parents(package: Path, path: Path) -> list[str]:
     return missing
 
 
-def changed_files(package: Path, journal: dict, *, expect: str) -> list[str]:
+def changed_files(package: Path, journal: Journal, *, expect: str) -> list[str]:
     """Journaled files whose bytes are neither as before nor as after (expect="either"), or not as `expect`."""
     allowed = {"either": ("before", "after"), "before": ("before",), "after": ("after",)}[expect]
     changed = []
-    for entry in journal["files"]:
-        current = package / entry["path"]
+    for entry in journal.files:
+        current = package / entry.path
         now = blob_id(current.read_bytes()) if current.is_file() and not current.is_symlink() else ""
-        if now not in [entry[key] for key in allowed]:
-            changed.append(entry["path"])
+        if now not in [getattr(entry, key) for key in allowed]:
+            changed.append(entry.path)
     return changed
 
 
-def stray_files(package: Path, journal: dict) -> list[Path]:
+def stray_files(package: Path, journal: Journal) -> list[Path]:
     """Temporary files a killed write left: beside journaled files, and in the journal folder."""
     journal_dir = package / JOURNAL_DIR
-    expected = {journal_dir / JOURNAL_FILE} | {journal_dir / e["backup"] for e in journal["files"] if e["backup"]}
+    expected = {journal_dir / JOURNAL_FILE} | {journal_dir / e.backup for e in journal.files if e.backup}
     stray = [p for p in journal_dir.rglob("*") if p.is_file() and p not in expected]
-    stray += [_tmp_for(package / e["path"]) for e in journal["files"] if _tmp_for(package / e["path"]).exists()]
+    stray += [_tmp_for(package / e.path) for e in journal.files if _tmp_for(package / e.path).exists()]
     return stray
 
 
-def remove_stray(package: Path, journal: dict) -> int:
+def remove_stray(package: Path, journal: Journal) -> int:
     stray = stray_files(package, journal)
     for path in stray:
         path.unlink()
@@ -153,34 +209,35 @@ def restore(package: Path, force: bool = False) -> list[str]:
     if journal is None:
         raise FatalError(f"{package} has no sglpatch journal: nothing to revert")
     journal_dir = package / JOURNAL_DIR
-    entries = journal["files"]
     if not force:
         for path in changed_files(package, journal, expect="either")[:1]:
             raise FatalError(
                 f"{package / path} changed since sglpatch wrote it; revert would lose that edit (use --force)"
             )
-    originals = []
-    for entry in entries:
-        backup = journal_dir / entry["backup"] if entry["backup"] else None
-        data = backup.read_bytes() if backup else None
-        if data is not None and blob_id(data) != entry["before"]:
-            raise FatalError(f"journal backup for {entry['path']} is damaged; nothing was restored from it")
-        originals.append(data)
-    if journal["state"] != REVERTING:
-        journal["state"] = REVERTING
-        write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal, indent=2).encode())
-    for entry, data in zip(entries, originals, strict=True):
-        path = package / entry["path"]
-        _replace(path, data, entry["mode"])
+    originals = [_original(journal_dir, entry) for entry in journal.files]
+    if journal.state != WriteState.REVERTING:
+        journal.state = WriteState.REVERTING
+        _write_journal(journal_dir, journal)
+    for entry, data in zip(journal.files, originals, strict=True):
+        path = package / entry.path
+        _replace(path, data, entry.mode)
         _tmp_for(path).unlink(missing_ok=True)
         if data is None:
-            _remove_empty_dirs(package, entry.get("created_dirs", []))
+            _remove_empty_dirs(package, entry.created_dirs)
     os.unlink(journal_dir / JOURNAL_FILE)
     fsync_dir(journal_dir)
     fault_point("journal: journal.json removed")
     shutil.rmtree(journal_dir)
     fault_point("journal: folder removed")
-    return [e["path"] for e in entries]
+    return [e.path for e in journal.files]
+
+
+def _original(journal_dir: Path, entry: JournalEntry) -> bytes | None:
+    """The bytes `entry` had before the apply (None: it did not exist), checked against its blob id."""
+    data = (journal_dir / entry.backup).read_bytes() if entry.backup else None
+    if data is not None and blob_id(data) != entry.before:
+        raise FatalError(f"journal backup for {entry.path} is damaged; nothing was restored from it")
+    return data
 
 
 def _remove_empty_dirs(package: Path, created: list[str]) -> None:
@@ -197,43 +254,8 @@ def _tmp_for(path: Path) -> Path:
 
 def _replace(path: Path, data: bytes | None, mode: int) -> None:
     if data is None:
-        if path.exists():
-            path.unlink()
-            fsync_dir(path.parent)
-            fault_point(f"package: {path.name} removed")
+        remove_durably(path, f"package: {path.name} removed")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_for(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    fault_point(f"package: {path.name} written beside")
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    fault_point(f"package: {path.name} replaced")
-
-
-def write_durably(path: Path, data: bytes, fault_points: bool = True) -> None:
-    """Write beside, fsync, rename: a reader sees the old bytes or the new, never part of them, even after
-    a power cut. `fault_points=False` for callers that mark the step with a fault point of their own."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if fault_points:
-        fault_point(f"durable: {path.name} written beside")
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    if fault_points:
-        fault_point(f"durable: {path.name} renamed")
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    steps = (f"package: {path.name} written beside", f"package: {path.name} replaced")
+    write_durably(path, data, mode=mode, beside=_tmp_for(path), step_names=steps)

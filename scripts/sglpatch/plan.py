@@ -19,9 +19,9 @@ from sglpatch.series import Patch, Series
 from sglpatch.target import Target
 from sglpatch.workspace import ApplyFailure, Workspace
 
-APPLIED = "applied"
-CLEAN = "applies cleanly"
-CONFLICT = "conflicts"
+ALREADY_APPLIED = "applied"
+APPLIES_CLEANLY = "applies cleanly"
+CONFLICTS = "conflicts"
 
 
 @dataclass
@@ -33,7 +33,7 @@ class PatchState:
 
 
 @dataclass
-class Plan:
+class ApplyPlan:
     target: Target
     workspace: Workspace
     states: list[PatchState]
@@ -42,20 +42,20 @@ class Plan:
 
     @property
     def all_applied(self) -> bool:
-        return all(s.state == APPLIED for s in self.states)
+        return all(s.state == ALREADY_APPLIED for s in self.states)
 
     @property
     def conflicts(self) -> list[PatchState]:
-        return [s for s in self.states if s.state == CONFLICT]
+        return [s for s in self.states if s.state == CONFLICTS]
 
     @property
     def to_apply(self) -> list[PatchState]:
-        return [s for s in self.states if s.state == CLEAN]
+        return [s for s in self.states if s.state == APPLIES_CLEANLY]
 
     def close(self) -> None:
         self.workspace.close()
 
-    def __enter__(self) -> "Plan":
+    def __enter__(self) -> "ApplyPlan":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -70,18 +70,18 @@ def open_workspace(target: Target, series: Series) -> Workspace:
     return Workspace.from_files(target.read_files(series.touched_paths))
 
 
-def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> Plan:
+def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> ApplyPlan:
     workspace = open_workspace(target, series)
     try:
         applied = _applied_prefix(workspace, series.patches)
-        states = [PatchState(patch, APPLIED) for patch in series.patches[:applied]]
+        states = [PatchState(patch, ALREADY_APPLIED) for patch in series.patches[:applied]]
         states += [_try_patch(workspace, patch, three_way) for patch in series.patches[applied:]]
         drift = drifted_files(pin, _base_blobs(target, series, states, list(pin.blobs)))
         dirty = dirty_paths(target, series.touched_paths) if target.is_git else []
     except BaseException:
         workspace.close()
         raise
-    return Plan(target, workspace, states, drift, dirty)
+    return ApplyPlan(target, workspace, states, drift, dirty)
 
 
 def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
@@ -99,15 +99,15 @@ def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
 
 def _try_patch(workspace: Workspace, patch: Patch, three_way: bool) -> PatchState:
     if workspace.applies(patch, reverse=True):
-        return PatchState(patch, APPLIED)
+        return PatchState(patch, ALREADY_APPLIED)
     failure = workspace.apply(patch, three_way=three_way)
     if failure:
-        return PatchState(patch, CONFLICT, failure)
-    return PatchState(patch, CLEAN, tree=workspace.git.run("write-tree"))
+        return PatchState(patch, CONFLICTS, failure)
+    return PatchState(patch, APPLIES_CLEANLY, tree=workspace.git.run("write-tree"))
 
 
 def _base_blobs(target: Target, series: Series, states: list[PatchState], paths: list[str]) -> dict[str, str]:
-    applied = [s.patch for s in states if s.state == APPLIED]
+    applied = [s.patch for s in states if s.state == ALREADY_APPLIED]
     with open_workspace(target, series) as base:
         for patch in reversed(applied):
             base.apply(patch, reverse=True)

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sglpatch.base import BASE_IDENTITY
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
 from sglpatch.output import progress, show_path
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir, fetch_wheel
 
+BASE_IDENTITY = {"name": "sglang release (PyPI wheel)", "email": "sglpatch@localhost"}
 _RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
 
 
@@ -42,8 +42,16 @@ def releases_repo() -> Git:
     return Git(path)
 
 
-def release_commit(release: str, repo: Git | None = None, wheel_path: Path | None = None) -> str:
-    """Commit id of `release` in `repo` (the cached releases repo by default), made on first use."""
+def release_commit(
+    release: str,
+    repo: Git | None = None,
+    wheel_path: Path | None = None,
+    *,
+    date: str | None = None,
+    parent: str | None = None,
+) -> str:
+    """Commit id of `release` (tag v<release>) in `repo` (the cached releases repo by default), made on first
+    use from its wheel: parentless unless `parent` is given, dated `date` (YYYY-MM-DD, default: the wheel's)."""
     repo = repo or releases_repo()
     tag = f"v{release}"
     existing = repo.rev_parse(f"refs/tags/{tag}")
@@ -52,30 +60,49 @@ def release_commit(release: str, repo: Git | None = None, wheel_path: Path | Non
     wheel_path = wheel_path or fetch_wheel(release)
     progress(f"importing sglang {release} into {show_path(repo.workdir)}")
     with tempfile.TemporaryFile() as stream:
-        _write_fast_import(stream, wheel_path, release, tag)
+        _write_fast_import(stream, wheel_path, tag, date, parent)
         stream.seek(0)
         repo.run("fast-import", "--quiet", "--done", stdin=stream)
     return repo.run("rev-parse", f"refs/tags/{tag}^{{commit}}")
 
 
-def _write_fast_import(stream, wheel_path: Path, release: str, tag: str) -> None:
+def check_out_release(repo: Git, release: str, wheel_path: Path, date: str | None = None) -> str:
+    """`release` committed on top of `repo`'s HEAD (the first commit in a new repo) and checked out there."""
+    commit = release_commit(release, repo, wheel_path, date=date, parent=repo.rev_parse("HEAD"))
+    repo.run("reset", "-q", "--hard", commit)
+    return commit
+
+
+def _write_fast_import(stream, wheel_path: Path, tag: str, day: str | None, parent: str | None) -> None:
     try:
         archive = zipfile.ZipFile(wheel_path)
     except zipfile.BadZipFile:
         raise FatalError(f"{wheel_path}: not a valid wheel (bad zip)") from None
     with archive:
-        date = _release_date(archive, release)
+        stamp = _epoch(day or _release_day(archive))
         message = f"sglang {tag} from PyPI\n\nWheel: {wheel_path.name}\n".encode()
-        ident = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}> {date} +0000"
+        ident = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}> {stamp} +0000"
         stream.write(f"commit refs/tags/{tag}\nauthor {ident}\ncommitter {ident}\n".encode())
-        stream.write(b"data %d\n%s\ndeleteall\n" % (len(message), message))
-        for info in archive.infolist():
-            if info.is_dir() or not info.filename.startswith("sglang/"):
-                continue
+        stream.write(b"data %d\n%s\n" % (len(message), message))
+        if parent:
+            stream.write(f"from {parent}\n".encode())
+        stream.write(b"deleteall\n")
+        members = _package_members(archive, wheel_path)
+        for info in members:
             data = archive.read(info)
             path = PACKAGE_PREFIX + info.filename[len("sglang/") :]
             stream.write(b"M 100644 inline %s\ndata %d\n%s\n" % (path.encode(), len(data), data))
         stream.write(b"\ndone\n")
+
+
+def _package_members(archive: zipfile.ZipFile, wheel_path: Path) -> list[zipfile.ZipInfo]:
+    members = [i for i in archive.infolist() if not i.is_dir() and i.filename.startswith("sglang/")]
+    for info in members:
+        if any(p in ("", ".", "..") for p in info.filename.split("/")[1:]):
+            raise FatalError(f"{wheel_path.name}: unsafe member name {info.filename!r}")
+    if not members:
+        raise FatalError(f"{wheel_path.name}: holds no sglang/ package")
+    return members
 
 
 def _release_day(archive: zipfile.ZipFile) -> str:
@@ -88,9 +115,8 @@ def _release_day(archive: zipfile.ZipFile) -> str:
     return "1970-01-01"
 
 
-def _release_date(archive: zipfile.ZipFile, release: str) -> int:
-    day = datetime.strptime(_release_day(archive), "%Y-%m-%d").replace(tzinfo=UTC)
-    return int(day.timestamp())
+def _epoch(day: str) -> int:
+    return int(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp())
 
 
 def release_date(wheel_path: Path) -> str:

@@ -75,14 +75,14 @@ def load_rerun_map(path=None) -> RerunMap:
 
 
 @dataclass
-class Plan:
+class RerunPlan:
     tests: list[str] = field(default_factory=list)  # upstream test files, in first-touched order
     by_path: dict[str, list[str]] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)  # touched paths no rule covers
 
 
-def plan_reruns(patches: list[Patch], rerun_map: RerunMap) -> Plan:
-    plan = Plan()
+def plan_reruns(patches: list[Patch], rerun_map: RerunMap) -> RerunPlan:
+    plan = RerunPlan()
     for patch in patches:
         for path in patch.touched_paths:
             if path in plan.by_path or path in plan.unmapped:
@@ -95,15 +95,6 @@ def plan_reruns(patches: list[Patch], rerun_map: RerunMap) -> Plan:
             plan.tests += [t for t in tests if t not in plan.tests]
     plan.tests.sort(key=lambda t: rerun_map.tests[t].get("gpus", 1))  # cheap jobs first; stable otherwise
     return plan
-
-
-def group_patches(patches: list[Patch]) -> list[tuple[str, list[Patch]]]:
-    """Patches by their Patch-Group trailer, groups in the order they first appear in the series;
-    a patch without the trailer is a group of its own, named after the patch."""
-    groups: dict[str, list[Patch]] = {}
-    for patch in patches:
-        groups.setdefault(patch.trailer("Patch-Group") or patch.name.removesuffix(".patch"), []).append(patch)
-    return list(groups.items())
 
 
 def rerun_comment_lines(

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.errors import FatalError
 
 SERIES_FILE = "series"
@@ -352,7 +353,7 @@ def refuse_half_rewritten(directory: Path) -> None:
         target = marker.read_text(encoding="utf-8", errors="replace").strip() or "its checkout"
         raise FatalError(
             f"{directory}: a rebase of {target} was interrupted while rewriting this series; "
-            f"run `sglpatch recover --sglang {target}` (make recover SGLANG={target}) to finish it"
+            f"run {hints.recover(target)} to finish it"
         )
 
 

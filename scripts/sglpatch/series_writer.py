@@ -15,10 +15,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point
-from sglpatch.journal import write_durably
 from sglpatch.pin import PIN_FILE, Pin
 from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, render_sums
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from sglpatch.errors import FatalError
@@ -60,28 +58,7 @@ def _download(release: str, wheel: Wheel | None, wheels: Path) -> Path:
     platform = wheel.platform if wheel else "manylinux_2_34_x86_64"
     progress(f"downloading sglang=={release} from PyPI (once; cached in {show_path(wheels)})")
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            python_version,
-            "--implementation",
-            "cp",
-            "--platform",
-            platform,
-            "--dest",
-            tmp,
-            f"sglang=={release}",
-        ]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
-            raise FatalError(f"could not download sglang=={release} from PyPI: {last}")
+        pip_download([f"sglang=={release}"], Path(tmp), python_version, [platform], what=f"sglang=={release}")
         downloaded = sorted(Path(tmp).glob("sglang-*.whl"))
         if len(downloaded) != 1:
             raise FatalError(f"pip download of sglang=={release} gave {len(downloaded)} wheels, expected 1")
@@ -101,25 +78,17 @@ def verify_wheel(path: Path, wheel: Wheel) -> None:
         raise FatalError(f"checksum mismatch for {path.name}: pin says {wheel.sha256[:12]}…, file is {digest[:12]}…")
 
 
-def extract_package(wheel_path: Path, dest: Path) -> int:
-    """Lay the wheel's `sglang/` folder out at `dest` (upstream's python/sglang). Returns the file count."""
-    count = 0
-    try:
-        with zipfile.ZipFile(wheel_path) as archive:
-            for info in archive.infolist():
-                name = info.filename
-                if info.is_dir() or not name.startswith("sglang/"):
-                    continue
-                parts = name.split("/")
-                if any(p in ("", ".", "..") for p in parts[1:]):
-                    raise FatalError(f"{wheel_path.name}: unsafe member name {name!r}")
-                target = dest.joinpath(*parts[1:])
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(info) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                count += 1
-    except zipfile.BadZipFile:
-        raise FatalError(f"{wheel_path}: not a valid wheel (bad zip)") from None
-    if count == 0:
-        raise FatalError(f"{wheel_path.name}: holds no sglang/ package")
-    return count
+def pip_download(
+    requirements: list[str], dest: Path, python_version: str, platforms: list[str], what: str | None = None
+) -> None:
+    """`pip download` of binary wheels, without dependencies, for another interpreter and platform: the one
+    place either the toolkit or the GPU bundle asks PyPI for a file. `requirements` are pip arguments
+    (`name==version`, or `--require-hashes -r FILE`, where pip itself refuses a wheel whose hash differs)."""
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+    command += ["--python-version", python_version, "--implementation", "cp"]
+    for platform in platforms:
+        command += ["--platform", platform]
+    result = subprocess.run([*command, "--dest", str(dest), *requirements], capture_output=True, text=True)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise FatalError(f"could not download {what or ' '.join(requirements)} from PyPI: {last}")

@@ -129,10 +129,10 @@ class Workspace:
         self.git.run("read-tree", before)  # a failed --3way can leave conflict stages
         return explain_failure(patch, err)
 
-    def hand_over(self, commit: str, target: Git, ref: str, force: bool = True) -> None:
+    def copy_commit_to(self, commit: str, target: Git, ref: str, force: bool = True) -> None:
         """Copy `commit` (and what it needs) into `target`'s repository as `ref`, leaving no FETCH_HEAD."""
-        self.git.run("update-ref", "refs/heads/handover", commit)
-        source = f"{'+' if force else ''}refs/heads/handover:{ref}"
+        self.git.run("update-ref", "refs/heads/copied", commit)
+        source = f"{'+' if force else ''}refs/heads/copied:{ref}"
         target.run("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(self.root), source)
 
     def commit(self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None) -> str:

@@ -6,12 +6,20 @@ python -m pytest ci/test_gpu_ci_tools.py
 from __future__ import annotations
 
 import enum
+import hashlib
+import importlib
 import importlib.util
+import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+
+from sglpatch.ci_summary import kit_metadata_layouts
+from sglpatch.errors import FatalError
+from sglpatch.wheels import pip_download
 
 CI = Path(__file__).resolve().parents[2] / "ci"
 
@@ -25,6 +33,8 @@ def _load(name):
 
 apply_series = _load("apply_series")
 gpu_bundle = _load("gpu_bundle")
+sys.path.insert(0, str(CI))
+layouts = importlib.import_module("dsa_kit_layouts")  # the module the driver imports, not a copy
 
 
 def _tree(root: Path) -> Path:
@@ -60,61 +70,81 @@ def test_series_order_and_strip(tmp_path):
     assert (root / "sglang/srt/a.py").read_text() == "one\n2\nthree\n"
 
 
-def test_python_fallback_matches(tmp_path):
+def test_a_patch_that_no_longer_applies_stops_and_leaves_the_file(tmp_path):
     root = _tree(tmp_path / "w")
     (tmp_path / "x.patch").write_text(PATCH)
-    apply_series._apply_python(tmp_path / "x.patch", root, 2)
+    assert apply_series.main([str(tmp_path / "x.patch"), "--root", str(root)]) == 0
     assert (root / "sglang/srt/a.py").read_text() == "one\nTWO\nthree\n"
-    with pytest.raises(SystemExit):  # context no longer matches
-        apply_series._apply_python(tmp_path / "x.patch", root, 2)
+    with pytest.raises(SystemExit, match="git apply --check x.patch failed"):  # context no longer matches
+        apply_series.main([str(tmp_path / "x.patch"), "--root", str(root)])
+    assert (root / "sglang/srt/a.py").read_text() == "one\nTWO\nthree\n"
 
 
 def test_none_is_pristine(tmp_path):
     assert apply_series.list_series("none") == []
 
 
-def test_lock_roundtrip(tmp_path):
-    entries = [
-        dict(
-            role="dep", name="foo-bar", version="1.0", filename="foo_bar-1.0-py3-none-any.whl", sha256="ab" * 32, size=3
-        )
-    ]
-    gpu_bundle.write_lock(tmp_path / "l", entries)
-    got = gpu_bundle.read_lock(tmp_path / "l")
-    assert got["foo-bar"]["sha256"] == "ab" * 32 and got["foo-bar"]["size"] == 3
+def test_committed_requirements_pin_and_hash_every_wheel():
+    deps = gpu_bundle.read_requirements(gpu_bundle.DEPS_REQUIREMENTS)
+    sglang = gpu_bundle.read_requirements(gpu_bundle.SGLANG_REQUIREMENTS)
+    versions = {gpu_bundle.norm(p["name"]): p["version"] for p in deps + sglang}
+    assert len(versions) == len(deps) + len(sglang) == 43  # no wheel named twice
+    assert versions["sglang"] == "0.5.14" and versions["sglang-kernel"] == "0.4.4"
+    assert versions["transformers"] == "5.8.1" and versions["sgl-deep-gemm"] == "0.1.5.post1"
     assert gpu_bundle.wheel_matches("foo_bar-1.0-py3-none-any.whl", "foo.bar", "1.0")
 
 
-def test_committed_lock_covers_every_pin():
-    lock = gpu_bundle.read_lock(CI / "gpu-bundle.lock")
-    for name, version, _ in gpu_bundle.DEP_PINS:
-        assert lock[gpu_bundle.norm(name)]["version"] == version
-    assert lock["sglang"]["version"] == "0.5.14"
-    assert lock["sglang-kernel"]["version"] == "0.4.4"
+def _tiny_wheel(folder: Path) -> Path:
+    folder.mkdir()
+    wheel = folder / "tiny_dep-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tiny_dep/__init__.py", "")
+        archive.writestr("tiny_dep-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tiny-dep\nVersion: 1.0\n")
+        archive.writestr(
+            "tiny_dep-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr("tiny_dep-1.0.dist-info/RECORD", "")
+    return wheel
+
+
+def test_pip_itself_refuses_a_wheel_whose_hash_differs(tmp_path):
+    wheel = _tiny_wheel(tmp_path / "index")
+    good = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    offline = ["--no-index", "--find-links", str(wheel.parent)]
+    for digest, dest in ((good, tmp_path / "ok"), ("0" * 64, tmp_path / "refused")):
+        requirements = tmp_path / f"req-{digest[:4]}.txt"
+        requirements.write_text(f"tiny-dep==1.0 --hash=sha256:{digest}  # why it is here\n")
+        assert gpu_bundle.read_requirements(requirements)[0]["sha256"] == digest
+        arguments = [*offline, "--require-hashes", "-r", str(requirements)]
+        if digest == good:
+            pip_download(arguments, dest, "3.12", gpu_bundle.PLATFORMS)
+            assert [p.name for p in dest.iterdir()] == [wheel.name]
+        else:
+            with pytest.raises(FatalError, match="could not download"):
+                pip_download(arguments, dest, "3.12", gpu_bundle.PLATFORMS)
+            assert not dest.exists() or not list(dest.iterdir())
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="driver helpers use torch tensors")
 def test_layout_helpers():
     import torch
 
-    drv = _load("dsa_kit_driver")
-
     class L(enum.Enum):
         PER_TOKEN = "per_token"
         NATIVE = "native"
         PAIRED = "paired"
 
-    assert [drv.normalize_layout(v) for v in L] == ["per_token", "native", "paired"]
-    assert drv.infer_from_ctx_lens(torch.zeros(8, 1), 2, 4) == "per_token"
-    assert drv.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
-    assert drv.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
-    assert drv.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
+    assert [layouts.normalize_layout(v) for v in L] == ["per_token", "native", "paired"]
+    assert layouts.infer_from_ctx_lens(torch.zeros(8, 1), 2, 4) == "per_token"
+    assert layouts.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
+    assert layouts.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
+    assert layouts.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
     # SM90 patched rule (no minimum batch size named by the tree -> 1)
-    assert drv.expected_layout(2, 8, 9, "patched") == "native"
-    assert drv.expected_layout(3, 8, 9, "patched") == "per_token"
-    assert drv.expected_layout(4, 8, 9, "patched") == "paired"
-    assert drv.expected_layout(4, 8, 9, "pristine") == "per_token"
-    assert drv.expected_layout(3, 1, 10, "pristine") == "native"
+    assert layouts.expected_layout(2, 8, 9, "patched") == "native"
+    assert layouts.expected_layout(3, 8, 9, "patched") == "per_token"
+    assert layouts.expected_layout(4, 8, 9, "patched") == "paired"
+    assert layouts.expected_layout(4, 8, 9, "pristine") == "per_token"
+    assert layouts.expected_layout(3, 1, 10, "pristine") == "native"
 
 
 def test_driver_collects_without_gpu():
@@ -144,7 +174,7 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
     import torch
 
     drv = _load("dsa_kit_driver")
-    monkeypatch.setattr(drv, "sm90_min_batch_size", lambda: 8)
+    monkeypatch.setattr(layouts, "sm90_min_batch_size", lambda: 8)
     monkeypatch.setenv("DSA_KIT_EXPECT", "patched")
     mode = types.SimpleNamespace(name="TARGET_VERIFY")
 
@@ -173,7 +203,7 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
         return dict(dsa=dsa, ForwardMode=types.SimpleNamespace(TARGET_VERIFY=mode), torch=fake_torch)
 
     def good(bs, n):
-        return drv.expected_layout(n, bs, 9, "patched")
+        return layouts.expected_layout(n, bs, 9, "patched")
 
     request = types.SimpleNamespace(node=types.SimpleNamespace(nodeid="t", user_properties=[]))
     for prefix, n in [((1,) * 8, 2), ((1,) * 8, 3), ((1,) * 8, 4), ((1,), 2)]:
@@ -184,3 +214,14 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
     drv.RECORDER.records.clear()
     with pytest.raises(AssertionError):  # per-token where paired is due
         drv._run_target_verify(make_kit(lambda bs, n: "per_token"), None, request, (1,) * 8, 4)
+
+
+def test_kit_metadata_layouts_reads_old_and_new_summaries():
+    committed = json.loads((CI.parent / "docs" / "ci" / "dsa_kit_patched_h200.json").read_text())
+    assert "layouts_seen" in committed and "metadata_layouts" not in committed  # written before the rename
+    old = kit_metadata_layouts(committed)
+    assert old["test_target_verify_eight_requests[bs8-next_n4]"]["field"] == ["paired"]
+    assert old["test_target_verify_eight_requests[bs8-next_n4]"]["schedule_ctx_lens_shapes"] == [[16, 2]]
+    renamed = dict(committed, metadata_layouts=old)
+    del renamed["layouts_seen"]
+    assert kit_metadata_layouts(renamed) == old

@@ -1,4 +1,4 @@
-"""ci/gpu_leg.py end to end on this CPU machine, with stand-in parts so it stays fast.
+"""`sglpatch gpu-leg` end to end on this CPU machine, with stand-in parts so it stays fast.
 
 SGLPATCH_PROJECT points the leg at a small project whose kit driver and tests/gpu skip the
 way the real ones do without CUDA (a fixture skip, a module-level skip). The leg must still
@@ -65,7 +65,9 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
     run = subprocess.run(
         [
             sys.executable,
-            str(REPO / "ci" / "gpu_leg.py"),
+            "-m",
+            "sglpatch",
+            "gpu-leg",
             "--leg",
             "h100",
             "--sglang",
@@ -107,7 +109,7 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
 
     junit = stem.with_suffix(".xml").read_text()
     assert 'name="dsa-kit"' in junit and 'name="project-gpu"' in junit
-    assert json.loads(stem.with_suffix(".json").read_text())["command"].startswith("python ci/gpu_leg.py --leg h100")
+    assert json.loads(stem.with_suffix(".json").read_text())["command"].startswith("sglpatch gpu-leg --leg h100")
 
 
 def test_leg_whose_series_does_not_apply_still_writes_a_failing_summary(tmp_path):
@@ -120,7 +122,7 @@ def test_leg_whose_series_does_not_apply_still_writes_a_failing_summary(tmp_path
     env.pop("PYTHONPATH", None)
     run = subprocess.run(
         # the base interpreter: the probe needs no torch here, and importing it would only cost time
-        [sys.executable, str(REPO / "ci" / "gpu_leg.py"), "--leg", "b200", "--sglang", str(package)]
+        [sys.executable, "-m", "sglpatch", "gpu-leg", "--leg", "b200", "--sglang", str(package)]
         + ["--python", getattr(sys, "_base_executable", sys.executable), "--out", str(stem)],
         cwd=tmp_path,
         env=env,

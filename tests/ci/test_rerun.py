@@ -9,10 +9,10 @@ import pytest
 
 from sglpatch.cli import main
 from sglpatch.errors import FatalError
+from sglpatch.pr_groups import group_patches
 from sglpatch.project import default_patch_dir
 from sglpatch.rerun import (
     default_map_path,
-    group_patches,
     load_rerun_map,
     local_commands,
     plan_reruns,

@@ -149,8 +149,7 @@ def test_logits_bit_identical_across_layouts(runs):
 
 
 def test_grid_covered_eager_and_graph(runs):
-    sys.path.insert(0, str(BENCH.parent))
-    import indexer_step
+    from bench import indexer_step
 
     g = indexer_step.GRIDS[runs["grid"]]
     want = {

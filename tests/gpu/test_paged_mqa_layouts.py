@@ -27,15 +27,11 @@ per-token and pristine v0.5.14) is ``test_indexer_paged_mqa.py``.
 from __future__ import annotations
 
 import math
-import os
 import random
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-
-import paged_mqa as pm
+from bench import paged_mqa as pm
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 

@@ -1,40 +1,17 @@
 """Fixtures for the reliability suites: the toolkit suite's real v0.5.14 trees, and the fault-grid summary.
 
-The trees and the test series come from tests/toolkit/conftest.py (loaded by
-path, so both folders share one definition). SGLPATCH_FAULT_GRID=full (set by
+The trees and the test series come from testing/sglang_trees.py, shared with the
+toolkit suite. SGLPATCH_FAULT_GRID=full (set by
 `make test-fault`) runs every write point; otherwise a fixed sample. Each grid
 test records its figures; the terminal summary prints them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import sys
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "toolkit_conftest", Path(__file__).resolve().parents[1] / "toolkit" / "conftest.py"
-)
-toolkit_conftest = importlib.util.module_from_spec(_spec)
-sys.modules["toolkit_conftest"] = toolkit_conftest
-_spec.loader.exec_module(toolkit_conftest)
-
-from toolkit_conftest import (  # noqa: E402,F401  (fixtures are found by name)
-    _clean_git_env,
-    base_repo,
-    checkout,
-    package,
-    patches,
-    project_pin,
-    series_dir,
-    sglpatch,
-    wheel_path,
-)
-
-FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"
-GRID_PROPERTY = "fault_grid"
+from testing.fault_harness import GRID_PROPERTY
+from testing.sglang_trees import *  # noqa: F401,F403  (fixtures are found by name)
 
 
 def pytest_terminal_summary(terminalreporter):

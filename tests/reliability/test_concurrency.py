@@ -15,7 +15,8 @@ import sys
 from dataclasses import replace
 
 import pytest
-from fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
+
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
 
 
 @pytest.fixture(scope="module")

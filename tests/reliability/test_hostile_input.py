@@ -15,13 +15,12 @@ import subprocess
 import zipfile
 
 import pytest
-from conftest import FULL_GRID
-from fault_harness import tree_state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
+from testing.fault_harness import FULL_GRID, tree_state
 
 KINDS = ["checkout", "package"]
 

@@ -3,7 +3,7 @@
 apply and revert on a checkout and on a package folder; rebase on a checkout
 (a package folder has no history to rebase). The promise: whatever happens, the
 target (and the series folder a rebase rewrites) ends fully patched or exactly
-as it was, and the tool says which. See fault_harness.py for what each run checks.
+as it was, and the tool says which. See testing/fault_harness.py for what each run checks.
 """
 
 from __future__ import annotations
@@ -15,8 +15,19 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FULL_GRID, GRID_PROPERTY
-from fault_harness import GRID, KINDS, OPERATIONS, SIGNALS, Lab, default_sigint, run_grid, run_state
+
+from testing.fault_harness import (
+    FULL_GRID,
+    GRID,
+    GRID_PROPERTY,
+    KINDS,
+    OPERATIONS,
+    SIGNALS,
+    Lab,
+    default_sigint,
+    run_grid,
+    run_state,
+)
 
 
 @pytest.fixture(scope="module")

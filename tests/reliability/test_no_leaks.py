@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_harness import OPERATIONS, Lab
 
 import sglpatch
+from testing.fault_harness import OPERATIONS, Lab
 
 PACKAGE_DIR = Path(sglpatch.__file__).resolve().parent
 RUNNERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}

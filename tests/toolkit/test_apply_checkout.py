@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import AUTHOR, BACKEND, NEW_FILE, SECOND, fingerprint, make_series, replace_in
-
 from sglpatch.git import Git
 from sglpatch.series import load_series
+from testing.sglang_trees import AUTHOR, BACKEND, NEW_FILE, SECOND, fingerprint, make_series, replace_in
 
 
 def test_apply_makes_one_commit_per_patch_on_a_new_branch(sglpatch, checkout, patches):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import BACKEND, NEW_FILE, SECOND, fingerprint
-
 from sglpatch import journal
 from sglpatch.series import load_series
+from sglpatch.write_states import WriteState
+from testing.sglang_trees import BACKEND, NEW_FILE, SECOND, fingerprint
 
 
 def _local(package, upstream_path):
@@ -20,7 +20,7 @@ def test_apply_rewrites_files_and_revert_restores_every_byte(sglpatch, package, 
     assert code == 0, err
     assert "# test series: second patch" in _local(package, SECOND).read_text()
     assert _local(package, NEW_FILE).is_file()
-    assert journal.read_journal(package)["state"] == journal.APPLIED
+    assert journal.read_journal(package).state == WriteState.APPLIED
     assert not list(package.rglob("*.rej")) and not list(package.rglob("*.sglpatch-tmp"))
     code, out, err = sglpatch("revert", "--sglang", package)
     assert code == 0, err

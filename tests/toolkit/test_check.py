@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import SECOND, make_series
-
 from sglpatch.project import default_base_dir
 from sglpatch.series import load_series
+from testing.sglang_trees import SECOND, make_series
 
 
 def test_every_patch_of_the_series_is_proven_by_its_own_tests(sglpatch):

@@ -12,10 +12,10 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import SECOND, make_series
 
 from sglpatch.git import Git, init_repo
 from sglpatch.project import PROJECT_ROOT
+from testing.sglang_trees import SECOND, make_series
 
 FAKE_GH = """#!/bin/sh
 # Stand-in for the GitHub CLI: records each call, answers like `gh`.

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import OVERLAP, SECOND, fingerprint, make_series
 
-from sglpatch.base import commit_release
 from sglpatch.git import Git, init_repo
+from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
+from testing.sglang_trees import OVERLAP, SECOND, fingerprint, make_series
 
 LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
@@ -25,9 +25,9 @@ def release_chain(tmp_path_factory, wheel_path, project_pin):
     """A repo where each release is a commit on top of the previous one, tagged v<release>."""
     root = tmp_path_factory.mktemp("chain") / "sglang"
     repo = init_repo(root)
-    commit_release(repo, wheel_path, project_pin.release, project_pin.tag, project_pin.date)
+    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
     for release in LATER:
-        commit_release(repo, fetch_wheel(release), release, f"v{release}", project_pin.date, replace=True)
+        check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
     return root
 
 

@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BACKEND, SECOND, fingerprint, replace_in
 
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
 from sglpatch.target import open_target, target_lock
+from testing.sglang_trees import BACKEND, SECOND, fingerprint, replace_in
 
 
 def refused(sglpatch, target, *args):
@@ -50,7 +50,7 @@ def test_dirty_tracked_file(sglpatch, checkout, patches):
 
 
 def test_dirty_untracked_file_in_the_way(sglpatch, checkout, patches):
-    from conftest import NEW_FILE
+    from testing.sglang_trees import NEW_FILE
 
     (checkout / NEW_FILE).write_text("mine\n")
     err = refused(sglpatch, checkout, "--patches", patches)

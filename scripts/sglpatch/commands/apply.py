@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 
-from sglpatch import journal, rebase_state
-from sglpatch.base import ensure_default_base
-from sglpatch.checkout_record import APPLIED_STATE, APPLYING, REVERTING, STATE_FILE, read_state, write_state
+from sglpatch import hints, journal
+from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
+from sglpatch.interrupted import refuse_interrupted
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
-from sglpatch.plan import APPLIED, Plan, make_plan
+from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.project import default_base_dir
-from sglpatch.target import Target, target_lock
+from sglpatch.target import target_lock
+from sglpatch.write_states import WriteState
 
 
 def add_arguments(parser) -> None:
@@ -45,7 +47,7 @@ def run(args) -> int:
                 return 0
             if not target.is_git and journal.read_journal(target.root):
                 raise FatalError(
-                    f"{target.root} carries an earlier apply of another series; run `make revert SGLANG={target.root}` first"
+                    f"{target.root} carries an earlier apply of another series; run {hints.revert(target.root)} first"
                 )
             _refuse_unless_ready(plan, pin.release, args.three_way)
             done = f"the series is applied: {target.root} is fully patched"
@@ -65,42 +67,7 @@ def run(args) -> int:
     return 0
 
 
-def interrupted_state(target: Target) -> str | None:
-    """What an interrupted sglpatch run left in the target ("apply", "revert", "rebase", "start"), or None."""
-    if target.is_git:
-        git_dir = target.git.git_dir()
-        rebase = rebase_state.load(rebase_state.state_dir(target.git))
-        if rebase is not None and not rebase.get("stopped"):
-            return "rebase"
-        if (git_dir / f"{STATE_FILE}.tmp").exists():
-            return "start"
-        record = read_state(target)
-        state = record.get("state", APPLIED_STATE) if record else None
-        return {APPLYING: "apply", REVERTING: "revert"}.get(state)
-    if journal.has_leftover(target.root):
-        return "start"
-    record = journal.read_journal(target.root)
-    if record is None:
-        return None
-    if record["state"] == journal.APPLIED:
-        return "start" if journal.stray_files(target.root, record) else None
-    return {journal.APPLYING: "apply", journal.REVERTING: "revert"}[record["state"]]
-
-
-def refuse_interrupted(target: Target) -> None:
-    """Refuse a target an earlier run left half-way, or one where a rebase waits for the user."""
-    if target.is_git:
-        rebase_state.refuse_in_progress(target)
-    what = interrupted_state(target)
-    if what:
-        run = "an sglpatch run" if what == "start" else f"an sglpatch {what}"
-        raise FatalError(
-            f"{run} on {target.root} was interrupted; run `sglpatch recover --sglang {target.root}` "
-            f"(make recover SGLANG={target.root}) to finish or undo it"
-        )
-
-
-def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:
+def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None:
     if plan.dirty:
         raise FatalError(
             f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
@@ -114,7 +81,7 @@ def _refuse_unless_ready(plan: Plan, release: str, three_way: bool) -> None:
         raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
 
 
-def _apply_to_checkout(plan: Plan, branch: str) -> str:
+def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
     git = plan.target.git
     if git.rev_parse(f"refs/heads/{branch}") is not None:
         raise FatalError(f"branch {branch} already exists; pass --branch NAME (BRANCH=NAME) or delete it")
@@ -126,17 +93,17 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
-    record = {
-        "state": APPLYING,
-        "branch": branch,
-        "previous": previous,
-        "head": parent,
-        "patches": [s.patch.name for s in plan.states],
-        "touched": sorted({p for s in plan.states for p in s.patch.touched_paths}),
-    }
+    record = CheckoutRecord(
+        state=WriteState.APPLYING,
+        branch=branch,
+        previous=previous,
+        head=parent,
+        patches=[s.patch.name for s in plan.states],
+        touched=sorted({p for s in plan.states for p in s.patch.touched_paths}),
+    )
     write_state(plan.target, record)
     try:
-        plan.workspace.hand_over(parent, git, f"refs/heads/{branch}", force=False)
+        plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
         status, _, err = git.try_run("checkout", "-q", branch)
     except GitFailed as exc:
@@ -148,11 +115,11 @@ def _apply_to_checkout(plan: Plan, branch: str) -> str:
         last = (err.strip().splitlines() or ["git failed"])[-1]
         raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
     fault_point("checkout: switched to the branch")
-    write_state(plan.target, {**record, "state": APPLIED_STATE})
+    write_state(plan.target, record.with_state(WriteState.APPLIED))
     return branch
 
 
-def _apply_to_package(plan: Plan, digest: str) -> None:
+def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
     target = plan.target
     paths = [p for s in plan.to_apply for p in s.patch.touched_paths]
     before = target.read_files(list(dict.fromkeys(paths)))
@@ -161,5 +128,5 @@ def _apply_to_package(plan: Plan, digest: str) -> None:
         new = plan.workspace.read(path)
         if new != old:
             changes.append(journal.Change(target.local_path(path), old, new))
-    names = [s.patch.name for s in plan.states if s.state != APPLIED]
+    names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
     journal.write_changes(target.root, changes, digest, names)

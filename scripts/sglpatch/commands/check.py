@@ -18,13 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglpatch.base import ensure_default_base
-from sglpatch.carry import series_commits
 from sglpatch.commands.common import add_series_options, load_inputs
+from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.output import progress, say
 from sglpatch.project import PROJECT_ROOT, default_base_dir
+from sglpatch.replay import series_commits
 from sglpatch.series import Patch
 
 CHECK_REF = "refs/sglpatch/check/series"
@@ -39,7 +39,7 @@ def run(args) -> int:
     git = Git(ensure_default_base(pin, default_base_dir()))
     commits = series_commits(git, pin.tag, series.patches)
     try:
-        commits.workspace.hand_over(commits.commits[-1], git, CHECK_REF)
+        commits.workspace.copy_commit_to(commits.commits[-1], git, CHECK_REF)
     finally:
         commits.workspace.close()
     prefixes = [commits.base, *commits.commits]

@@ -14,7 +14,7 @@ from sglpatch.output import say
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("summary", type=Path, metavar="SUMMARY", help="the JSON summary ci/gpu_leg.py wrote")
+    parser.add_argument("summary", type=Path, metavar="SUMMARY", help="the JSON summary `sglpatch gpu-leg` wrote")
     parser.add_argument("--leg", choices=LEGS, default=None, help="which leg's expectations (default: the summary's)")
     parser.add_argument(
         "--expectations", type=Path, default=None, metavar="FILE", help="default: ci/leg-expectations.json"

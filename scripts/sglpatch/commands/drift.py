@@ -6,12 +6,12 @@ import shlex
 import time
 from pathlib import Path
 
-from sglpatch.carry import carry_series, series_commits
 from sglpatch.commands.common import add_series_options, load_inputs
 from sglpatch.drift import render_json, render_markdown, render_png
 from sglpatch.output import progress, say
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import published_releases, release_commit, releases_repo
+from sglpatch.replay import carry_series, series_commits
 from sglpatch.wheels import fetch_wheel
 
 

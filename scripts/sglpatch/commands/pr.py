@@ -17,18 +17,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sglpatch.carry import series_commits
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.hygiene import check_hygiene
 from sglpatch.output import say
 from sglpatch.pr_body import Group, render_body
+from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
+from sglpatch.replay import series_commits
 from sglpatch.rerun import rerun_comment_lines
-from sglpatch.series import Series
 
-GROUPS_FILE = "pr-groups.json"
 RECORD_FILE = "sglpatch-prs.json"
 BRANCH_PREFIX = "sglpatch-pr/"
 
@@ -113,48 +112,9 @@ def build_branch(git: Git, group: Group, base: str) -> str:
     """The group's patches as commits on `base`, authorship kept; returns the tip."""
     built = series_commits(git, base, group.patches, f"group {group.id}", three_way=True, committer=git.identity())
     with built.workspace as workspace:
-        workspace.hand_over(built.commits[-1], git, "refs/sglpatch/pr-build")
+        workspace.copy_commit_to(built.commits[-1], git, "refs/sglpatch/pr-build")
     git.run("update-ref", "-d", "refs/sglpatch/pr-build")
     return built.commits[-1]
-
-
-def load_groups(series: Series) -> dict:
-    path = series.directory / GROUPS_FILE
-    try:
-        data = json.loads(path.read_text())
-        upstream = data["upstream"]
-        raw_groups = data["groups"]
-    except FileNotFoundError:
-        raise FatalError(f"{path} is missing: it names the PR groups") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise FatalError(f"{path} is not a valid PR group file ({exc})") from None
-    by_group: dict[str, list] = {}
-    for patch in series.patches:
-        by_group.setdefault(patch.trailer("patch-group") or "", []).append(patch)
-    groups = []
-    for raw in raw_groups:
-        if not re.fullmatch(r"\[(DSA|Spec|Perf|Bugfix|Feature)\] .+", raw.get("title", "")):
-            raise FatalError(f"{path}: group {raw.get('id')} needs a title starting with a tag like [DSA] or [Spec]")
-        patches = by_group.pop(raw["id"], [])
-        if not patches:
-            raise FatalError(f"{path}: no patch has Patch-Group: {raw['id']}")
-        groups.append(
-            Group(
-                raw["id"],
-                raw["title"],
-                raw["branch"],
-                patches,
-                raw.get("depends_on", []),
-                raw.get("accuracy", []),
-                raw.get("benchmark"),
-                raw.get("accuracy_notes", []),
-            )
-        )
-    if by_group:
-        raise FatalError(
-            f"patches in no PR group of {path}: {', '.join(p.name for ps in by_group.values() for p in ps)}"
-        )
-    return {"upstream": upstream, "groups": groups}
 
 
 def _group(config: dict, group_id: str) -> Group:

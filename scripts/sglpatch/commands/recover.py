@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import journal, rebase_state
-from sglpatch.checkout_record import APPLYING, REVERTING, STATE_FILE, read_state
+from sglpatch import hints, journal, rebase_settle, rebase_store
+from sglpatch.checkout_record import STATE_FILE, read_state
+from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_target_option, resolve_target
-from sglpatch.commands.revert import undo_checkout
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
 from sglpatch.target import Target, target_lock
+from sglpatch.write_states import INTERRUPTED, WriteState
 
 AS_IT_WAS = "as it was"
 PATCHED = "fully patched"
@@ -44,21 +45,21 @@ def run(args) -> int:
 
 def _recover_checkout(target: Target) -> None:
     git = target.git
-    leftover = git.git_dir() / rebase_state.DELETING
+    leftover = git.git_dir() / rebase_store.DELETING
     if leftover.exists():
         with write_phase():
             shutil.rmtree(leftover)
         say(f"removed {leftover.name}, the state of a settled rebase whose deletion was cut short")
-    folder = rebase_state.state_dir(git)
-    rebase = rebase_state.load(folder)
+    folder = rebase_store.state_dir(git)
+    rebase = rebase_store.load(folder)
     if rebase is not None:
         if rebase.get("stopped"):
             raise FatalError(
-                f"{rebase_state.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
-                "resolve, then `make rebase CONTINUE=1`, or `make rebase ABORT=1` to put everything back"
+                f"{rebase_store.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
+                f"resolve, then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
             )
         _refuse_unexplained_changes(target, rebase)
-        done = rebase_state.settle(target, folder, rebase)
+        done = rebase_settle.finish_or_roll_back(target, folder, rebase)
         say(f"recovered {target.root}: {done}")
         return
     tmp = git.git_dir() / f"{STATE_FILE}.tmp"
@@ -71,12 +72,12 @@ def _recover_checkout(target: Target) -> None:
     if record is None:
         say(f"nothing to recover: {target.root} has no series applied by sglpatch; it is {AS_IT_WAS}")
         return
-    if record.get("state") in (APPLYING, REVERTING):
-        undo_checkout(target, record)
+    if record.state in INTERRUPTED:
+        say(undo_checkout(target, record))
         say(f"recovered {target.root}: it is {AS_IT_WAS}")
         return
-    branch = record["branch"]
-    if git.current_branch() == branch and git.run("rev-parse", "HEAD") == record.get("head"):
+    branch = record.branch
+    if git.current_branch() == branch and git.run("rev-parse", "HEAD") == record.head:
         say(f"nothing to recover: {target.root} is {PATCHED} (branch {branch})")
     else:
         say(f"nothing to recover: the series is applied on branch {branch}, which {target.root} is not on")
@@ -88,7 +89,7 @@ def _refuse_unexplained_changes(target: Target, rebase: dict) -> None:
     Between its steps a rebase leaves the work tree clean, and a kill inside `git cherry-pick` leaves
     CHERRY_PICK_HEAD; anything else (a kill inside `git checkout`, or an edit since) is not guessed at."""
     git = target.git
-    if rebase.get("phase") == rebase_state.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+    if rebase.get("phase") == rebase_store.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
         return
     changed = git.run("diff", "--name-only", "HEAD").splitlines()
     if changed:
@@ -109,8 +110,8 @@ def _recover_package(target: Target, force: bool) -> None:
     if record is None:
         say(f"nothing to recover: {root} has no sglpatch journal; it is {AS_IT_WAS}")
         return
-    if record["state"] in (journal.APPLYING, journal.REVERTING):
-        done = "rolled back the interrupted apply" if record["state"] == journal.APPLYING else "finished the revert"
+    if record.state in INTERRUPTED:
+        done = "rolled back the interrupted apply" if record.state == WriteState.APPLYING else "finished the revert"
         with write_phase(f"{done}: {root} is {AS_IT_WAS}"):
             restored = journal.restore(root, force=force)
         say(f"recovered {root}: {done} ({len(restored)} files restored byte for byte); it is {AS_IT_WAS}")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from sglpatch.commands.common import add_series_options
 from sglpatch.output import say
+from sglpatch.pr_groups import group_patches
 from sglpatch.project import default_patch_dir
-from sglpatch.rerun import group_patches, load_rerun_map, local_commands, plan_reruns, rerun_comment_lines
+from sglpatch.rerun import load_rerun_map, local_commands, plan_reruns, rerun_comment_lines
 from sglpatch.series import load_series
 
 

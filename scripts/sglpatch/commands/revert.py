@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from sglpatch import journal, rebase_state
-from sglpatch.checkout_record import APPLYING, REVERTING, STATE_FILE, read_state, write_state
+from sglpatch import journal, rebase_store
+from sglpatch.checkout_record import STATE_FILE, read_state
+from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_target_option, resolve_target
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point, guarded, write_phase
+from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
 from sglpatch.plan import dirty_paths
 from sglpatch.target import Target, target_lock
+from sglpatch.write_states import INTERRUPTED
 
 
 def add_arguments(parser) -> None:
@@ -35,59 +37,24 @@ def run(args) -> int:
 
 def _revert_checkout(target: Target) -> None:
     git = target.git
-    rebase_state.refuse_in_progress(target)
+    rebase_store.refuse_in_progress(target)
     scratch = git.git_dir() / f"{STATE_FILE}.tmp"
     if scratch.exists():
         scratch.unlink()  # a run killed while writing the state file; the file itself is still whole
     record = read_state(target)
     if record is None:
         raise FatalError(f"{target.root} has no series applied by sglpatch: nothing to revert")
-    if record.get("state") in (APPLYING, REVERTING):
-        undo_checkout(target, record)
+    if record.state in INTERRUPTED:
+        say(undo_checkout(target, record))
         return
-    branch, head = record["branch"], record["head"]
+    branch, head = record.branch, record.head
     if git.current_branch() != branch:
         raise FatalError(f"{target.root} is not on {branch} (the series branch); switch to it or revert by hand")
     if git.run("rev-parse", "HEAD") != head:
         raise FatalError(f"{branch} has commits after the series; revert by hand so they are not lost")
-    dirty = dirty_paths(target, record.get("touched", []) or ["python/sglang"])
+    dirty = dirty_paths(target, record.touched or ["python/sglang"])
     if dirty:
         raise FatalError(
             f"uncommitted changes under the series' files: {', '.join(dirty[:5])}; commit or stash them first"
         )
-    undo_checkout(target, record)
-
-
-def undo_checkout(target: Target, record: dict) -> str:
-    """Back to the branch the series was applied from, the series branch gone; returns what was done."""
-    git = target.git
-    branch, previous = record["branch"], record["previous"]
-    was = record.get("state")
-    on_branch = git.current_branch() == branch
-    if was in (APPLYING, REVERTING):
-        # Our own steps leave these files clean; a git checkout killed half-way (or an edit since) does not.
-        dirty = dirty_paths(target, record.get("touched", []) or ["python/sglang"])
-        if dirty:
-            raise FatalError(
-                f"the interrupted {'apply' if was == APPLYING else 'revert'} left changes in {', '.join(dirty[:5])} "
-                f"(HEAD is on {git.current_branch() or 'a detached commit'}); nothing was changed: check them, "
-                f"then `git checkout -- <files>` and run recover again"
-            )
-    with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
-        if was != REVERTING:
-            write_state(target, {**record, "state": REVERTING})
-        if on_branch:
-            git.run("checkout", "-q", previous)
-            fault_point("checkout: back on the previous branch")
-        if git.rev_parse(f"refs/heads/{branch}") is not None:
-            git.run("branch", "-q", "-D", branch)
-            fault_point("checkout: series branch deleted")
-        if "before" in record:  # a rebase's branch: back to the series it was rebased from
-            write_state(target, record["before"])
-        else:
-            (git.git_dir() / STATE_FILE).unlink()
-        fault_point("checkout: state file removed")
-    action = {APPLYING: "rolled back the interrupted apply", REVERTING: "finished the interrupted revert"}
-    done = action.get(was, "reverted")
-    say(f"{done} on {target.root}: back on {previous}, branch {branch} removed")
-    return done
+    say(undo_checkout(target, record))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from sglpatch import rebase_state
-from sglpatch.commands.apply import interrupted_state
+from sglpatch import hints, rebase_store
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.interrupted import interrupted_state
 from sglpatch.output import plural, say
-from sglpatch.plan import CONFLICT, make_plan
+from sglpatch.plan import CONFLICTS, make_plan
 
 
 def add_arguments(parser) -> None:
@@ -20,9 +20,9 @@ def run(args) -> int:
     with make_plan(target, series, pin) as plan:
         say(f"target: {target.describe()}")
         if interrupted := interrupted_state(target):
-            say(f"NOTE:   an sglpatch {interrupted} was cut short here; `make recover SGLANG={target.root}` settles it")
-        elif target.is_git and (rebase := rebase_state.load(rebase_state.state_dir(target.git))):
-            say(f"NOTE:   {rebase_state.describe_stop(rebase)}; `make rebase CONTINUE=1` or `ABORT=1`")
+            say(f"NOTE:   an sglpatch {interrupted} was cut short here; {hints.recover_short(target.root)} settles it")
+        elif target.is_git and (rebase := rebase_store.load(rebase_store.state_dir(target.git))):
+            say(f"NOTE:   {rebase_store.describe_stop(rebase)}; {hints.CONTINUE_REBASE} or {hints.ABORT_REBASE}")
         if plan.drift:
             say(
                 f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"
@@ -33,7 +33,7 @@ def run(args) -> int:
             say(f"dirty:  {', '.join(plan.dirty)}")
         width = max(len(s.patch.name) for s in plan.states)
         for state in plan.states:
-            label = {CONFLICT: "conflicts"}.get(state.state, state.state)
+            label = {CONFLICTS: "conflicts"}.get(state.state, state.state)
             detail = f"  ({state.failure.describe().split(': ', 1)[-1]})" if state.failure else ""
             say(f"  {state.patch.name:<{width}}  {label}{detail}")
     return 0

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SIGNALS = ("INT", "TERM", "KILL")
+FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"  # `make test-fault`: every write point
+GRID_PROPERTY = "fault_grid"  # each grid test records its figures under this junit property
 KINDS = ("checkout", "package")
 PRISTINE, PATCHED = "pristine", "patched"
 ONTO_RELEASE = "0.5.15"

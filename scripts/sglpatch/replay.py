@@ -1,7 +1,8 @@
-"""Carrying the series to another base: is each patch clean, 3-way, conflicting, or upstream?
+"""The replay engine: how each patch of the series lands on another base. Drift and rebase both ask it.
 
 The series is first made into commits on the pinned base (in a workspace that
-borrows the base's objects). Then, on a new base, each patch in order is:
+borrows the base's objects). Then, on a new base, each patch in order is
+classified by `land`, the one place that decides it:
 - upstream, when the new base already has it: the patch reverse-applies there,
   or a marker it declares (`Upstream-Marker: TEXT in PATH`) is found there, or
   its `Upstream-PR: N` is named by a `(#N)` commit between the old and new base;
@@ -9,23 +10,31 @@ borrows the base's objects). Then, on a new base, each patch in order is:
 - 3-way, when a merge of the patch commit onto the new base (with rename
   detection) succeeds;
 - conflict otherwise, naming the files.
-A patch that landed is applied on top so the next patch sees it.
+Drift replays the whole series without a work tree (`carry_series`: a patch
+that landed is committed on top so the next patch sees it); rebase asks `land`
+for each patch, then cherry-picks it in the checkout.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.series import Patch, Series
 from sglpatch.workspace import Workspace
 
-CLEAN = "clean"
-THREE_WAY = "3-way"
-CONFLICT = "conflict"
-UPSTREAM = "upstream"
+
+class Landing(StrEnum):
+    """How a patch lands on a new base (the values are what the drift report writes)."""
+
+    CLEAN = "clean"
+    THREE_WAY = "3-way"
+    CONFLICT = "conflict"
+    UPSTREAM = "upstream"
+
 
 _MARKER = re.compile(r"^(?P<text>.+?) in (?P<path>python/sglang/\S*)$")
 
@@ -33,9 +42,19 @@ _MARKER = re.compile(r"^(?P<text>.+?) in (?P<path>python/sglang/\S*)$")
 @dataclass
 class Outcome:
     patch: Patch
-    kind: str
+    kind: Landing
     detail: str = ""
     files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    """What `land` found for one patch on one commit."""
+
+    kind: Landing
+    upstream: str | None = None  # why the base already has the patch, or None
+    tree: str | None = None  # the tree with the patch, when it landed clean or 3-way
+    files: list[str] = field(default_factory=list)  # the conflicted files
 
 
 @dataclass
@@ -87,6 +106,24 @@ def upstream_reason(git: Git, rev: str, patch: Patch, history: tuple[str, str] |
     return "its change is already there (reverse-applies)" if status == 0 else None
 
 
+def land(
+    git: Git, current: str, patch: Patch, commit: str, history: tuple[str, str] | None, merge_upstream: bool = False
+) -> Step:
+    """How `patch` (as `commit` on the pinned base) lands on commit `current`. A patch already upstream is
+    UPSTREAM, unless `merge_upstream` (a rebase that keeps it), which says how it merges and keeps the reason.
+    `git` must see both commits' objects and may use its index."""
+    reason = upstream_reason(git, current, patch, history)
+    if reason and not merge_upstream:
+        return Step(Landing.UPSTREAM, reason)
+    git.run("read-tree", current)
+    if git.try_run("apply", "--cached", str(patch.path))[0] == 0:
+        return Step(Landing.CLEAN, reason, git.run("write-tree"))
+    tree, conflicted = merge_onto(git, current, commit)
+    if tree is None:
+        return Step(Landing.CONFLICT, reason, files=conflicted)
+    return Step(Landing.THREE_WAY, reason, tree)
+
+
 def carry_series(
     commits: SeriesCommits, series: Series, onto: str, history: tuple[str, str] | None = None
 ) -> tuple[list[Outcome], str]:
@@ -95,21 +132,15 @@ def carry_series(
     current = git.run("rev-parse", f"{onto}^{{commit}}")
     outcomes = []
     for patch, commit in zip(series.patches, commits.commits, strict=True):
-        reason = upstream_reason(git, current, patch, history)
-        if reason:
-            outcomes.append(Outcome(patch, UPSTREAM, reason))
-            continue
-        git.run("read-tree", current)
-        if git.try_run("apply", "--cached", str(patch.path))[0] == 0:
-            current = _commit_tree(git, git.run("write-tree"), current, commit)
-            outcomes.append(Outcome(patch, CLEAN))
-            continue
-        tree, conflicted = merge_onto(git, current, commit)
-        if tree is None:
-            outcomes.append(Outcome(patch, CONFLICT, "conflicts in " + ", ".join(conflicted), conflicted))
-            continue
-        current = _commit_tree(git, tree, current, commit)
-        outcomes.append(Outcome(patch, THREE_WAY, "merged with changes"))
+        step = land(git, current, patch, commit, history)
+        if step.kind == Landing.UPSTREAM:
+            outcomes.append(Outcome(patch, step.kind, step.upstream))
+        elif step.kind == Landing.CONFLICT:
+            outcomes.append(Outcome(patch, step.kind, "conflicts in " + ", ".join(step.files), step.files))
+        else:
+            current = _commit_tree(git, step.tree, current, commit)
+            detail = "merged with changes" if step.kind == Landing.THREE_WAY else ""
+            outcomes.append(Outcome(patch, step.kind, detail))
     return outcomes, current
 
 

@@ -1,0 +1,47 @@
+"""The embedded default base: the pinned wheel laid out as an upstream-style git repo.
+
+`build/sglang` gets the pinned release's commit, made by `releases.check_out_release`
+(the one builder of release commits: `python/sglang/` from the wheel, a fixed
+identity and the release date, so every machine makes the same commit id), and
+the release tag. It is built beside its final place and renamed into it, so an
+interrupted build never leaves a half-made base.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sglpatch import hints
+from sglpatch.errors import FatalError
+from sglpatch.git import Git, init_repo
+from sglpatch.output import timed
+from sglpatch.pin import Pin, drifted_files
+from sglpatch.releases import check_out_release
+from sglpatch.wheels import fetch_wheel
+
+
+def ensure_default_base(pin: Pin, dest: Path) -> Path:
+    if (dest / ".git").exists():
+        if Git(dest).rev_parse(pin.tag) is None:
+            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.APPLY} again")
+        return dest
+    if dest.exists():
+        raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.APPLY} again")
+    wheel_path = fetch_wheel(pin.release, pin.wheel)
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with timed(f"laid out sglang {pin.release} at {dest}"):
+        repo = init_repo(partial)
+        check_out_release(repo, pin.release, wheel_path, date=pin.date)
+        _check_against_pin(repo, pin)
+        partial.rename(dest)
+    return dest
+
+
+def _check_against_pin(repo: Git, pin: Pin) -> None:
+    listed = repo.run("ls-tree", "-r", "HEAD", "--", *pin.blobs)
+    blobs = {line.split("\t", 1)[1]: line.split()[2] for line in listed.splitlines()}
+    drift = drifted_files(pin, blobs)
+    if drift:
+        raise FatalError(f"the {pin.wheel.filename} wheel does not match pin.json in: {', '.join(drift)}")

@@ -1,0 +1,58 @@
+"""Durable writes: every file the toolkit writes to keep a promise goes through here.
+
+A file is written beside its final name, fsynced, renamed over it, and its folder
+fsynced: a reader sees the old bytes or the new, never part of them, even after a
+power cut. Each step can carry a fault point, so the fault grid cuts there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sglpatch.interrupts import fault_point
+
+
+def write_durably(
+    path: Path,
+    data: bytes,
+    fault_points: bool = True,
+    *,
+    mode: int | None = None,
+    beside: Path | None = None,
+    step_names: tuple[str, str] | None = None,
+) -> None:
+    """Write `data` to `beside` (default `<name>.tmp`), fsync, rename to `path`, fsync the folder.
+
+    `fault_points=False` for callers that mark the step with a fault point of their own; `step_names`
+    names the two fault points (written beside, renamed) when the caller's grid names them otherwise."""
+    tmp = beside or path.with_name(path.name + ".tmp")
+    written, renamed = step_names or (f"durable: {path.name} written beside", f"durable: {path.name} renamed")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if mode is not None:
+        os.chmod(tmp, mode)
+    if fault_points:
+        fault_point(written)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    if fault_points:
+        fault_point(renamed)
+
+
+def remove_durably(path: Path, step_name: str) -> None:
+    """Delete `path` (when it is there) and fsync its folder, so the removal survives a power cut."""
+    if path.exists():
+        path.unlink()
+        fsync_dir(path.parent)
+        fault_point(step_name)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

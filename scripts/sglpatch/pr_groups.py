@@ -1,0 +1,63 @@
+"""The series' PR groups: which patches go upstream together (the Patch-Group trailer), and
+patches/pr-groups.json, which names each group's PR (title, branch, what it depends on).
+
+One rule for every command: patches sharing a Patch-Group trailer form one group, in the order
+the group first appears in the series; a patch without the trailer is a group of its own, named
+after the patch. `rerun` lists such a group; `pr` refuses it until pr-groups.json describes it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sglpatch.errors import FatalError
+from sglpatch.pr_body import Group
+from sglpatch.series import Patch, Series
+
+GROUPS_FILE = "pr-groups.json"
+
+
+def group_patches(patches: list[Patch]) -> list[tuple[str, list[Patch]]]:
+    """(group id, its patches) in series order, by the rule above."""
+    groups: dict[str, list[Patch]] = {}
+    for patch in patches:
+        groups.setdefault(patch.trailer("Patch-Group") or patch.name.removesuffix(".patch"), []).append(patch)
+    return list(groups.items())
+
+
+def load_groups(series: Series) -> dict:
+    path = series.directory / GROUPS_FILE
+    try:
+        data = json.loads(path.read_text())
+        upstream = data["upstream"]
+        raw_groups = data["groups"]
+    except FileNotFoundError:
+        raise FatalError(f"{path} is missing: it names the PR groups") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FatalError(f"{path} is not a valid PR group file ({exc})") from None
+    by_group = dict(group_patches(series.patches))
+    groups = []
+    for raw in raw_groups:
+        if not re.fullmatch(r"\[(DSA|Spec|Perf|Bugfix|Feature)\] .+", raw.get("title", "")):
+            raise FatalError(f"{path}: group {raw.get('id')} needs a title starting with a tag like [DSA] or [Spec]")
+        patches = by_group.pop(raw["id"], [])
+        if not patches:
+            raise FatalError(f"{path}: no patch has Patch-Group: {raw['id']}")
+        groups.append(
+            Group(
+                raw["id"],
+                raw["title"],
+                raw["branch"],
+                patches,
+                raw.get("depends_on", []),
+                raw.get("accuracy", []),
+                raw.get("benchmark"),
+                raw.get("accuracy_notes", []),
+            )
+        )
+    if by_group:
+        raise FatalError(
+            f"patches in no PR group of {path}: {', '.join(p.name for ps in by_group.values() for p in ps)}"
+        )
+    return {"upstream": upstream, "groups": groups}

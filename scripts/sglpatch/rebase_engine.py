@@ -1,0 +1,407 @@
+"""The rebase engine: carry the series onto a newer sglang in a git checkout.
+
+The series (from patches/) is made into commits on the pinned base; for each
+patch in order the replay engine (`replay.land`, which drift uses too) says how
+it lands on ONTO (clean / merged with changes / conflict / already upstream),
+then it is cherry-picked in the checkout with git's 3-way merge and rename
+detection. A conflict stops with the conflict in the work tree; `resume` goes on
+after the user resolves it, `abort` puts back the branch, index and work tree as
+they were. The original branch never moves; its HEAD is also saved under
+refs/sglpatch/backup/ for as long as the rebase runs, and kept after success.
+On success, patches/ is rewritten against ONTO (new pin), a range-diff of the
+old and new series is written for reviewers, and the checkout records the
+rebased branch like `apply` does (so a revert steps back to where the rebase
+began). Ctrl-C, SIGTERM or a kill roll the rebase back, or, once the result is
+staged, finish it: rebase_settle.py. Its state on disk: rebase_store.py.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglpatch import hints, rebase_settle, rebase_store
+from sglpatch.checkout_record import CheckoutRecord, read_state
+from sglpatch.checks import compile_error, import_error
+from sglpatch.errors import FatalError
+from sglpatch.git import Git
+from sglpatch.interrupts import fault_point, write_phase
+from sglpatch.output import progress, say
+from sglpatch.pin import Pin, Wheel, load_pin
+from sglpatch.rebase_store import REPLAYING, SERIES_REF, Stop, StopKind, save, stop_of
+from sglpatch.releases import release_commit, release_date, release_of
+from sglpatch.replay import Landing, land, series_commits
+from sglpatch.series import Series, load_series
+from sglpatch.series_digest import series_digest
+from sglpatch.series_writer import render_series
+from sglpatch.target import Target
+from sglpatch.wheels import fetch_wheel, file_sha256
+from sglpatch.write_states import WriteState
+
+MERGED = "merged with changes"
+RESOLVED = "conflict, resolved by hand"
+
+
+class Stopped(FatalError):
+    """The rebase stopped for the user (conflict, failing check); state is kept for --continue/--abort."""
+
+    def __init__(self, message: str):
+        super().__init__(message, exit_code=1)
+
+
+@dataclass
+class Request:
+    """What a new rebase was asked to do (the command's options)."""
+
+    onto: str
+    release: str | None
+    patch_dir: Path
+    report_dir: Path
+    drop_upstreamed: bool
+    check_imports: bool
+
+
+@contextmanager
+def _settled_if_interrupted(target: Target, folder: Path):
+    """Ctrl-C / SIGTERM mid-rebase: roll it back (or finish it, once staged) before `guarded` reports."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        with write_phase():  # a second Ctrl-C waits until this one is settled
+            state = rebase_store.load(folder)
+            if state is not None:
+                rebase_settle.finish_or_roll_back(target, folder, state)
+        raise
+
+
+@contextmanager
+def _stopped_on_error(target: Target, folder: Path):
+    """Around the replay: an error that is not a stop (a failed download, a git failure) stops the rebase
+    where it is, so that --continue retries once the cause is fixed; nothing done so far is lost."""
+    try:
+        yield
+    except Stopped:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure mid-replay: stop rather than leave it unsettled
+        state = rebase_store.load(folder)
+        if not state or state["phase"] != REPLAYING or state.get("stopped"):
+            raise  # settled already, or a refusal of --continue: the rebase is as it was before this run
+        why = str(exc) if isinstance(exc, FatalError) else f"{type(exc).__name__}: {exc}"
+        index, checked = state["next"], state.get("checked", state["next"])
+        recheck = checked < index  # the last patch was recorded, but its check had not passed yet
+        names = state["patches"] + ["the end (writing the result)"]
+        name = names[index - 1] if recheck else names[index]
+        head = target.git.run("rev-parse", "HEAD")
+        state["stopped"] = Stop(StopKind.ERROR, name, head, problem=why, recheck=recheck).to_json()
+        with write_phase():
+            save(folder, state)
+        raise Stopped(
+            f"{why}; the rebase is stopped at {name}: fix that, then {hints.CONTINUE_REBASE}, "
+            f"or {hints.ABORT_REBASE} to put everything back"
+        ) from None
+
+
+@contextmanager
+def _rolled_back_on_failure(target: Target, folder: Path, state: dict):
+    """Around the first writes: whatever stops them (a signal, a failed checkout) undoes them."""
+    try:
+        yield
+    except (KeyboardInterrupt, FatalError):
+        with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
+            if folder.exists():
+                rebase_settle.roll_back(target.git, folder, state)
+        raise
+
+
+# -- starting ----------------------------------------------------------------------
+
+
+def start(target: Target, folder: Path, request: Request, series: Series, pin: Pin) -> int:
+    """Begin a rebase of `target` (no rebase in progress there): the first writes, then the replay."""
+    git = target.git
+    if git.run("status", "--porcelain", "--untracked-files=no"):
+        raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
+    onto, release = _resolve_onto(git, request.onto, request.release)
+    base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
+    commits = series_commits(git, base, series.patches)
+    head = git.run("rev-parse", "HEAD")
+    backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
+    patch_dir = request.patch_dir.resolve()
+    state = {
+        "phase": REPLAYING,
+        "original": git.current_branch() or head,
+        "original_head": head,
+        "backup": backup,
+        "backup_made": git.rev_parse(backup) is None,
+        "onto": onto,
+        "onto_name": request.onto,
+        "release": release,
+        "base": base,
+        "patch_dir": str(patch_dir),
+        "report_dir": str(request.report_dir.resolve()),
+        "drop_upstreamed": request.drop_upstreamed,
+        "check_imports": request.check_imports,
+        "series_digest": series_digest(patch_dir),
+        "patches": [patch.name for patch in series.patches],
+        "commits": commits.commits,
+        "next": 0,
+        "outcomes": [],
+    }
+    try:
+        with _rolled_back_on_failure(target, folder, state), write_phase():
+            folder.mkdir()
+            save(folder, state)
+            fault_point("rebase: state saved")
+            commits.workspace.copy_commit_to(commits.commits[-1], git, SERIES_REF)
+            fault_point("rebase: series ref made")
+            git.run("update-ref", backup, head)
+            fault_point("rebase: HEAD backed up")
+            status, _, err = git.try_run("checkout", "-q", "--detach", onto)
+            if status != 0:
+                raise FatalError(f"could not check out {request.onto}: {err.strip()}; nothing was changed")
+            fault_point("rebase: ONTO checked out")
+        with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
+            progress(
+                f"rebasing {len(series.patches)} patches onto {request.onto} ({onto[:12]}); HEAD saved at {backup}"
+            )
+            return _replay(target, folder, state, series)
+    finally:
+        commits.workspace.close()
+
+
+def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | None]:
+    commit = git.rev_parse(ref)
+    named = release or release_of(ref)
+    if commit:
+        return commit, named
+    if named:
+        return release_commit(named, git), named
+    raise FatalError(f"{ref} is neither a commit in this checkout nor an sglang release version")
+
+
+# -- the replay loop ---------------------------------------------------------------
+
+
+def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
+    git = target.git
+    scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
+    history = (state["base"], state["onto"]) if git.is_ancestor(state["base"], state["onto"]) else None
+    while state["next"] < len(state["commits"]):
+        index = state["next"]
+        patch, commit = series.patches[index], state["commits"][index]
+        head = git.run("rev-parse", "HEAD")
+        step = land(scratch, head, patch, commit, history, merge_upstream=not state["drop_upstreamed"])
+        if step.kind == Landing.UPSTREAM:
+            _record(folder, state, patch.name, Landing.UPSTREAM, f"{step.upstream}; dropped")
+            state["checked"] = state["next"]
+            continue
+        with write_phase():
+            status, _, _ = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            fault_point(f"rebase: {patch.name} picked")
+        if status != 0:
+            _stop_at_conflict(git, folder, state, patch.name, step.upstream)
+        detail = f"already upstream ({step.upstream}), kept" if step.upstream else ""
+        _record(folder, state, patch.name, Landing.CLEAN if step.kind == Landing.CLEAN else Landing.THREE_WAY, detail)
+        _check_prefix(git, folder, state, patch.name)
+    return _finish(target, folder, state, series)
+
+
+def _stop_at_conflict(git: Git, folder: Path, state: dict, name: str, upstream: str | None) -> None:
+    files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
+    hint = f" ({upstream}: consider --abort, then --drop-upstreamed)" if upstream else ""
+    head = git.run("rev-parse", "HEAD")
+    state["stopped"] = Stop(StopKind.CONFLICT, name, head, files, upstream).to_json()
+    save(folder, state)
+    raise Stopped(
+        f"{name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
+        f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
+    )
+
+
+def _record(folder: Path, state: dict, name: str, kind: str, detail: str) -> None:
+    label = {Landing.THREE_WAY: MERGED}.get(kind, str(kind))
+    state["outcomes"].append({"patch": name, "outcome": label, "detail": detail})
+    state["next"] += 1
+    state.pop("stopped", None)
+    with write_phase():
+        save(folder, state)
+        fault_point(f"rebase: {name} recorded")
+    say(f"  {name}: {label}{f' ({detail})' if detail else ''}")
+
+
+def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
+    """Each prefix of the series must byte-compile (and, with --check-imports, import) what it touched."""
+    changed = git.run("diff", "--name-only", "--diff-filter=AMR", "HEAD~1", "HEAD", "--", "*.py").splitlines()
+    problem = compile_error(git.workdir, changed)
+    if problem is None and state.get("check_imports"):
+        progress(f"importing the modules {name} touched (CPU)")
+        problem = import_error(git.workdir, changed)
+    if problem:
+        head = git.run("rev-parse", "HEAD~1")  # what the patch went onto: an amended commit still sits on it
+        state["stopped"] = Stop(StopKind.CHECK, name, head, changed, problem=problem).to_json()
+        save(folder, state)
+        raise Stopped(
+            f"after {name}, {problem}; fix it with `git commit --amend`, "
+            f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE}"
+        )
+    state["checked"] = state["next"]
+    with write_phase():
+        save(folder, state)
+        fault_point(f"rebase: {name} checked")
+
+
+# -- continue / abort ----------------------------------------------------------------
+
+
+def resume(target: Target, folder: Path, state: dict | None) -> int:
+    """Go on with a rebase stopped for the user, once they resolved the conflict or fixed the cause."""
+    git = target.git
+    if state is None:
+        raise FatalError("no rebase in progress here")
+    stopped = stop_of(state)
+    if stopped is None:
+        rebase_store.refuse_in_progress(target)
+    rebase_store.check_can_go_on(state, folder)
+    _refuse_moved_since_stop(git, state, stopped)
+    patch_dir = Path(state["patch_dir"])
+    if series_digest(patch_dir) != state["series_digest"]:
+        raise FatalError(
+            f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
+            f"or {hints.ABORT_REBASE} and start again"
+        )
+    series = load_series(patch_dir)
+    with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
+        if stopped.kind != StopKind.CONFLICT:  # the user fixed it: amended the commit, or the cause
+            state.pop("stopped")
+            state["resolved_by_hand"] = state.get("resolved_by_hand") or stopped.kind == StopKind.CHECK
+            with write_phase():
+                save(folder, state)
+            if stopped.kind == StopKind.CHECK or stopped.recheck:
+                _check_prefix(git, folder, state, stopped.patch)
+        else:
+            _commit_resolution(git, folder, state, stopped)
+            _record(folder, state, stopped.patch, RESOLVED, "")
+            _check_prefix(git, folder, state, stopped.patch)
+        return _replay(target, folder, state, series)
+
+
+def _refuse_moved_since_stop(git: Git, state: dict, stopped: Stop) -> None:
+    """--continue builds on HEAD: it must still be the detached rebase, on ONTO and on where it stopped."""
+    branch = git.current_branch()
+    head = git.run("rev-parse", "HEAD")
+    where = stopped.head or state["onto"]
+    if branch is not None or not (git.is_ancestor(state["onto"], head) and git.is_ancestor(where, head)):
+        raise FatalError(
+            f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
+            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.ABORT_REBASE}"
+        )
+
+
+def _commit_resolution(git: Git, folder: Path, state: dict, stopped: Stop) -> None:
+    """Commit the resolved conflict, unless the user (or a run killed right after) already did."""
+    if not (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+        if git.run("rev-parse", "HEAD") == stopped.head:
+            raise FatalError(
+                f"the cherry-pick of {stopped.patch} is gone and nothing was committed for it; "
+                f"run {hints.ABORT_REBASE} and start again"
+            )
+        state["resolved_by_hand"] = True
+        return
+    unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
+    if unmerged:
+        raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
+    state["resolved_by_hand"] = True
+    with write_phase():
+        save(folder, state)
+        status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+        fault_point("rebase: resolution committed")
+    if status != 0:
+        raise FatalError(
+            f"git cherry-pick --continue failed: {err.strip().splitlines()[-1] if err.strip() else status}"
+        )
+
+
+def abort(target: Target, folder: Path, state: dict | None) -> int:
+    """Put the checkout back as it was before the rebase began."""
+    if state is None:
+        raise FatalError("no rebase in progress here")
+    with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
+        rebase_settle.roll_back(target.git, folder, state)
+    head = target.git.run("rev-parse", "HEAD")[:12]
+    where = f"back on {state['original']} at {head}" if "original" in state else "nothing had changed"
+    say(f"rebase aborted: {where}")
+    return 0
+
+
+# -- finishing -------------------------------------------------------------------------
+
+
+def _finish(target: Target, folder: Path, state: dict, series: Series) -> int:
+    """Stage the result (new series files, range-diff, checkout record), then install it."""
+    git = target.git
+    name = state["release"] or state["onto"][:12]
+    branch = f"sglpatch/v{name}" if state["release"] else f"sglpatch/onto-{name}"
+    if git.rev_parse(f"refs/heads/{branch}"):
+        branch = f"{branch}-{time.strftime('%Y%m%d-%H%M%S')}"
+    kept = int(git.run("rev-list", "--count", f"{state['onto']}..HEAD"))
+    files: dict[str, bytes] = {}
+    report = None
+    if state["release"]:
+        report = _range_diff(git, state, Path(state["report_dir"]))
+        if kept:
+            new_pin = _pin_for(state["release"], load_pin(Path(state["patch_dir"])))
+            files = render_series(git, state["onto"], "HEAD", new_pin)
+    record = _checkout_record(target, state, branch)
+    with write_phase():
+        rebase_settle.stage(folder, state, files, report, record)
+    with write_phase(f"the rebase is finished: {target.root} is fully patched (branch {branch})"):
+        rebase_settle.install(target, folder, state)
+    say(f"rebased onto {state['onto_name']}: branch {branch}, {kept} of {len(series.patches)} patches kept")
+    patch_dir = state["patch_dir"]
+    if files:
+        say(f"rewrote {patch_dir} against sglang {state['release']}; range-diff for review: {report[0]}")
+    elif report:
+        say(f"every patch is upstream at {state['release']}: {patch_dir} left as it was; range-diff: {report[0]}")
+    else:
+        say("ONTO is not a named release: patches/ left as it was (pass --release X to regenerate it)")
+    return 0
+
+
+def _checkout_record(target: Target, state: dict, branch: str) -> CheckoutRecord:
+    """What `apply` would have recorded for the rebased branch; the record it replaces is kept inside."""
+    git = target.git
+    touched = git.run("diff", "--name-only", "--no-renames", state["onto"], "HEAD").splitlines()
+    return CheckoutRecord(
+        state=WriteState.APPLIED,
+        branch=branch,
+        previous=state["original"],
+        head=git.run("rev-parse", "HEAD"),
+        patches=[o["patch"] for o in state["outcomes"] if "dropped" not in o["detail"]],
+        touched=sorted(touched),
+        rebased_onto=state["onto_name"],
+        before=read_state(target),
+    )
+
+
+def _pin_for(release: str, old: Pin) -> Pin:
+    wheel_path = fetch_wheel(release)
+    wheel = Wheel(wheel_path.name, file_sha256(wheel_path), old.wheel.python_version, old.wheel.platform)
+    return Pin(release, f"v{release}", release_date(wheel_path), wheel, old.blobs)
+
+
+def _range_diff(git: Git, state: dict, report_dir: Path) -> tuple[str, str]:
+    """(path, text) of the range-diff between the old and the new series, for reviewers."""
+    old_name = git.run("describe", "--tags", "--always", state["base"])
+    path = report_dir / f"range-diff-{old_name}-to-v{state['release']}.txt"
+    if git.run("rev-parse", "HEAD") == state["onto"]:
+        diff = "(no patch is left on the new base: every patch was dropped as upstream)\n"
+    else:
+        old, new = f"{state['base']}..{SERIES_REF}", f"{state['onto']}..HEAD"
+        diff = git.run("range-diff", "--no-color", "--creation-factor=95", old, new, strip=False)
+    lines = [f"# git range-diff of the series: {old_name} -> v{state['release']}", ""]
+    lines += [
+        f"# {o['patch']}: {o['outcome']}{' (' + o['detail'] + ')' if o['detail'] else ''}" for o in state["outcomes"]
+    ]
+    return str(path), "\n".join(lines) + "\n\n" + diff

@@ -1,0 +1,184 @@
+"""Real sglang v0.5.14 trees from the cached PyPI wheel, in temp dirs, and the fixtures built on them.
+
+The base repo is built once per test session from the wheel (the same code
+`make apply` uses). The test series edits real v0.5.14 files, so the toolkit is
+exercised on the real tree; it never stands in for the project's own series.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sglpatch import cli
+from sglpatch.git import Git, init_repo
+from sglpatch.pin import load_pin
+from sglpatch.project import PROJECT_ROOT
+from sglpatch.releases import check_out_release
+from sglpatch.series_writer import render_series, write_series_files
+from sglpatch.wheels import fetch_wheel
+
+BACKEND = "python/sglang/srt/layers/attention/dsa_backend.py"
+OVERLAP = "python/sglang/srt/managers/overlap_utils.py"
+SECOND = "python/sglang/global_config.py"  # unchanged from 0.5.14 to 0.5.17
+NEW_FILE = "python/sglang/srt/layers/attention/dsa/layout_note.py"
+AUTHOR = ("Ada Patchwright", "ada@example.com")
+# what a conftest takes with `from testing.sglang_trees import *`: the fixtures
+__all__ = [
+    "_clean_git_env",
+    "project_pin",
+    "wheel_path",
+    "base_repo",
+    "series_dir",
+    "checkout",
+    "package",
+    "patches",
+    "sglpatch",
+]
+
+
+@pytest.fixture(autouse=True)
+def _clean_git_env(monkeypatch):
+    for var in [v for v in os.environ if v.startswith("GIT_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+@pytest.fixture(scope="session")
+def project_pin():
+    return load_pin(PROJECT_ROOT / "patches")
+
+
+@pytest.fixture(scope="session")
+def wheel_path(project_pin):
+    return fetch_wheel(project_pin.release, project_pin.wheel)
+
+
+@pytest.fixture(scope="session")
+def base_repo(tmp_path_factory, wheel_path, project_pin) -> Path:
+    root = tmp_path_factory.mktemp("base") / "sglang"
+    repo = init_repo(root)
+    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
+    return root
+
+
+def _commit(repo: Git, message: str) -> None:
+    env = {
+        "GIT_AUTHOR_NAME": AUTHOR[0],
+        "GIT_AUTHOR_EMAIL": AUTHOR[1],
+        "GIT_AUTHOR_DATE": "2026-07-01T12:00:00+00:00",
+        "GIT_COMMITTER_NAME": AUTHOR[0],
+        "GIT_COMMITTER_EMAIL": AUTHOR[1],
+        "GIT_COMMITTER_DATE": "2026-07-01T12:00:00+00:00",
+    }
+    repo.run("add", "-A")
+    repo.with_env(**env).run_with_input(["commit", "-q", "-F", "-"], message.encode())
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def make_series(
+    base_repo: Path, workdir: Path, out: Path, pin, commits: list[tuple[str, list[tuple[str, str, str]]]]
+) -> Path:
+    """Export a series made of `commits` [(message, [(path, old, new)])] on top of base_repo's pin tag.
+
+    An `old` of None creates the file with `new` as its content.
+    """
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(workdir)], check=True)
+    repo = Git(workdir)
+    for message, edits in commits:
+        for path, old, new in edits:
+            if old is None:
+                (workdir / path).write_text(new)
+            else:
+                replace_in(workdir / path, old, new)
+        _commit(repo, message)
+    out.mkdir(parents=True)
+    (out / "pin.json").write_text(pin.to_json())
+    write_series_files(out, render_series(repo, pin.tag, "HEAD", pin))
+    return out
+
+
+@pytest.fixture(scope="session")
+def series_dir(tmp_path_factory, base_repo, project_pin) -> Path:
+    """Two small real patches against real v0.5.14 files, exported like the project's series."""
+    first = (
+        "[DSA] Mark the indexer metadata for the test series\n\nWhy: exercise the toolkit.\n\n"
+        "What: one comment, one new file.\n\nUpstream-PR: 27166\nPatch-Group: test-group\n"
+    )
+    second = "[Spec] Mark the global config for the test series\n\nWhy: a second patch.\n\nUpstream-PR: 29787\n"
+    tmp = tmp_path_factory.mktemp("series")
+    return make_series(
+        base_repo,
+        tmp / "dev",
+        tmp / "patches",
+        project_pin,
+        [
+            (
+                first,
+                [
+                    (BACKEND, "class DSAIndexerMetadata", "# test series: first patch\nclass DSAIndexerMetadata"),
+                    (
+                        NEW_FILE,
+                        None,
+                        '"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n',
+                    ),
+                ],
+            ),
+            (second, [(SECOND, "class GlobalConfig", "# test series: second patch\nclass GlobalConfig")]),
+        ],
+    )
+
+
+@pytest.fixture
+def checkout(tmp_path, base_repo) -> Path:
+    dest = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(dest)], check=True)
+    Git(dest).run("config", "user.name", "Target User")
+    Git(dest).run("config", "user.email", "target@example.com")
+    return dest
+
+
+@pytest.fixture
+def package(tmp_path, base_repo) -> Path:
+    dest = tmp_path / "site-packages" / "sglang"
+    shutil.copytree(base_repo / "python" / "sglang", dest)
+    return dest
+
+
+@pytest.fixture
+def patches(tmp_path, series_dir) -> Path:
+    """A private copy of the test series that a test may damage."""
+    dest = tmp_path / "patches"
+    shutil.copytree(series_dir, dest)
+    return dest
+
+
+@pytest.fixture
+def sglpatch(capsys):
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+
+    def run(*args: str):
+        code = cli.main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def fingerprint(root: Path) -> dict[str, str]:
+    """Every file under root (the .git folder's index and refs included) by content hash."""
+    result = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "objects" not in path.relative_to(root).parts:
+            result[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return result
