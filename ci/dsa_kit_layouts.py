@@ -10,7 +10,7 @@ what runs:
   * `schedule_ctx_lens_shapes`: the shapes DeepGEMM's schedule (get_paged_mqa_logits_metadata)
                 was called with while the metadata was built.
 These are the metadata's layouts: the kit never runs the indexer, so no paged-MQA kernel call is
-seen. `expected_layout` is the series' rule, written out independently of the patched code.
+seen. `allowed_layouts` is what the series permits, written out independently of the patched code.
 """
 
 from __future__ import annotations
@@ -177,34 +177,34 @@ RECORDER = MetadataLayoutRecorder()
 
 
 def sm90_min_batch_size() -> int:
-    """The patched tree keeps per-token on SM90 below a batch size it names; 1 if it names none."""
+    """The batch size from which the patched tree's CUDA graphs use multi-token rows on SM90; 1 if it names none."""
     try:
         from sglang.srt.layers.attention import dsa_backend
 
-        return int(getattr(dsa_backend, "SM90_PAGED_MQA_MIN_BATCH_SIZE", 1))
+        for name in ("SM90_PAGED_MQA_GRAPH_MIN_BATCH_SIZE", "SM90_PAGED_MQA_MIN_BATCH_SIZE"):
+            if hasattr(dsa_backend, name):
+                return int(getattr(dsa_backend, name))
+        return 1
     except Exception:
         return 1
 
 
-def expected_layout(next_n: int, batch_size: int, sm_major: int, tree: str) -> str | None:
-    """Layout rule of the series (shared/design/series.md, patch 1), written out independently of
-    the patched code: SM100 -> native for next_n >= 2 (as upstream); SM90 -> native for next_n == 2,
-    paired for even next_n >= 4, per-token otherwise and below the SM90 minimum batch size; the
-    force-per-token switch wins.  Pristine v0.5.14: native on SM100, per-token on SM90."""
+def allowed_layouts(next_n: int, sm_major: int, tree: str) -> set[str] | None:
+    """The layouts the series permits for a TARGET_VERIFY batch, written out independently of the
+    patched code: SM100 -> native for next_n >= 2 (as upstream); SM90 -> per-token, or native for
+    next_n == 2, or paired for even next_n >= 4 (which of the two depends on the work per SM, a rule
+    the CPU tests check against the H200 grid); the force-per-token switch wins. Pristine v0.5.14:
+    native on SM100, per-token on SM90. None: no rule asserted (no tree, other GPUs)."""
     if tree == "none":
         return None
     if next_n < 2:
-        return "per_token"
+        return {"per_token"}
     if tree == "patched" and os.environ.get(FORCE_PER_TOKEN_ENV, "").lower() in ("1", "true", "yes"):
-        return "per_token"
+        return {"per_token"}
     if sm_major == 10:
-        return "native"
+        return {"native"}
     if sm_major == 9:
-        if tree == "pristine" or batch_size < sm90_min_batch_size():
-            return "per_token"
-        if next_n == 2:
-            return "native"
-        if next_n % 2 == 0:
-            return "paired"
-        return "per_token"
-    return None  # no rule asserted for other GPUs
+        if tree == "pristine" or next_n % 2:
+            return {"per_token"}
+        return {"per_token", "native" if next_n == 2 else "paired"}
+    return None

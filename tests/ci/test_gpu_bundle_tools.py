@@ -139,12 +139,13 @@ def test_layout_helpers():
     assert layouts.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
     assert layouts.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
     assert layouts.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
-    # SM90 patched rule (no minimum batch size named by the tree -> 1)
-    assert layouts.expected_layout(2, 8, 9, "patched") == "native"
-    assert layouts.expected_layout(3, 8, 9, "patched") == "per_token"
-    assert layouts.expected_layout(4, 8, 9, "patched") == "paired"
-    assert layouts.expected_layout(4, 8, 9, "pristine") == "per_token"
-    assert layouts.expected_layout(3, 1, 10, "pristine") == "native"
+    # what the series permits (SM90: per-token or the next_n's multi-token layout)
+    assert layouts.allowed_layouts(2, 9, "patched") == {"per_token", "native"}
+    assert layouts.allowed_layouts(3, 9, "patched") == {"per_token"}
+    assert layouts.allowed_layouts(4, 9, "patched") == {"per_token", "paired"}
+    assert layouts.allowed_layouts(4, 9, "pristine") == {"per_token"}
+    assert layouts.allowed_layouts(3, 10, "pristine") == {"native"}
+    assert layouts.allowed_layouts(4, 8, "patched") is None
 
 
 def test_driver_collects_without_gpu():
@@ -174,7 +175,6 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
     import torch
 
     drv = _load("dsa_kit_driver")
-    monkeypatch.setattr(layouts, "sm90_min_batch_size", lambda: 8)
     monkeypatch.setenv("DSA_KIT_EXPECT", "patched")
     mode = types.SimpleNamespace(name="TARGET_VERIFY")
 
@@ -202,8 +202,10 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
         fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_capability=lambda i: (9, 0)))
         return dict(dsa=dsa, ForwardMode=types.SimpleNamespace(TARGET_VERIFY=mode), torch=fake_torch)
 
-    def good(bs, n):
-        return layouts.expected_layout(n, bs, 9, "patched")
+    def good(bs, n):  # the multi-token layout from 8 requests, as the patched graph rule does
+        allowed = layouts.allowed_layouts(n, 9, "patched")
+        multi = sorted(allowed - {"per_token"})
+        return multi[0] if multi and bs >= 8 else "per_token"
 
     request = types.SimpleNamespace(node=types.SimpleNamespace(nodeid="t", user_properties=[]))
     for prefix, n in [((1,) * 8, 2), ((1,) * 8, 3), ((1,) * 8, 4), ((1,), 2)]:
@@ -212,8 +214,11 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
         drv._run_target_verify(make_kit(good), None, request, prefix, n)
     assert ("paged_mqa_layout_field", "per_token") in request.node.user_properties
     drv.RECORDER.records.clear()
-    with pytest.raises(AssertionError):  # per-token where paired is due
-        drv._run_target_verify(make_kit(lambda bs, n: "per_token"), None, request, (1,) * 8, 4)
+    with pytest.raises(AssertionError):  # native next_n=4 is never allowed on SM90
+        drv._run_target_verify(make_kit(lambda bs, n: "native"), None, request, (1,) * 8, 4)
+    drv.RECORDER.records.clear()
+    with pytest.raises(AssertionError):  # paired for an odd next_n
+        drv._run_target_verify(make_kit(lambda bs, n: "paired"), None, request, (1,) * 8, 3)
 
 
 def test_kit_metadata_layouts_reads_old_and_new_summaries():
