@@ -9,6 +9,7 @@ from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
 from sglpatch.plan import dirty_paths
+from sglpatch.settle import checkout_mismatch, move_checkout, package_mismatch
 from sglpatch.target import Target, target_lock
 
 
@@ -27,10 +28,27 @@ def run(args) -> int:
                 journal.discard_leftover(target.root)
             say(f"{target.root} was not patched: removed what an interrupted run left in {journal.JOURNAL_DIR}/")
         else:
+            record = journal.read_journal(target.root)
             with write_phase(f"the series is reverted: {target.root} is as it was"):
-                restored = journal.restore(target.root, force=args.force)
+                restored = restore_package(target, force=args.force)
+            wrong = package_mismatch(target.root, record, "before") if record else []
+            if wrong:
+                raise FatalError(f"{target.root / wrong[0]} is not as it was after the revert: check it by hand")
             say(f"reverted {target.root}: restored {len(restored)} files byte for byte")
     return 0
+
+
+def restore_package(target: Target, force: bool) -> list[str]:
+    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand."""
+    try:
+        return journal.restore(target.root, force=force)
+    except OSError as exc:
+        record = journal.read_journal(target.root)
+        if record is not None and record["state"] == journal.REVERTING:
+            where = f"the revert stopped part-way; make it writable, then run `sglpatch recover --sglang {target.root}`"
+        else:
+            where = f"nothing was changed: {target.root} is as before"
+        raise FatalError(f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); {where}") from None
 
 
 def _revert_checkout(target: Target) -> None:
@@ -58,6 +76,30 @@ def _revert_checkout(target: Target) -> None:
     undo_checkout(target, record)
 
 
+def _check_switched_back(target: Target, record: dict, head: str, err: str) -> None:
+    """After `git checkout PREVIOUS`: if git left the series' files (or HEAD) behind, go back onto the branch."""
+    git, previous = target.git, record["previous"]
+    is_branch = git.rev_parse(f"refs/heads/{previous}") is not None
+    commit = git.rev_parse(f"refs/heads/{previous}" if is_branch else previous) or previous
+    touched = record.get("touched", []) or ["python/sglang"]
+    wrong = checkout_mismatch(target, previous if is_branch else None, commit, touched)
+    if not wrong:
+        return
+    why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
+    cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
+    still = move_checkout(target, record["branch"], commit, touched)
+    if still:
+        raise FatalError(
+            f"git could not switch {target.root} back to {previous}: {cause}; going back to {record['branch']} "
+            f"failed too ({still[0]}); fix the cause, then run `sglpatch recover --sglang {target.root}`"
+        )
+    write_state(target, record)
+    raise FatalError(
+        f"git could not switch {target.root} back to {previous}: {cause}; nothing was changed: "
+        f"it is still on {record['branch']}"
+    )
+
+
 def undo_checkout(target: Target, record: dict) -> str:
     """Back to the branch the series was applied from, the series branch gone; returns what was done."""
     git = target.git
@@ -75,10 +117,16 @@ def undo_checkout(target: Target, record: dict) -> str:
             )
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
         if was != REVERTING:
-            write_state(target, {**record, "state": REVERTING})
+            try:
+                write_state(target, {**record, "state": REVERTING})
+            except OSError as exc:
+                (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
+                raise FatalError(f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed") from None
         if on_branch:
-            git.run("checkout", "-q", previous)
+            head = git.run("rev-parse", "HEAD")
+            _, _, err = git.try_run("checkout", "-q", previous)
             fault_point("checkout: back on the previous branch")
+            _check_switched_back(target, record, head, err)
         if git.rev_parse(f"refs/heads/{branch}") is not None:
             git.run("branch", "-q", "-D", branch)
             fault_point("checkout: series branch deleted")
