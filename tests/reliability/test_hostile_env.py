@@ -172,3 +172,17 @@ def test_read_only_target_gives_a_one_line_refusal(labs, kind, command, start):
     else:
         assert_refused(result, "Permission denied", "nothing was changed")
     assert_state(lab, run, start)
+
+
+# -- item 5: the parent folder of a package ---------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["apply", "status"])
+def test_parent_folder_of_a_package_names_the_folder_it_resolved(labs, command):
+    lab = labs["package"]
+    run = lab.fresh(PRISTINE)
+    parent = run.target.parent
+    args = [command, "--sglang", str(parent)] + (["--patches", str(run.patches)] if command == "apply" else [])
+    result = lab.sglpatch(*args)
+    assert result.returncode == 0, result.stderr
+    assert f"using the package folder {run.target} (found inside {parent})" in result.stdout, result.stdout
