@@ -16,6 +16,8 @@ from sglpatch.git import Git, init_repo
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
 
+pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
+
 LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
 
