@@ -83,7 +83,7 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	PIP_NO_INDEX=1 $(PY) -m pytest -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
 
-check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail on the tree without it and pass with it
+check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
 	$(SGLPATCH) check
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; they skip elsewhere with the reason)

@@ -12,7 +12,8 @@ Real sglang objects from the tree the harness selected, built on CPU:
   applies the host-side checks DeepGEMM makes (SM90: at most two query
   tokens per row, contiguous context lengths shaped like q's first two
   dims, unit column stride and one row per q row in the block table, a
-  schedule made from those very context lengths) and then computes logits
+  schedule made from those very context lengths, checked by value so an
+  in-place refresh counts) and then computes logits
   in plain torch from the fp8 inputs, bounding each kernel row's keys by
   the last column of its context lengths like the kernel does.  Positions
   it does not write are NaN, so a consumer that reads them fails.
@@ -54,7 +55,8 @@ ARCHES = {
 def set_arch(monkeypatch, arch: str) -> None:
     sm100, sm90, hip = ARCHES[arch]
     monkeypatch.setattr(backend_mod, "is_sm100_supported", lambda: sm100)
-    monkeypatch.setattr(backend_mod, "is_sm90_supported", lambda: sm90)
+    # dsa_backend imports is_sm90_supported from patch 2 on
+    monkeypatch.setattr(backend_mod, "is_sm90_supported", lambda: sm90, raising=False)
     monkeypatch.setattr(backend_mod, "_is_hip", hip)
 
 
@@ -64,18 +66,27 @@ class FakeDeepGemm:
     def __init__(self, max_tokens_per_row: int = 2, num_sms: int = 132):
         self.max_tokens_per_row = max_tokens_per_row
         self.num_sms = num_sms
-        self._schedule_sources = {}
         self.get_paged_mqa_logits_metadata = RecordingKernel(self._schedule)
         self.fp8_paged_mqa_logits = RecordingKernel(self._logits)
 
     def get_num_sms(self) -> int:
         return self.num_sms
 
+    @staticmethod
+    def _fingerprint(context_lens):
+        """Two int32s that identify a context-lengths tensor (shape and values)."""
+        rows, tokens = context_lens.shape
+        flat = context_lens.reshape(-1).long()
+        weighted = int((flat * torch.arange(1, flat.numel() + 1)).sum()) % (2**31 - 1)
+        return torch.tensor([rows * 64 + tokens, weighted], dtype=torch.int32)
+
     def _schedule(self, context_lens, block_kv, num_sms):
         assert context_lens.dim() == 2 and context_lens.is_contiguous()
         assert block_kv == PAGE
+        # The schedule's content names the lengths it was made from, so a
+        # schedule refreshed in place (CUDA-graph replay) is checked by value.
         schedule = torch.zeros((num_sms + 1, 2), dtype=torch.int32)
-        self._schedule_sources[id(schedule)] = (schedule, context_lens.clone())
+        schedule[0] = self._fingerprint(context_lens)
         return schedule
 
     def _logits(
@@ -96,9 +107,8 @@ class FakeDeepGemm:
         assert block_table.shape[0] == rows, (block_table.shape, rows)
         assert weights.shape == (rows * tokens, heads)
         assert kv_cache.shape[1:] == (PAGE, 1, dim + 4)
-        source = self._schedule_sources.get(id(schedule))
-        assert source is not None, "schedule was not made by get_paged_mqa_logits_metadata"
-        assert torch.equal(source[1], context_lens), "schedule made from other context lengths"
+        assert schedule is not None, "no schedule for the paged MQA logits call"
+        assert torch.equal(schedule[0], self._fingerprint(context_lens)), "schedule made from other context lengths"
 
         num_pages = kv_cache.shape[0]
         flat = kv_cache.view(num_pages, -1)

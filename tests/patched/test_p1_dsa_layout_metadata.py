@@ -1,14 +1,19 @@
-"""Patch 1 (dsa_backend.py): the paged-MQA layout of target_verify metadata.
+"""Patch 1: the paged-MQA layout of target_verify, named once in the metadata.
 
-Checks, on the real backend code:
-- the layout rule for every (arch, next_n, forward mode, batch size) case,
-  and the environment switch that forces per-token;
+Checks, on the real backend and indexer code:
+- PagedMQALayout and the per-token defaults on BaseIndexerMetadata;
+- the layout rule where patch 1 decides it (SM100 native as in v0.5.14,
+  per-token elsewhere) and the environment switch, read through sglang's
+  environ registry;
 - the 2D context lengths for each layout (values, shapes, contiguity);
-- init_forward_metadata: layout, context lengths and schedule are built once
-  per forward and agree; the block table keeps one row per token so every
-  t-th row is a request's row;
-- CUDA-graph capture and replay: the layout is fixed per captured batch
-  size; replay refreshes context lengths and schedule in place.
+- init_forward_metadata and CUDA-graph capture/replay: layout, context
+  lengths and schedule are built together, and replay keeps the captured
+  layout while refreshing lengths and schedule in place;
+- on every architecture, eager and graph, the schedule and the kernel call
+  agree and the top-k equals the per-token one. These tests run at every
+  prefix of the series from patch 1 on, so a prefix that hands DeepGEMM a
+  schedule made for another layout fails here (the stand-in kernel
+  asserts it, as real DeepGEMM would compute wrong rows).
 """
 
 from __future__ import annotations
@@ -18,16 +23,16 @@ import itertools
 import p12_support as S
 import pytest
 import torch
-from cpu_sglang import init_single_rank_parallel
+from cpu_sglang import import_sglang, init_single_rank_parallel
 
 B = S.backend_mod
-MIN_BS = 8  # SM90_PAGED_MQA_MIN_BATCH_SIZE, chosen from the H200 measurements
 ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
+SEQ_LENS = [100, 300, 64, 500, 7, 200, 900, 33, 128, 65, 700, 1]
 
 
 def L(name):
     """The patch's PagedMQALayout member called ``name`` (looked up per test)."""
-    return S.backend_mod.PagedMQALayout(name)
+    return S.indexer_mod.PagedMQALayout(name)
 
 
 MODES = {
@@ -40,58 +45,9 @@ MODES = {
 
 
 @pytest.fixture(autouse=True)
-def _parallel():
+def _parallel(monkeypatch):
     init_single_rank_parallel()
-
-
-def expected_layout(arch, next_n, mode, batch_size, forced=False):
-    """The rule, written out independently of the patch."""
-    if mode != "target_verify" or next_n is None or next_n < 2 or arch == "hip" or forced:
-        return L("per_token")
-    if arch == "sm100":
-        return L("native")
-    if arch == "sm90" and batch_size >= MIN_BS:
-        if next_n == 2:
-            return L("native")
-        if next_n % 2 == 0:
-            return L("paired")
-    return L("per_token")
-
-
-def test_threshold_is_the_measured_one():
-    # docs/patches/0001-*.md: per-token wins below 8 requests on H200.
-    assert B.SM90_PAGED_MQA_MIN_BATCH_SIZE == MIN_BS
-
-
-@pytest.mark.parametrize("arch", list(S.ARCHES))
-def test_layout_rule_every_case(monkeypatch, arch):
     monkeypatch.delenv(ENV, raising=False)
-    S.set_arch(monkeypatch, arch)
-    next_ns = [0, 1, 2, 3, 4, 5, 6, 8]
-    batch_sizes = [1, 2, 4, MIN_BS - 1, MIN_BS, MIN_BS + 1, 32, 128, 512]
-    seen = set()
-    for next_n, mode, bs in itertools.product(next_ns, MODES, batch_sizes):
-        got = B.select_paged_mqa_layout(MODES[mode], next_n, bs)
-        want = expected_layout(arch, next_n, mode, bs)
-        assert got is want, (arch, next_n, mode, bs, got)
-        seen.add(got)
-    want_seen = {
-        "sm100": {L("per_token"), L("native")},
-        "sm90": {L("per_token"), L("native"), L("paired")},
-        "sm80": {L("per_token")},
-        "hip": {L("per_token")},
-    }[arch]
-    assert seen == want_seen
-
-
-@pytest.mark.parametrize("arch", ["sm100", "sm90"])
-@pytest.mark.parametrize("value,forced", [("1", True), ("true", True), ("0", False)])
-def test_env_switch_forces_per_token(monkeypatch, arch, value, forced):
-    S.set_arch(monkeypatch, arch)
-    monkeypatch.setenv(ENV, value)
-    for next_n, bs in itertools.product([2, 4, 6], [MIN_BS, 64]):
-        got = B.select_paged_mqa_layout(S.ForwardMode.TARGET_VERIFY, next_n, bs)
-        assert got is expected_layout(arch, next_n, "target_verify", bs, forced)
 
 
 def test_tokens_per_row():
@@ -100,22 +56,90 @@ def test_tokens_per_row():
     assert [L("paired").tokens_per_row(n) for n in (2, 4, 8)] == [2, 2, 2]
 
 
-SEQ_LENS = [100, 300, 64, 500, 7, 200, 900, 33, 128, 65]
+def test_base_indexer_metadata_defaults_to_per_token():
+    class OtherBackendMetadata(S.indexer_mod.BaseIndexerMetadata):
+        def get_seqlens_int32(self):
+            return torch.zeros(0, dtype=torch.int32)
+
+        def get_page_table_64(self):
+            return torch.zeros((0, 0), dtype=torch.int32)
+
+        def get_page_table_1(self):
+            return torch.zeros((0, 0), dtype=torch.int32)
+
+        def get_seqlens_expanded(self):
+            return torch.zeros(0, dtype=torch.int32)
+
+        def topk_transform(self, logits, topk):
+            return logits.topk(topk).indices
+
+    meta = OtherBackendMetadata()
+    assert meta.paged_mqa_layout is L("per_token")
+    assert meta.paged_mqa_ctx_lens_2d is None
+
+
+def test_switch_is_registered_in_sglang_environ(monkeypatch):
+    envs = import_sglang("sglang.srt.environ").envs
+    assert envs.SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN.get() is False
+    monkeypatch.setenv(ENV, "1")
+    assert envs.SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN.get() is True
+
+
+def _select(backend, mode, bs, next_n, num_q_tokens=None, seq_lens_cpu=None):
+    num_q_tokens = bs * next_n if num_q_tokens is None else num_q_tokens
+    return backend._select_paged_mqa_layout(mode, bs, num_q_tokens, seq_lens_cpu)
+
+
+@pytest.mark.parametrize("arch", ["sm100", "sm80", "hip"])
+def test_layout_rule_outside_sm90(monkeypatch, arch):
+    S.set_arch(monkeypatch, arch)
+    seen = set()
+    for next_n, mode, bs in itertools.product([0, 1, 2, 3, 4, 6], MODES, [1, 4, 8, 64]):
+        backend = S.make_backend(next_n)
+        lens = torch.full((bs,), 4096)
+        for seq_lens_cpu in (lens, None):
+            got = _select(backend, MODES[mode], bs, next_n, seq_lens_cpu=seq_lens_cpu)
+            multi = arch == "sm100" and mode == "target_verify" and next_n >= 2
+            assert got is (L("native") if multi else L("per_token")), (arch, next_n, mode, bs)
+            seen.add(got)
+    assert seen == ({L("per_token"), L("native")} if arch == "sm100" else {L("per_token")})
+
+
+def test_layout_needs_next_n_tokens_per_request(monkeypatch):
+    # a batch whose q rows are not B * next_n (e.g. a partial verify) runs per-token
+    S.set_arch(monkeypatch, "sm100")
+    backend = S.make_backend(4)
+    assert _select(backend, S.ForwardMode.TARGET_VERIFY, 8, 4) is L("native")
+    assert _select(backend, S.ForwardMode.TARGET_VERIFY, 8, 4, num_q_tokens=31) is L("per_token")
+
+
+@pytest.mark.parametrize("arch", ["sm100", "sm90"])
+@pytest.mark.parametrize("value,forced", [("1", True), ("true", True), ("0", False)])
+def test_env_switch_forces_per_token(monkeypatch, arch, value, forced):
+    S.set_arch(monkeypatch, arch)
+    S.install_kernels(monkeypatch, S.FakeDeepGemm(num_sms=4))
+    monkeypatch.setenv(ENV, value)
+    for next_n, bs in itertools.product([2, 4], [8, 64]):
+        got = _select(S.make_backend(next_n), S.ForwardMode.TARGET_VERIFY, bs, next_n, seq_lens_cpu=None)
+        if forced:
+            assert got is L("per_token")
+        elif arch == "sm100":
+            assert got is L("native")
 
 
 @pytest.mark.parametrize(
-    "arch,next_n,layout,shape_fn",
+    "next_n,layout,shape_fn",
     [
-        ("sm90", 2, "native", lambda b, n: (b, 2)),
-        ("sm90", 4, "paired", lambda b, n: (b * 2, 2)),
-        ("sm90", 6, "paired", lambda b, n: (b * 3, 2)),
-        ("sm90", 4, "per_token", lambda b, n: (b * 4, 1)),
-        ("sm90", 3, "per_token", lambda b, n: (b * 3, 1)),
+        (2, "native", lambda b, n: (b, 2)),
+        (4, "paired", lambda b, n: (b * 2, 2)),
+        (6, "paired", lambda b, n: (b * 3, 2)),
+        (4, "per_token", lambda b, n: (b * 4, 1)),
+        (3, "per_token", lambda b, n: (b * 3, 1)),
     ],
 )
-def test_ctx_lens_2d_are_the_per_token_lengths_in_row_shape(monkeypatch, arch, next_n, layout, shape_fn):
+def test_ctx_lens_2d_are_the_per_token_lengths_in_row_shape(monkeypatch, next_n, layout, shape_fn):
     layout = L(layout)
-    S.set_arch(monkeypatch, arch)
+    S.set_arch(monkeypatch, "sm90")
     backend = S.make_backend(next_n)
     bs = len(SEQ_LENS)
     cache = torch.tensor(SEQ_LENS, dtype=torch.int32) + next_n
@@ -146,22 +170,15 @@ def test_sm100_native_keeps_upstream_lengths(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "arch,next_n,bs,layout",
-    [
-        ("sm90", 2, 10, "native"),
-        ("sm90", 4, 10, "paired"),
-        ("sm90", 4, 4, "per_token"),
-        ("sm90", 3, 10, "per_token"),
-        ("sm100", 4, 4, "native"),
-        ("sm80", 4, 10, "per_token"),
-    ],
+    "arch,next_n,layout", [("sm100", 4, "native"), ("sm100", 2, "native"), ("sm80", 4, "per_token")]
 )
-def test_init_forward_metadata_target_verify(monkeypatch, arch, next_n, bs, layout):
+def test_init_forward_metadata_target_verify(monkeypatch, arch, next_n, layout):
     layout = L(layout)
     S.set_arch(monkeypatch, arch)
-    fake = S.FakeDeepGemm()
+    fake = S.FakeDeepGemm(max_tokens_per_row=next_n)
     S.install_kernels(monkeypatch, fake)
     backend = S.make_backend(next_n)
+    bs = 10
     seq_lens = SEQ_LENS[:bs]
     backend.init_forward_metadata(S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, seq_lens, next_n))
     meta = backend.forward_metadata
@@ -169,21 +186,16 @@ def test_init_forward_metadata_target_verify(monkeypatch, arch, next_n, bs, layo
     t = layout.tokens_per_row(next_n)
     ctx = meta.paged_mqa_ctx_lens_2d
     assert tuple(ctx.shape) == (bs * next_n // t, t)
-    if not (arch == "sm100" and layout is L("native")):
-        assert ctx.reshape(-1).tolist() == S.expected_token_lengths(seq_lens, next_n)
     # the schedule is built once, from exactly these context lengths
     assert len(fake.get_paged_mqa_logits_metadata.calls) == 1
     (sched_ctx, block_kv, _), _ = fake.get_paged_mqa_logits_metadata.calls[0]
     assert sched_ctx is ctx and block_kv == 64
-    assert meta.paged_mqa_schedule_metadata is not None
     # one block-table row per token: every t-th row is the request's own row
     table = meta.real_page_table
     assert table.shape[0] == bs * next_n
-    rows = table[::t]
-    for r in range(rows.shape[0]):
-        req = (r * t) // next_n
-        assert torch.equal(rows[r], table[req * next_n])
-    # and the indexer metadata carries the same three fields
+    for r in range(bs * next_n // t):
+        assert torch.equal(table[r * t], table[(r * t) // next_n * next_n])
+    # the indexer metadata carries the same fields
     imeta = backend.get_indexer_metadata(0, S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, seq_lens, next_n))
     assert imeta.paged_mqa_layout is layout
     assert imeta.paged_mqa_ctx_lens_2d is ctx
@@ -191,9 +203,10 @@ def test_init_forward_metadata_target_verify(monkeypatch, arch, next_n, bs, layo
 
 
 @pytest.mark.parametrize("mode", [S.ForwardMode.DECODE, S.ForwardMode.IDLE])
-def test_decode_stays_per_token(monkeypatch, mode):
-    S.set_arch(monkeypatch, "sm90")
-    S.install_kernels(monkeypatch, S.FakeDeepGemm())
+@pytest.mark.parametrize("arch", ["sm100", "sm90"])
+def test_decode_stays_per_token(monkeypatch, mode, arch):
+    S.set_arch(monkeypatch, arch)
+    S.install_kernels(monkeypatch, S.FakeDeepGemm(num_sms=1))
     backend = S.make_backend(4)
     backend.init_forward_metadata(S.make_forward_batch(mode, SEQ_LENS, 4))
     meta = backend.forward_metadata
@@ -202,8 +215,8 @@ def test_decode_stays_per_token(monkeypatch, mode):
 
 
 def test_env_switch_reaches_metadata(monkeypatch):
-    S.set_arch(monkeypatch, "sm90")
-    S.install_kernels(monkeypatch, S.FakeDeepGemm())
+    S.set_arch(monkeypatch, "sm100")
+    S.install_kernels(monkeypatch, S.FakeDeepGemm(max_tokens_per_row=4))
     monkeypatch.setenv(ENV, "1")
     backend = S.make_backend(4)
     backend.init_forward_metadata(S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, SEQ_LENS, 4))
@@ -211,11 +224,9 @@ def test_env_switch_reaches_metadata(monkeypatch):
     assert tuple(backend.forward_metadata.paged_mqa_ctx_lens_2d.shape) == (len(SEQ_LENS) * 4, 1)
 
 
-def _capture_and_replay(monkeypatch, next_n, bs, replay_lens, flip_env=False):
-    fake = S.FakeDeepGemm()
-    S.install_kernels(monkeypatch, fake)
-    backend = S.make_backend(next_n)
-    backend.init_cuda_graph_state(max_bs=32, max_num_tokens=32 * next_n)
+def capture_then_replay(backend, bs, replay_lens, before_replay=None):
+    """Capture TARGET_VERIFY metadata for ``bs``, then replay it with new lengths."""
+    backend.init_cuda_graph_state(max_bs=32, max_num_tokens=32 * backend.speculative_num_draft_tokens)
     capture_lens = torch.full((bs,), 1, dtype=torch.int64)  # capture-time fill value
     backend._apply_cuda_graph_metadata(
         bs=bs,
@@ -226,11 +237,10 @@ def _capture_and_replay(monkeypatch, next_n, bs, replay_lens, flip_env=False):
         spec_info=None,
     )
     captured = backend.decode_cuda_graph_metadata[bs]
-    ctx_ptr = captured.paged_mqa_ctx_lens_2d.data_ptr()
-    sched_ptr = captured.paged_mqa_schedule_metadata.data_ptr()
+    pointers = (captured.paged_mqa_ctx_lens_2d.data_ptr(), captured.paged_mqa_schedule_metadata.data_ptr())
     layout = captured.paged_mqa_layout
-    if flip_env:
-        monkeypatch.setenv(ENV, "1")
+    if before_replay is not None:
+        before_replay()
     lens = torch.tensor(replay_lens, dtype=torch.int64)
     backend._apply_cuda_graph_metadata(
         bs=bs,
@@ -241,36 +251,74 @@ def _capture_and_replay(monkeypatch, next_n, bs, replay_lens, flip_env=False):
         spec_info=None,
     )
     meta = backend.forward_metadata
-    assert meta is captured
-    assert meta.paged_mqa_layout is layout
-    assert meta.paged_mqa_ctx_lens_2d.data_ptr() == ctx_ptr
-    assert meta.paged_mqa_schedule_metadata.data_ptr() == sched_ptr
-    return fake, meta
+    assert meta is captured and meta.paged_mqa_layout is layout
+    assert (meta.paged_mqa_ctx_lens_2d.data_ptr(), meta.paged_mqa_schedule_metadata.data_ptr()) == pointers
+    return meta
 
 
-@pytest.mark.parametrize(
-    "next_n,bs,layout",
-    [(4, 8, "paired"), (2, 16, "native"), (4, 4, "per_token"), (6, 8, "paired")],
-)
-def test_cuda_graph_capture_and_replay(monkeypatch, next_n, bs, layout):
+@pytest.mark.parametrize("arch,next_n,layout", [("sm100", 4, "native"), ("sm80", 4, "per_token")])
+def test_cuda_graph_capture_and_replay(monkeypatch, arch, next_n, layout):
     layout = L(layout)
-    S.set_arch(monkeypatch, "sm90")
-    monkeypatch.delenv(ENV, raising=False)
-    replay_lens = SEQ_LENS[:bs] + [5] * max(0, bs - len(SEQ_LENS))
-    fake, meta = _capture_and_replay(monkeypatch, next_n, bs, replay_lens)
+    S.set_arch(monkeypatch, arch)
+    fake = S.FakeDeepGemm(max_tokens_per_row=next_n)
+    S.install_kernels(monkeypatch, fake)
+    bs = 8
+    meta = capture_then_replay(S.make_backend(next_n), bs, SEQ_LENS[:bs])
     assert meta.paged_mqa_layout is layout
     t = layout.tokens_per_row(next_n)
     assert tuple(meta.paged_mqa_ctx_lens_2d.shape) == (bs * next_n // t, t)
-    assert meta.paged_mqa_ctx_lens_2d.reshape(-1).tolist() == S.expected_token_lengths(replay_lens, next_n)
     # replay rebuilt the schedule from the refreshed context lengths
     (sched_ctx, _, _), _ = fake.get_paged_mqa_logits_metadata.calls[-1]
     assert torch.equal(sched_ctx, meta.paged_mqa_ctx_lens_2d)
 
 
 def test_replay_keeps_the_captured_layout(monkeypatch):
-    S.set_arch(monkeypatch, "sm90")
-    monkeypatch.delenv(ENV, raising=False)
-    _, meta = _capture_and_replay(monkeypatch, 4, 8, SEQ_LENS[:8], flip_env=True)
+    S.set_arch(monkeypatch, "sm100")
+    S.install_kernels(monkeypatch, S.FakeDeepGemm(max_tokens_per_row=4))
+    meta = capture_then_replay(S.make_backend(4), 8, SEQ_LENS[:8], lambda: monkeypatch.setenv(ENV, "1"))
     # the switch only applies to batch sizes captured after it was set
-    assert meta.paged_mqa_layout is L("paired")
-    assert tuple(meta.paged_mqa_ctx_lens_2d.shape) == (16, 2)
+    assert meta.paged_mqa_layout is L("native")
+
+
+# --- every prefix: schedule, context lengths and kernel call agree ---------
+
+KERNEL_TOKENS_PER_ROW = {"sm90": 2, "sm100": 8, "sm80": 1}
+
+
+def _topk(monkeypatch, arch, next_n, bs, q, w, cuda_graph, forced):
+    if forced:
+        monkeypatch.setenv(ENV, "1")
+    else:
+        monkeypatch.delenv(ENV, raising=False)
+    S.set_arch(monkeypatch, arch)
+    # A small SM count lets the short test contexts qualify for multi-token rows.
+    fake = S.FakeDeepGemm(max_tokens_per_row=KERNEL_TOKENS_PER_ROW[arch], num_sms=4)
+    S.install_kernels(monkeypatch, fake)
+    backend = S.make_backend(next_n)
+    seq_lens = (SEQ_LENS * 2)[:bs]
+    batch = S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, seq_lens, next_n)
+    if cuda_graph:
+        capture_then_replay(backend, bs, seq_lens)
+    else:
+        backend.init_forward_metadata(batch)
+    out = S.run_topk(backend, batch, q, w)
+    (q_arg, _, _, ctx_arg, table_arg, sched_arg, _), _ = fake.fp8_paged_mqa_logits.calls[-1]
+    rows, tokens = q_arg.shape[:2]
+    assert rows * tokens == bs * next_n
+    assert tuple(ctx_arg.shape) == (rows, tokens) and table_arg.shape[0] == rows
+    return out, tokens
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm100", "sm80"])
+@pytest.mark.parametrize("next_n", [2, 3, 4])
+@pytest.mark.parametrize("bs", [1, 4, 8, 12])
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
+def test_schedule_and_kernel_call_agree(monkeypatch, arch, next_n, bs, cuda_graph):
+    # FakeDeepGemm refuses a schedule made from other context lengths, more
+    # tokens per row than the arch takes, and block tables of another height.
+    q, w = S.make_queries(bs * next_n, seed=bs * 10 + next_n)
+    got, tokens = _topk(monkeypatch, arch, next_n, bs, q, w, cuda_graph, forced=False)
+    ref, ref_tokens = _topk(monkeypatch, arch, next_n, bs, q, w, cuda_graph, forced=True)
+    assert ref_tokens == 1
+    assert tokens <= KERNEL_TOKENS_PER_ROW[arch]
+    assert torch.equal(got, ref)

@@ -1,8 +1,16 @@
-"""Patch 2 (dsa_indexer.py): _get_topk_paged calls DeepGEMM in the layout
-the metadata names, and falls back to per-token when shapes disagree.
+"""Patch 2: SM90 target_verify runs two tokens per DeepGEMM row.
+
+- The SM90 layout rule (dsa_backend): native for next_n == 2, paired for even
+  next_n, per-token where the multi-token rows would leave SMs without work
+  (host context lengths known) or below the batch size measured safe (CUDA-
+  graph capture). The rule is checked against the committed H200 kernel grid:
+  nowhere below 0.95x of per-token.
+- _get_topk_paged (dsa_indexer) calls DeepGEMM in the layout the metadata
+  names, and falls back to per-token, logging the reason once, when shapes
+  disagree.
 
 Everything runs the real backend metadata code and the real indexer method;
-only the two DeepGEMM entry points are a recording stand-in
+only the DeepGEMM entry points are a recording stand-in
 (p12_support.FakeDeepGemm), which also enforces DeepGEMM's host checks and
 computes logits in plain torch, so the top-k the indexer returns can be
 compared between layouts.
@@ -11,6 +19,9 @@ compared between layouts.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+from pathlib import Path
 
 import p12_support as S
 import pytest
@@ -22,7 +33,11 @@ ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
 
 def L(name):
     """The patch's PagedMQALayout member called ``name`` (looked up per test)."""
-    return S.backend_mod.PagedMQALayout(name)
+    return S.indexer_mod.PagedMQALayout(name)
+
+
+H200_GRID = Path(__file__).resolve().parents[2] / "docs" / "results" / "paged_mqa_h200.json"
+H200_SMS = 132
 
 
 SEQ_LENS = [100, 300, 64, 500, 7, 200, 900, 33, 128, 65, 700, 1]
@@ -36,7 +51,9 @@ def _parallel(monkeypatch):
 
 def _setup(monkeypatch, arch, next_n, bs, max_tokens_per_row=2):
     S.set_arch(monkeypatch, arch)
-    fake = S.FakeDeepGemm(max_tokens_per_row=max_tokens_per_row)
+    # The test contexts are short (<= 1k keys): a GPU of 4 SMs lets them
+    # qualify for the multi-token layouts under the SM90 rule.
+    fake = S.FakeDeepGemm(max_tokens_per_row=max_tokens_per_row, num_sms=4)
     S.install_kernels(monkeypatch, fake)
     backend = S.make_backend(next_n)
     batch = S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, SEQ_LENS[:bs], next_n)
@@ -61,6 +78,84 @@ def _kernel_args(fake):
     args, kwargs = fake.fp8_paged_mqa_logits.calls[0]
     assert kwargs == {"clean_logits": False}
     return args
+
+
+def _sm90_layout(monkeypatch, next_n, bs, seq_lens_cpu, num_sms=H200_SMS):
+    S.set_arch(monkeypatch, "sm90")
+    S.install_kernels(monkeypatch, S.FakeDeepGemm(num_sms=num_sms))
+    backend = S.make_backend(next_n)
+    return backend._select_paged_mqa_layout(S.ForwardMode.TARGET_VERIFY, bs, bs * next_n, seq_lens_cpu)
+
+
+@pytest.mark.parametrize(
+    "next_n,layout", [(2, "native"), (4, "paired"), (6, "paired"), (8, "paired"), (3, "per_token")]
+)
+def test_sm90_layout_per_next_n(monkeypatch, next_n, layout):
+    lens = torch.full((64,), 65536)
+    assert _sm90_layout(monkeypatch, next_n, 64, lens) is L(layout)
+    assert _sm90_layout(monkeypatch, next_n, 64, None) is L(layout)
+
+
+@pytest.mark.parametrize(
+    "next_n,bs,ctx,layout",
+    [
+        # lost on H200 (0.87-0.93x): too few (row, 256-key split) units for 132 SMs
+        (2, 1, 4096, "per_token"),
+        (2, 1, 16384, "per_token"),
+        (2, 4, 4096, "per_token"),
+        (4, 1, 4096, "per_token"),
+        # won on H200 below 8 requests (1.12-1.39x): enough units
+        (2, 1, 65536, "native"),
+        (2, 4, 65536, "native"),
+        (4, 1, 65536, "paired"),
+        (4, 4, 65536, "paired"),
+        (4, 4, 16384, "paired"),
+    ],
+)
+def test_sm90_rule_with_host_lengths(monkeypatch, next_n, bs, ctx, layout):
+    assert _sm90_layout(monkeypatch, next_n, bs, torch.full((bs,), ctx)) is L(layout)
+
+
+@pytest.mark.parametrize("bs,multi", [(1, False), (4, False), (7, False), (8, True), (16, True), (128, True)])
+def test_sm90_rule_at_graph_capture_is_by_batch_size(monkeypatch, bs, multi):
+    # lengths unknown at capture: the smallest batch size never slower on H200
+    assert S.backend_mod.SM90_PAGED_MQA_GRAPH_MIN_BATCH_SIZE == 8
+    for next_n, layout in ((2, "native"), (4, "paired")):
+        want = L(layout) if multi else L("per_token")
+        assert _sm90_layout(monkeypatch, next_n, bs, None) is want
+
+
+def _grid_choice(monkeypatch, row, cuda_graph):
+    lens = None if cuda_graph else torch.full((row["batch_size"],), row["ctx"])
+    return _sm90_layout(monkeypatch, row["next_n"], row["batch_size"], lens)
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["host_lengths", "graph"])
+def test_sm90_rule_never_below_095_on_the_h200_grid(monkeypatch, cuda_graph):
+    grid = json.loads(H200_GRID.read_text())
+    assert grid["num_sms"] == H200_SMS
+    rows = [r for r in grid["rows"] if "multi_us" in r]
+    if not cuda_graph:  # host lengths are known exactly for uniform rows only
+        rows = [r for r in rows if r["lengths"] == "uniform"]
+    assert len(rows) >= 40
+    chose_multi = 0
+    for row in rows:
+        layout = _grid_choice(monkeypatch, row, cuda_graph)
+        speedup = row["per_token_us"] / row["multi_us"] if layout is not L("per_token") else 1.0
+        assert speedup >= 0.95, (row["next_n"], row["batch_size"], row["ctx"], row["lengths"], speedup)
+        chose_multi += layout is not L("per_token")
+    assert chose_multi >= len(rows) // 2
+
+
+def test_sm90_rule_gains_over_the_batch_size_rule_with_host_lengths(monkeypatch):
+    # B=4 at 64k gained 1.2-1.4x on H200; with host lengths it is taken
+    grid = json.loads(H200_GRID.read_text())
+    small = [r for r in grid["rows"] if r["batch_size"] == 4 and r["ctx"] == 65536 and r["lengths"] == "uniform"]
+    assert small
+    for row in small:
+        assert _grid_choice(monkeypatch, row, cuda_graph=False) is not L("per_token")
+        assert _grid_choice(monkeypatch, row, cuda_graph=True) is L("per_token")
+        assert row["per_token_us"] / row["multi_us"] > 1.15
 
 
 @pytest.mark.parametrize(
@@ -148,15 +243,22 @@ def _assert_per_token_call(q_arg, ctx_arg, table_arg, n_tok=32):
     assert table_arg.shape[0] == n_tok
 
 
-def test_fallback_when_ctx_lens_do_not_match(monkeypatch):
+def test_fallback_when_ctx_lens_do_not_match(monkeypatch, caplog):
     # e.g. metadata of another batch size: [12, 2] cannot describe 8 x 4 tokens
     def wrong_ctx(meta):
         return dataclasses.replace(meta, paged_mqa_ctx_lens_2d=meta.paged_mqa_ctx_lens_2d[:12].contiguous())
 
-    got, q_arg, ctx_arg, table_arg, meta = _fallback_case(monkeypatch, wrong_ctx)
+    S.indexer_mod._paged_mqa_fallbacks_logged.clear()
+    with caplog.at_level(logging.DEBUG, logger=S.indexer_mod.__name__):
+        got, q_arg, ctx_arg, table_arg, meta = _fallback_case(monkeypatch, wrong_ctx)
+        _fallback_case(monkeypatch, wrong_ctx)
     _assert_per_token_call(q_arg, ctx_arg, table_arg)
     # the per-token schedule was rebuilt (the stand-in checks it matches ctx_arg)
     assert got.shape == (32, S.INDEX_TOPK)
+    # the reason is logged once, at debug level, however often it happens
+    fallbacks = [r for r in caplog.records if "fall back to one token per row" in r.getMessage()]
+    assert len(fallbacks) == 1 and fallbacks[0].levelno == logging.DEBUG
+    assert "paired" in fallbacks[0].getMessage()
 
 
 def test_fallback_when_layout_does_not_fit_next_n(monkeypatch):

@@ -12,7 +12,10 @@ from types import SimpleNamespace
 import p34_support as sup
 import pytest
 import torch
+from cpu_sglang import import_sglang
+from sglang.srt.layers.attention.dsa.dsa_topk_backend import TopkTransformMethod
 from sglang.srt.speculative import eagle_draft_cuda_graph_runner as graph_mod
+from sglang.srt.speculative import eagle_worker_v2 as worker_mod
 from sglang.srt.speculative.eagle_info import EagleDraftExtendInput, EagleDraftInput
 
 # --------------------------------------------------------------------------
@@ -94,24 +97,123 @@ def test_draft_extend_without_flag_writes_no_seed():
     assert nxt.dsa_topk_seed is None
 
 
-def test_capture_only_in_draft_extend_v2():
-    """Prefill extend and decode never write a seed, even if rows are set."""
+def test_capture_happens_where_the_worker_asks():
+    """The model keeps exactly the rows the worker named, in any extend mode,
+    and nothing when no rows were named."""
     decoder = sup.StandInDecoder()
     model = sup.nextn_model(decoder)
-    for mode in ("EXTEND", "DECODE", "DRAFT_EXTEND_V2"):
-        spec = EagleDraftExtendInput(
-            hidden_states=torch.zeros(4, sup.HIDDEN),
-            dsa_topk_seed_rows=torch.tensor([1, 3]),
-        )
-        fb = sup.forward_batch(mode, 2, 4, spec)
-        model(fb.input_ids, fb.positions, fb)
-        if mode == "DRAFT_EXTEND_V2":
-            assert spec.dsa_topk_seed[:, 0].tolist() == [
-                1000 * decoder.indexer_calls + 1,
-                1000 * decoder.indexer_calls + 3,
-            ]
-        else:
-            assert spec.dsa_topk_seed is None, mode
+    for mode in ("EXTEND", "DRAFT_EXTEND_V2"):
+        for rows in (torch.tensor([1, 3]), None):
+            spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_topk_seed_rows=rows)
+            fb = sup.forward_batch(mode, 2, 4, spec)
+            model(fb.input_ids, fb.positions, fb)
+            if rows is None:
+                assert spec.dsa_topk_seed is None, mode
+            else:
+                call = 1000 * decoder.indexer_calls
+                assert spec.dsa_topk_seed[:, 0].tolist() == [call + 1, call + 3], mode
+
+
+def _transform_backend(method, hisparse=None):
+    """The two things the worker asks of the draft attention backend."""
+    return SimpleNamespace(get_topk_transform_method=lambda mode: method, hisparse_coordinator=hisparse)
+
+
+@pytest.mark.parametrize(
+    "mode, method, fused, hisparse, enabled, wanted",
+    [
+        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, None, True, True),
+        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, False, None, True, True),  # same transform as decode
+        ("EXTEND", TopkTransformMethod.PAGED, True, None, True, True),  # prefill, page-table indices
+        ("EXTEND", TopkTransformMethod.RAGGED, True, None, True, False),  # ragged offsets
+        ("EXTEND", TopkTransformMethod.PAGED, False, None, True, False),  # unfused prefill top-k
+        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, object(), True, False),  # HiSparse
+        ("IDLE", TopkTransformMethod.PAGED, True, None, True, False),
+        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, None, False, False),  # flag off
+    ],
+)
+def test_seed_only_from_a_top_k_draft_decode_can_read(monkeypatch, mode, method, fused, hisparse, enabled, wanted):
+    monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "1" if fused else "0")
+    runner = sup.StandInDraftRunner(sup.StandInDecoder(), index_share=enabled)
+    runner.attn_backend = _transform_backend(method, hisparse)
+    worker = sup.draft_worker(runner)
+    worker._init_index_share_state()
+    fb = sup.forward_batch(mode, 2, 4, EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN)))
+    fb.extend_seq_lens = torch.tensor([3, 1])
+    assert worker._dsa_topk_seed_wanted(fb) is wanted
+
+
+def test_npu_never_seeds(monkeypatch):
+    # NPU's draft-extend always replays a graph that keeps no top-k.
+    monkeypatch.setattr(worker_mod, "_is_npu", True)
+    worker = sup.draft_worker(sup.StandInDraftRunner(sup.StandInDecoder()))
+    worker._init_index_share_state()
+    assert worker.index_share_for_mtp_iteration is True
+    assert worker.dsa_topk_seed_enabled is False
+
+
+def _run_prefill_draft_extend(monkeypatch, worker, extend_lens, mode="EXTEND"):
+    """Run the real _draft_extend_for_prefill for requests of extend_lens tokens."""
+    bs, num_tokens = len(extend_lens), sum(extend_lens)
+    built = {}
+
+    def init_new(batch, runner):
+        """Stands for ForwardBatch.init_new (ScheduleBatch + KV pools -> ForwardBatch)."""
+        fb = sup.forward_batch(mode, bs, num_tokens, batch.spec_info)
+        fb.input_ids = batch.input_ids % sup.VOCAB
+        fb.extend_seq_lens = torch.tensor(extend_lens, dtype=torch.int32)
+        built["fb"] = fb
+        return fb
+
+    monkeypatch.setattr(worker_mod.ForwardBatch, "init_new", staticmethod(init_new))
+    worker.speculative_algorithm = SimpleNamespace(is_standalone=lambda: False)
+    batch = SimpleNamespace(
+        forward_mode=getattr(sup_fbi().ForwardMode, mode),
+        input_ids=torch.arange(num_tokens) % sup.VOCAB,
+        extend_lens=list(extend_lens),
+        chunked_req_next_prompt_token=None,
+        reqs=[object() for _ in extend_lens],
+        chunked_req=None,
+        sampling_info=None,
+    )
+    out = worker._draft_extend_for_prefill(batch, torch.randn(num_tokens, sup.HIDDEN), torch.arange(bs))
+    return out, built["fb"]
+
+
+def sup_fbi():
+    return import_sglang("sglang.srt.model_executor.forward_batch_info")
+
+
+def test_prefill_seeds_first_draft_loop_with_last_prompt_token(monkeypatch):
+    decoder = sup.StandInDecoder()
+    runner = sup.StandInDraftRunner(decoder)
+    runner.attn_backend = _transform_backend(TopkTransformMethod.PAGED)
+    worker = sup.draft_worker(runner)
+    worker._init_index_share_state()
+    extend_lens = [5, 1, 3]
+
+    out, _ = _run_prefill_draft_extend(monkeypatch, worker, extend_lens)
+
+    last_tokens = [4, 5, 8]  # cumulative extend lengths - 1
+    assert out.dsa_topk_seed is not None and out.dsa_topk_seed.dtype == torch.int32
+    assert out.dsa_topk_seed[:, 0].tolist() == [1000 + t for t in last_tokens]
+
+
+def test_ragged_prefill_leaves_the_first_loop_to_compute(monkeypatch):
+    decoder = sup.StandInDecoder()
+    runner = sup.StandInDraftRunner(decoder)
+    runner.attn_backend = _transform_backend(TopkTransformMethod.RAGGED)
+    worker = sup.draft_worker(runner, num_steps=3)
+    worker._init_index_share_state()
+
+    out, _ = _run_prefill_draft_extend(monkeypatch, worker, [4, 2])
+    assert out.dsa_topk_seed is None
+
+    # that draft input's first loop runs the indexer at step 0
+    calls_before = decoder.indexer_calls
+    _run_draft_loop(worker, 2, out.dsa_topk_seed)
+    assert decoder.indexer_calls == calls_before + 1
+    assert decoder.prev_seen[-2] is None
 
 
 # --------------------------------------------------------------------------
@@ -204,22 +306,48 @@ def test_merge_keeps_seed_rows_aligned():
     a.merge_batch(b)
     assert _rows(a) == ([0, 1, 2, 3, 4], [11, 12, 21, 22, 23])
 
-    # A side without a seed (e.g. just prefilled) contributes zero rows.
-    a = sup.draft_input(2, seed=None, base=0)
-    b = sup.draft_input(2, seed=sup.seed_rows(2, base=20), base=2)
-    a.merge_batch(b)
-    assert _rows(a) == ([0, 1, 2, 3], [0, 0, 21, 22])
-    a = sup.draft_input(1, seed=sup.seed_rows(1, base=10), base=0)
-    a.merge_batch(sup.draft_input(2, seed=None, base=1))
-    assert _rows(a) == ([0, 1, 2], [11, 0, 0])
 
-    # Neither side seeded: still absent (the draft loop computes at step 0).
+@pytest.mark.parametrize("seeded_side", ["running", "joining"])
+def test_merge_with_an_unseeded_side_has_no_seed(seeded_side):
+    # One draft loop serves the merged batch: a request without a seed (e.g.
+    # just prefilled) makes it compute, never read rows nobody computed.
+    sup.ensure_global_server_args()
+    running_seed = sup.seed_rows(2, base=10) if seeded_side == "running" else None
+    joining_seed = sup.seed_rows(2, base=20) if seeded_side == "joining" else None
+    a = sup.draft_input(2, seed=running_seed, base=0)
+    a.merge_batch(sup.draft_input(2, seed=joining_seed, base=2))
+    assert a.topk_index[:, 0].tolist() == [0, 1, 2, 3]
+    assert a.dsa_topk_seed is None
+
     a = sup.draft_input(1, seed=None)
     a.merge_batch(sup.draft_input(1, seed=None, base=1))
     assert a.dsa_topk_seed is None
 
 
-def test_merge_with_idle_and_overlap_placeholders():
+def test_joining_request_gets_its_step_0_top_k_from_the_indexer():
+    """A running, seeded batch merged with a just-prefilled batch without a
+    seed: the draft loop's step 0 runs the indexer, so the new request's top-k
+    (and everyone's) is computed, not a row of zeros or another request's."""
+    sup.ensure_global_server_args()
+    decoder = sup.StandInDecoder()
+    worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=3)
+    worker._init_index_share_state()
+    running = sup.draft_input(2, seed=sup.seed_rows(2, base=10), base=0)
+    running.merge_batch(sup.draft_input(1, seed=None, base=2))
+
+    steps = worker.speculative_num_steps
+    fb = sup.forward_batch("DECODE", 3, 3 * steps, running)
+    fb.positions = torch.full((3,), 10, dtype=torch.int64)
+    worker.draft_forward(fb)
+
+    assert decoder.indexer_calls == 1
+    assert decoder.prev_seen[0] is None  # step 0 computed
+    computed = decoder.prev_seen[1]
+    assert computed[2, 0].item() == 1000 + 2  # the joining request's own indexer row
+    assert bool((computed != 0).all())
+
+
+def test_idle_merge_takes_the_other_side():
     sup.ensure_global_server_args()
     idle = EagleDraftInput.create_idle_input(
         device="cpu",
@@ -231,37 +359,70 @@ def test_merge_with_idle_and_overlap_placeholders():
     idle.merge_batch(sup.draft_input(2, seed=sup.seed_rows(2)))
     assert idle.dsa_topk_seed[:, 0].tolist() == [1, 2]
 
-    # Overlap mode: rows live in FutureMap; merge keeps the "has a seed" mark
-    # when either side has one and filter leaves it alone.
-    a = sup.draft_input(1, seed=None, future_indices=torch.tensor([3]))
-    b = sup.draft_input(1, seed=sup.seed_rows(1), future_indices=torch.tensor([5]))
-    a.merge_batch(b)
-    assert a.future_indices.tolist() == [3, 5]
-    assert a.dsa_topk_seed is not None
+
+def _overlap_round(running, joining):
+    """Overlap mode: filter then merge move only future_indices; FutureMap
+    (as far as this prefix of the series relays anything) fills the rest."""
+    running.filter_batch(torch.tensor([0, 2]))
+    running.merge_batch(joining)
+    return running
+
+
+def test_overlap_filter_merge_never_hand_stale_rows_to_the_loop():
+    # Whatever the overlap relay does, the seed that reaches the draft loop
+    # after filter/merge is absent or exactly the surviving requests' rows.
+    from sglang.srt.managers.overlap_utils import FutureMap
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    sup.ensure_global_server_args()
+    fmap = FutureMap(
+        device=torch.device("cpu"),
+        spec_algo=SpeculativeAlgorithm.from_string("EAGLE"),
+        req_to_token_pool=SimpleNamespace(req_to_token=torch.zeros(12, 4)),
+    )
+    fmap.stash(torch.tensor([0, 1, 2]), sup.draft_input(3, seed=sup.seed_rows(3, base=10), base=0))
+    fmap.stash(torch.tensor([5]), sup.draft_input(1, seed=sup.seed_rows(1, base=50), base=50))
+    running = sup.draft_input(3, seed=sup.seed_rows(3, base=10), future_indices=torch.tensor([0, 1, 2]))
+    joining = sup.draft_input(1, seed=sup.seed_rows(1, base=50), future_indices=torch.tensor([5]))
+    merged = _overlap_round(running, joining)
+    fmap._resolve_spec_extras(SimpleNamespace(spec_info=merged))
+    assert merged.topk_index[:, 0].tolist() == [0, 2, 50]
+    assert merged.dsa_topk_seed is None or merged.dsa_topk_seed[:, 0].tolist() == [11, 13, 51]
 
 
 # --------------------------------------------------------------------------
-# Draft CUDA-graph runner: static seed buffer filled at replay
+# Draft CUDA-graph runner: a seeded and an unseeded draft loop per batch size
 # --------------------------------------------------------------------------
 
 
 def _graph_runner(max_bs, capture_bs, seeded=True):
     """An EAGLEDraftCudaGraphRunner without its capturing __init__; only the
-    replay-side attributes ``execute`` reads are set."""
+    attributes ``capture_one_shape`` and ``execute`` read are set. The graph
+    backend is a stand-in that keeps each captured callable and "replays" a
+    graph by calling it again (CUDA graphs need a GPU)."""
     runner = object.__new__(graph_mod.EAGLEDraftCudaGraphRunner)
-    runner.deepep_adapter = SimpleNamespace(replay=lambda: None)
+    runner.deepep_adapter = SimpleNamespace(replay=lambda: None, capture=lambda is_extend_in_batch: None)
     runner.require_mlp_tp_gather = False
     runner.require_gathered_buffer = False
+    runner.require_attn_tp_gather = False
     runner.capture_bs = capture_bs
     runner.num_tokens_per_bs = 1
     runner.speculative_num_steps = 3
     runner.seq_len_fill_value = 1
+    runner.topk = 1
+    runner.dp_size = 1
+    runner.temperatures = torch.ones((max_bs, 1))
+    runner.extend_seq_lens_cpu = [1] * max_bs
     runner.model_runner = SimpleNamespace(
         model_config=SimpleNamespace(vocab_size=sup.VOCAB),
         server_args=SimpleNamespace(speculative_use_rejection_sampling=False),
         device_timer=None,
+        spec_algorithm=SimpleNamespace(is_standalone=lambda: False),
     )
-    runner.draft_attn_backend = SimpleNamespace(init_forward_metadata_out_graph=lambda fb: None)
+    runner.draft_attn_backend = SimpleNamespace(
+        init_forward_metadata_in_graph=lambda fb: None,
+        init_forward_metadata_out_graph=lambda fb, in_capture=False: None,
+    )
     z = torch.zeros
     runner.buffers = graph_mod.EagleDraftInputBuffers(
         input_ids=z(max_bs, dtype=torch.int64),
@@ -282,17 +443,29 @@ def _graph_runner(max_bs, capture_bs, seeded=True):
         global_num_tokens_for_logprob_gpu=None,
         dsa_topk_seed=(torch.full((max_bs, sup.INDEX_TOPK), -7, dtype=torch.int32) if seeded else None),
     )
-    runner.replayed_seeds = []
+    graphs = {}
+    runner.replayed = []
+
+    def capture_one(shape_key, run_once, dummies, post_warmup_hook):
+        assert shape_key not in graphs, f"{shape_key} captured twice"
+        graphs[shape_key] = run_once
+        run_once()
 
     def replay(shape_key, forward_batch):
-        """Stands for the CUDA graph replay: records what the captured graph
-        would read from the static seed buffer."""
-        runner.replayed_seeds.append(runner.buffers.dsa_topk_seed[: shape_key.size])
-        bs = shape_key.size
-        return (z(bs, 1), z(bs, 3), z(bs, 4), None)
+        runner.replayed.append(shape_key)
+        return graphs[shape_key]()
 
+    runner.backend = SimpleNamespace(capture_one=capture_one)
     runner._replay_graph = replay
+    runner.graphs = graphs
     return runner
+
+
+def _capture(monkeypatch, runner, worker, sizes):
+    monkeypatch.setattr(graph_mod, "set_dp_buffer_len", lambda *a, **k: None)
+    runner.eagle_worker = worker
+    for size in sizes:
+        runner.capture_one_shape(size, forward=None)
 
 
 def _replay(runner, bs, seed):
@@ -301,48 +474,70 @@ def _replay(runner, bs, seed):
     fb.positions = torch.zeros(bs, dtype=torch.int64)
     fb.seq_lens_cpu = torch.full((bs,), 10)
     runner.execute(fb)
-    return runner.replayed_seeds[-1].clone()
+    return runner.replayed[-1]
 
 
-def test_graph_replay_fills_seed_buffer():
+def _graph_worker(num_steps=3):
+    decoder = sup.StandInDecoder()
+    worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=num_steps)
+    worker._init_index_share_state()
+    return worker, decoder
+
+
+def test_graphs_captured_with_and_without_seed(monkeypatch):
     sup.ensure_global_server_args()
-    runner = _graph_runner(max_bs=8, capture_bs=[1, 2, 4, 8])
-    seen = _replay(runner, 3, sup.seed_rows(3))  # padded to the bs=4 graph
-    assert seen[:, 0].tolist() == [1, 2, 3, 0]  # padded row reads zeros
-
-    # A new seed on the same captured shape is what the next replay reads.
-    seen = _replay(runner, 4, sup.seed_rows(4, base=40))
-    assert seen[:, 0].tolist() == [41, 42, 43, 44]
-
-    # Absent seed: zeros, never the previous batch's rows.
-    seen = _replay(runner, 4, None)
-    assert seen.eq(0).all()
+    worker, decoder = _graph_worker()
+    runner = _graph_runner(max_bs=4, capture_bs=[2, 4])
+    _capture(monkeypatch, runner, worker, [4, 2])
+    keys = {(k.size, k.variant_label) for k in runner.graphs}
+    assert keys == {(2, None), (2, "dsa_topk_seed"), (4, None), (4, "dsa_topk_seed")}
+    # the seeded loops read the static buffer at step 0, the others ran the indexer
+    seeded_reads = [p for p in decoder.prev_seen if p is not None and bool((p == -7).all())]
+    assert len(seeded_reads) == 2 * (worker.speculative_num_steps - 1)
+    assert decoder.indexer_calls == 2
 
 
-def test_graph_capture_reads_static_seed_buffer(monkeypatch):
-    """capture_one_shape hands draft_forward the static buffer as the seed."""
+def test_graph_replay_without_seed_computes_step_0(monkeypatch):
     sup.ensure_global_server_args()
+    worker, decoder = _graph_worker()
     runner = _graph_runner(max_bs=4, capture_bs=[4])
-    runner.topk = 1
-    runner.dp_size = 1
-    runner.require_attn_tp_gather = False
-    runner.temperatures = torch.ones((4, 1))
-    runner.extend_seq_lens_cpu = [1] * 4
-    runner.model_runner.spec_algorithm = SimpleNamespace(is_standalone=lambda: False)
-    runner.draft_attn_backend = SimpleNamespace(
-        init_forward_metadata_in_graph=lambda fb: None,
-        init_forward_metadata_out_graph=lambda fb, in_capture=False: None,
-    )
-    runner.deepep_adapter = SimpleNamespace(capture=lambda is_extend_in_batch: None)
-    seen = {}
+    _capture(monkeypatch, runner, worker, [4])
+    decoder.prev_seen.clear()
+    calls = decoder.indexer_calls
 
-    def draft_forward(forward_batch):
-        seen["seed"] = forward_batch.spec_info.dsa_topk_seed
-        return None
+    key = _replay(runner, 3, None)  # padded to the bs=4 graphs
 
-    runner.eagle_worker = SimpleNamespace(draft_forward=draft_forward, speculative_num_steps=3)
-    runner.backend = SimpleNamespace(capture_one=lambda key, run_once, dummies, post_warmup_hook: run_once())
-    monkeypatch.setattr(graph_mod, "set_dp_buffer_len", lambda *a, **k: None)
-    runner.capture_one_shape(4, forward=None)
-    assert seen["seed"].data_ptr() == runner.buffers.dsa_topk_seed.data_ptr()
-    assert seen["seed"].shape == (4, sup.INDEX_TOPK)
+    assert key.variant_label is None
+    assert decoder.indexer_calls == calls + 1
+    assert decoder.prev_seen[0] is None
+    assert not any(p is not None and bool((p == 0).all()) for p in decoder.prev_seen)
+
+
+def test_graph_replay_with_seed_uses_it(monkeypatch):
+    sup.ensure_global_server_args()
+    worker, decoder = _graph_worker()
+    runner = _graph_runner(max_bs=4, capture_bs=[4])
+    _capture(monkeypatch, runner, worker, [4])
+    decoder.prev_seen.clear()
+    calls = decoder.indexer_calls
+
+    key = _replay(runner, 3, sup.seed_rows(3, base=40))
+
+    assert key.variant_label == "dsa_topk_seed"
+    assert decoder.indexer_calls == calls  # no indexer pass in the loop
+    assert decoder.prev_seen[0][:3, 0].tolist() == [41, 42, 43]
+    assert decoder.prev_seen[0][3].eq(0).all()  # the padded row reads zeros
+    # the next replay reads the next batch's seed from the same buffer
+    _replay(runner, 4, sup.seed_rows(4, base=60))
+    assert decoder.prev_seen[-1][:, 0].tolist() == [61, 62, 63, 64]
+
+
+def test_graph_keys_unchanged_without_seeding(monkeypatch):
+    sup.ensure_global_server_args()
+    decoder = sup.StandInDecoder()
+    worker = sup.draft_worker(sup.StandInDraftRunner(decoder, index_share=False), num_steps=3)
+    worker._init_index_share_state()
+    runner = _graph_runner(max_bs=2, capture_bs=[2], seeded=False)
+    _capture(monkeypatch, runner, worker, [2])
+    assert [(k.size, k.variant_label) for k in runner.graphs] == [(2, None)]
+    assert _replay(runner, 2, None).variant_label is None

@@ -49,16 +49,16 @@ def test_stash_resolve_round_trip_interleaved():
     _stash(fmap, [2, 7], None, base=10)  # batch B, prefilled (no seed)
     _stash(fmap, [4, 9], seed_c, base=20)  # batch C, seeded
 
-    # Next forward: merged and reordered batch mixing A, B and C.
-    out = _resolve(fmap, [5, 2, 9, 3, 7, 4], has_seed=True)
+    # Next forward: a merged and reordered batch of A's and C's requests.
+    out = _resolve(fmap, [5, 9, 3, 4], has_seed=True)
 
     # The fields FutureMap already relayed line up with the requests ...
-    assert out.topk_index[:, 0].tolist() == [1, 10, 21, 0, 11, 20]
-    # ... and so do the seeds; B's requests (no seed) get zero rows.
-    assert out.dsa_topk_seed[:, 0].tolist() == [102, 0, 302, 101, 0, 301]
+    assert out.topk_index[:, 0].tolist() == [1, 21, 0, 20]
+    # ... and so do the seeds.
+    assert out.dsa_topk_seed[:, 0].tolist() == [102, 302, 101, 301]
     assert out.dsa_topk_seed.dtype == torch.int32
-    assert out.dsa_topk_seed.shape == (6, sup.INDEX_TOPK)
-    assert torch.equal(out.dsa_topk_seed[3], seed_a[0])
+    assert out.dsa_topk_seed.shape == (4, sup.INDEX_TOPK)
+    assert torch.equal(out.dsa_topk_seed[2], seed_a[0])
 
 
 def test_absent_seed_stays_absent():
@@ -77,28 +77,34 @@ def test_absent_seed_stays_absent():
     assert _resolve(fresh, [1, 0], has_seed=False).dsa_topk_seed is None
 
 
-def test_reused_slot_does_not_leak_previous_seed():
+def test_overlap_merge_with_an_unseeded_stash_relays_no_seed():
+    """A running, seeded batch merged with a just-prefilled one whose stash had
+    no seed: the merged draft input has no seed after resolve, so its loop
+    computes the top-k; no zero or stale row is relayed as indices."""
     fmap = _future_map()
-    _stash(fmap, [4], sup.seed_rows(1, base=40), base=0)  # finished request
-    _stash(fmap, [4], None, base=7)  # new request in the same pool slot
-    _stash(fmap, [8], sup.seed_rows(1, base=80), base=8)
+    _stash(fmap, [0, 1], sup.seed_rows(2, base=10), base=0)  # running, seeded
+    _stash(fmap, [4], sup.seed_rows(1, base=40), base=40)  # slot 4's previous owner
+    _stash(fmap, [4], None, base=7)  # new request in slot 4, prefilled without seed
 
-    out = _resolve(fmap, [8, 4], has_seed=True)
-    assert out.dsa_topk_seed[:, 0].tolist() == [81, 0]
-    assert out.topk_index[:, 0].tolist() == [8, 7]
+    running = sup.draft_input(2, seed=sup.seed_rows(2, base=10), future_indices=torch.tensor([0, 1]))
+    running.merge_batch(sup.draft_input(1, seed=None, future_indices=torch.tensor([4])))
+    fmap._resolve_spec_extras(SimpleNamespace(spec_info=running))
+
+    assert running.topk_index[:, 0].tolist() == [0, 1, 7]
+    assert running.dsa_topk_seed is None
 
 
 def test_overlap_filter_merge_then_resolve():
     """Overlap mode: filter/merge only move future_indices; the seed rows that
-    reach the draft loop still belong to the surviving requests."""
+    reach the draft loop belong to the surviving requests."""
     fmap = _future_map()
     _stash(fmap, [0, 1, 2], sup.seed_rows(3, base=10), base=0)
-    _stash(fmap, [5, 6], None, base=50)
+    _stash(fmap, [5, 6], sup.seed_rows(2, base=50), base=50)
 
     running = sup.draft_input(3, seed=sup.seed_rows(3), future_indices=torch.tensor([0, 1, 2]))
     running.filter_batch(torch.tensor([0, 2]))  # request in slot 1 finished
-    running.merge_batch(sup.draft_input(2, seed=None, future_indices=torch.tensor([5, 6])))
+    running.merge_batch(sup.draft_input(2, seed=sup.seed_rows(2), future_indices=torch.tensor([5, 6])))
     fmap._resolve_spec_extras(SimpleNamespace(spec_info=running))
 
     assert running.topk_index[:, 0].tolist() == [0, 2, 50, 51]
-    assert running.dsa_topk_seed[:, 0].tolist() == [11, 13, 0, 0]
+    assert running.dsa_topk_seed[:, 0].tolist() == [11, 13, 51, 52]

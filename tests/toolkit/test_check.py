@@ -29,4 +29,4 @@ def test_a_patch_whose_named_tests_do_not_see_it_fails_the_check(sglpatch, tmp_p
     )
     code, out, err = sglpatch("check", "--patches", patches)
     assert code == 2 and "1 of 1 patches fail their own check" in err
-    assert "[FAIL]" in out and "with it: 4 failed" in out
+    assert "[FAIL]" in out and "their tests: 4 failed" in out

@@ -1,10 +1,13 @@
-"""`sglpatch check`: each patch's own tests fail without it and pass with it.
+"""`sglpatch check`: each patch's own tests fail without it, and every prefix
+of the series passes the tests of all its patches.
 
 For patch k, the CPU tests its `Tests:` trailer names (those under tests/patched)
-run twice against real trees made from the pinned base: with patches 1..k-1
-(they must fail: the tests see the patch) and with patches 1..k (they must
-pass). Trees are temporary git worktrees of the default base; nothing else is
-touched.
+run against a real tree made from the pinned base with patches 1..k-1: they
+must fail (the tests see the patch). Then the tests of patches 1..k run on the
+tree with patches 1..k: they must all pass, so every prefix is correct on its
+own (a bisect or a user who takes only the first patches gets a working tree),
+not only the new patch's behaviour. Trees are temporary git worktrees of the
+default base; nothing else is touched.
 """
 
 from __future__ import annotations
@@ -44,15 +47,18 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="sglpatch-check-") as tmp:
         trees = [_worktree(git, rev, Path(tmp) / f"prefix-{k}") for k, rev in enumerate(prefixes)]
         try:
-            for k, patch in enumerate(series.patches, 1):
-                failures += _check_patch(patch, trees[k - 1], trees[k])
+            for k in range(1, len(series.patches) + 1):
+                failures += _check_patch(series.patches[:k], trees[k - 1], trees[k])
         finally:
             for tree in trees:
                 git.try_run("worktree", "remove", "--force", str(tree))
             git.try_run("update-ref", "-d", CHECK_REF)
     if failures:
         raise FatalError(f"{failures} of {len(series.patches)} patches fail their own check (see above)")
-    say(f"every patch's tests fail without it and pass with it ({len(series.patches)} patches)")
+    say(
+        f"every patch's tests fail without it, and every prefix passes the tests of its patches "
+        f"({len(series.patches)} patches)"
+    )
     return 0
 
 
@@ -61,17 +67,24 @@ def _worktree(git: Git, rev: str, path: Path) -> Path:
     return path
 
 
-def _check_patch(patch: Patch, without: Path, with_patch: Path) -> int:
-    tests = [t.strip() for t in (patch.trailer("tests") or "").split(",") if t.strip().startswith("tests/patched/")]
-    if not tests:
+def _check_patch(prefix: list[Patch], without: Path, with_patch: Path) -> int:
+    """Patch prefix[-1]'s tests fail on `without`; the tests of all of prefix pass on `with_patch`."""
+    patch = prefix[-1]
+    own = _cpu_tests(patch)
+    if not own:
         say(f"{patch.name}: FAIL: its Tests trailer names no CPU test under tests/patched/")
         return 1
-    progress(f"{patch.name}: {', '.join(tests)}")
-    before = _pytest(tests, without)
-    after = _pytest(tests, with_patch)
+    suite = list(dict.fromkeys(test for earlier in prefix for test in _cpu_tests(earlier)))
+    progress(f"{patch.name}: {', '.join(own)}")
+    before = _pytest(own, without)
+    after = _pytest(suite, with_patch)
     verdict = "ok" if before[0] != 0 and after[0] == 0 else "FAIL"
-    say(f"{patch.name}: without it: {before[1]}; with it: {after[1]}  [{verdict}]")
+    say(f"{patch.name}: without it: {before[1]}; with patches 1-{len(prefix)}, their tests: {after[1]}  [{verdict}]")
     return 0 if verdict == "ok" else 1
+
+
+def _cpu_tests(patch: Patch) -> list[str]:
+    return [t.strip() for t in (patch.trailer("tests") or "").split(",") if t.strip().startswith("tests/patched/")]
 
 
 def _pytest(tests: list[str], tree: Path) -> tuple[int, str]:

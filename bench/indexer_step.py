@@ -1,0 +1,925 @@
+#!/usr/bin/env python3
+"""The DSA indexer step of a TARGET_VERIFY forward, on a GPU, through sglang's own code.
+
+One process imports one sglang tree (patched or pristine; ``--tree``) and, for every case of
+a grid (next_n x batch size x context x uniform/ragged lengths), runs the paged indexer step
+of a TARGET_VERIFY forward the way the model does, with nothing re-implemented:
+
+- a real ``DeepseekSparseAttnBackend``, made by sglang's attention registry from the mock
+  model runner of sglang's own DSA test kit (real ``ReqToTokenPool`` and ``DSATokenToKVPool``);
+- the index-K cache written through ``Indexer._store_index_k_cache`` (sglang's fused fp8
+  store kernel, or its ``act_quant`` + ``set_index_k_scale_buffer`` fallback);
+- queries quantised with sglang's ``act_quant`` (DSA triton kernel), head weights scaled as
+  the indexer scales them;
+- eager: ``init_forward_metadata`` then ``get_indexer_metadata`` and
+  ``Indexer._get_topk_paged`` (DeepGEMM ``fp8_paged_mqa_logits`` + the metadata's
+  ``topk_transform``, sgl-kernel's fused top-k transform);
+- CUDA graph: ``init_cuda_graph_state``, ``init_forward_metadata_out_graph(in_capture=True)``
+  at capture with one set of lengths, the step captured in a ``torch.cuda.CUDAGraph``, then
+  ``init_forward_metadata_out_graph`` with NEW lengths (the replay path) and ``replay()``.
+
+Each case runs twice on a patched tree: with the layout the backend chooses, and with
+``SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1`` (per-token, upstream's SM90 path), in both eager
+and CUDA-graph mode.  A pristine tree runs per-token only and can dump its top-k
+(``--dump-topk DIR``) for a patched run to compare against (``--compare-topk DIR``).
+
+Top-k rows are compared as sets.  Where two sets differ, every differing entry's logit (from
+the per-token kernel's own logits of that row) must equal the row's k-th largest logit: that
+is a tie at the boundary, counted and reported, never hidden; anything else is a mismatch.
+
+Timing (CUDA-graph mode): the captured indexer step (logits + top-k transform) replayed
+``--reps`` x ``--iters`` times, median per step, per-token vs chosen layout in the same
+process.  Every function and kernel counted in ``exercised`` was observed to run (call counts
+from pass-through wrappers that only count), not just named.
+
+    python bench/indexer_step.py --tree PATCHED/ --grid full --json out.json --compare-topk DIR
+    python bench/indexer_step.py --tree PRISTINE/ --label pristine --grid full --dump-topk DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FORCE_ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
+PAGE = 64
+INDEX_HEAD_DIM = 128
+INDEX_HEADS = 64  # DeepSeek-V3.2's indexer: 64 heads of 128
+INDEX_TOPK = 2048  # DeepSeek-V3.2's index_topk
+SCALE_FMT = "ue8m0"  # DeepSeek-V3.2's scale_fmt
+
+GRIDS = {
+    "full": dict(
+        next_ns=(2, 3, 4),
+        batch_sizes=(1, 4, 8, 32, 64, 128),
+        ctxs=(4096, 16384, 65536),
+        lengths=("uniform", "ragged"),
+    ),
+    "smoke": dict(next_ns=(2, 3, 4), batch_sizes=(1, 8, 32), ctxs=(4096, 65536), lengths=("uniform", "ragged")),
+    "tiny": dict(next_ns=(2, 4), batch_sizes=(1, 8), ctxs=(4096,), lengths=("ragged",)),
+}
+
+# What the run observes being called: "<module>:<qualname>" -> how it is wrapped.  Names that a
+# tree lacks (a patch renamed or removed them) are skipped and listed under "not_present".
+WATCH = (
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend.__init__",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend.init_forward_metadata",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend.init_cuda_graph_state",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend.init_forward_metadata_out_graph",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._build_forward_metadata_cuda_graph",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._apply_cuda_graph_metadata",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._build_paged_mqa_schedule_2d_ctx_lens",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._select_paged_mqa_layout",
+    "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend.get_indexer_metadata",
+    "sglang.srt.layers.attention.dsa_backend:select_paged_mqa_layout",
+    "sglang.srt.layers.attention.dsa_backend:_sm90_paged_mqa_layout",
+    "sglang.srt.layers.attention.dsa_backend:DSAIndexerMetadata.topk_transform",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._get_topk_paged",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._store_index_k_cache",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:_paged_mqa_tokens_per_row",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:select_paged_mqa_layout",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:fused_store_index_k_cache",
+    "sglang.srt.layers.attention.dsa.dsa_topk_backend:DSATopKBackend.topk_transform",
+    "sglang.srt.layers.attention.dsa.triton_kernel:act_quant",
+    "sglang.srt.mem_cache.memory_pool:DSATokenToKVPool.get_index_k_with_scale_buffer",
+    "sglang.srt.mem_cache.memory_pool:DSATokenToKVPool.set_index_k_scale_buffer",
+    "deep_gemm:fp8_paged_mqa_logits",
+    "deep_gemm:get_paged_mqa_logits_metadata",
+    "sgl_kernel:fast_topk_transform_fused",
+    "sgl_kernel:fast_topk_v2",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# sglang tree and call observation
+# --------------------------------------------------------------------------------------------
+def select_tree(tree: Path):
+    """Put ``tree`` (a folder holding ``sglang/``) first on sys.path; import sglang from it."""
+    tree = tree.resolve()
+    if not (tree / "sglang" / "__init__.py").is_file():
+        raise SystemExit(f"no sglang package under {tree}")
+    sys.path.insert(0, str(tree))
+    import sglang
+
+    origin = Path(sglang.__file__).resolve()
+    if tree not in origin.parents:
+        raise SystemExit(f"`import sglang` resolved to {origin}, not under {tree}")
+    return sglang
+
+
+class Calls:
+    """Pass-through wrappers that count calls and keep the last kernel inputs/outputs."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+        self.present: list[str] = []
+        self.missing: list[str] = []
+        self.logits_calls: list[dict] = []  # fp8_paged_mqa_logits: q/ctx shapes per call
+        self.last_logits = None
+
+    def install(self, names=WATCH):
+        for name in names:
+            mod_name, qual = name.split(":")
+            try:
+                mod = importlib.import_module(mod_name)
+            except ImportError:
+                self.missing.append(name)
+                continue
+            owner, attr = mod, qual
+            if "." in qual:
+                cls_name, attr = qual.split(".")
+                owner = getattr(mod, cls_name, None)
+            orig = getattr(owner, attr, None) if owner is not None else None
+            if orig is None or (owner is not mod and attr not in vars(owner)):
+                self.missing.append(name)
+                continue
+            setattr(owner, attr, self._wrap(name, orig))
+            self.present.append(name)
+
+    def _wrap(self, name, orig):
+        is_logits = name == "deep_gemm:fp8_paged_mqa_logits"
+
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            self.counts[name] += 1
+            out = orig(*args, **kwargs)
+            if is_logits:
+                q, ctx = args[0], args[3]
+                self.logits_calls.append(dict(q=list(q.shape), ctx=list(ctx.shape)))
+                self.last_logits = out
+            return out
+
+        return wrapper
+
+    def exercised(self):
+        out = []
+        for name in self.present:
+            if self.counts[name]:
+                mod, qual = name.split(":")
+                out.append(dict(name=f"{mod}.{qual}", calls=self.counts[name]))
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# the fixture: sglang's DSA kit mock runner, a real backend per (next_n, forced), the K cache
+# --------------------------------------------------------------------------------------------
+class Fixture:
+    def __init__(
+        self, max_bs: int, max_ctx: int, next_ns, device: str, calls: Calls, seed: int = 1234, decode_impl=None
+    ):
+        import torch
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+        from sglang.srt.layers.attention.dsa import dsa_indexer
+        from sglang.srt.layers.attention.dsa.triton_kernel import act_quant
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.test.kits.attention_unittest.attention_methods import dsa_attention as kit
+
+        self.torch = torch
+        self.kit = kit
+        self.act_quant = act_quant
+        self.ForwardMode = ForwardMode
+        self.device = device
+        self.calls = calls
+        self.max_bs = max_bs
+        self.max_ctx = max_ctx
+        case = kit.DSAAttentionCase(
+            name="sglpatch_indexer_target_verify",
+            backend="dsa",
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            num_heads=16,
+            num_kv_heads=1,
+            page_size=PAGE,
+            prefix_lens=(max_ctx - max(next_ns),) * max_bs,
+            extend_lens=(max(next_ns),) * max_bs,
+        )
+        head_dim = kit.DSA_SPARSE_QK_NOPE_HEAD_DIM + kit.DSA_SPARSE_QK_ROPE_HEAD_DIM
+        config = kit.TinyDSAModelConfig(
+            num_heads=case.num_heads,
+            num_kv_heads=1,
+            head_dim=head_dim,
+            hidden_size=64,
+            context_len=max_ctx,
+            qk_nope_head_dim=kit.DSA_SPARSE_QK_NOPE_HEAD_DIM,
+            qk_rope_head_dim=kit.DSA_SPARSE_QK_ROPE_HEAD_DIM,
+            kv_lora_rank=kit.DSA_SPARSE_QK_NOPE_HEAD_DIM,
+            index_topk=INDEX_TOPK,
+        )
+        self.runner = kit.DSAMockModelRunner(
+            case=case,
+            model_config=config,
+            dtype=torch.bfloat16,
+            device=device,
+            max_context_len=max_ctx,
+            head_dim=head_dim,
+            disable_cuda_graph=False,
+            runner_batch_size=max_bs,
+            fp8_kv_cache=True,
+        )
+        if decode_impl:  # CPU rehearsal only: FlashMLA's metadata needs sgl-kernel
+            self.runner.server_args.dsa_decode_backend = decode_impl
+        # One backend per (next_n, forced per-token): the layout is fixed when a CUDA-graph batch
+        # size is first captured, so the two variants need their own graph metadata.
+        self.backends = {}
+        for n in next_ns:
+            self.runner.server_args.speculative_num_draft_tokens = n
+            for forced in (False, True):
+                backend = ATTENTION_BACKENDS["dsa"](self.runner)
+                backend.init_cuda_graph_state(max_bs, max_bs * n)
+                self.backends[(n, forced)] = backend
+        any_backend = self.backends[(next_ns[0], False)]
+        self.pool = self.runner.token_to_kv_pool
+        self.req_to_token = self.runner.req_to_token_pool.req_to_token
+
+        self.indexer = make_indexer(dsa_indexer, INDEX_TOPK, device)
+        from sglang.srt.environ import envs
+
+        # The fused PAGED top-k transform returns KV slots; the unfused top-k returns positions.
+        self.topk_in_slots = bool(envs.SGLANG_DSA_FUSE_TOPK.get())
+
+        # Scattered whole pages per request (page 0 stays unused), and the inverse map slot -> position.
+        gen = torch.Generator().manual_seed(seed)
+        pages_per_req = max_ctx // PAGE
+        n_pages = self.pool.get_index_k_with_scale_buffer(0).shape[0]
+        need = max_bs * pages_per_req
+        assert n_pages >= need + 1, (n_pages, need)
+        perm = (torch.randperm(need, generator=gen) + 1).to(device)
+        offs = torch.arange(PAGE, device=device)
+        slots = (perm.view(max_bs, pages_per_req, 1) * PAGE + offs).view(max_bs, max_ctx)
+        self.req_to_token[:max_bs, :max_ctx] = slots.to(self.req_to_token.dtype)
+        self.slot_pos = torch.full((n_pages * PAGE,), -1, dtype=torch.int64, device=device)
+        self.slot_pos[slots.reshape(-1).long()] = torch.arange(max_ctx, device=device).repeat(max_bs)
+        self.entry_pos = self.slot_pos if self.topk_in_slots else None
+
+        # Index-K cache for every slot in use, written by sglang's own store path (bf16 keys in).
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+        kgen = torch.Generator(device=device).manual_seed(seed + 1)
+        flat = slots.reshape(-1).to(torch.int64)
+        chunk = 1 << 20
+        with forward_context(ForwardContext(attn_backend=any_backend)):
+            for start in range(0, flat.numel(), chunk):
+                loc = flat[start : start + chunk].contiguous()
+                key = torch.randn((loc.numel(), INDEX_HEAD_DIM), generator=kgen, device=device, dtype=torch.bfloat16)
+                self.indexer._store_index_k_cache(None, 0, key, act_quant=act_quant, out_cache_loc=loc)
+        _sync(torch, device)
+
+    # ---- batches ----------------------------------------------------------------------------
+    def forward_batch(self, lengths, next_n):
+        """A TARGET_VERIFY ForwardBatch: KV lengths include the next_n draft tokens."""
+        torch = self.torch
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        bs = len(lengths)
+        seq = torch.tensor([L - next_n for L in lengths], dtype=torch.int64)
+        slots = self.req_to_token[:bs]
+        out_loc = torch.cat([slots[i, L - next_n : L] for i, L in enumerate(lengths)]).to(
+            device=self.device, dtype=torch.int64
+        )
+        positions = torch.cat([torch.arange(L - next_n, L) for L in lengths]).to(self.device)
+        return ForwardBatch(
+            forward_mode=self.ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=torch.zeros(bs * next_n, dtype=torch.int64, device=self.device),
+            req_pool_indices=torch.arange(bs, dtype=torch.int64, device=self.device),
+            seq_lens=seq.to(self.device),
+            seq_lens_cpu=seq.clone(),
+            out_cache_loc=out_loc,
+            seq_lens_sum=int(seq.sum()),
+            positions=positions,
+        )
+
+    def queries(self, n_tokens, seed):
+        """fp8 q [N, 64, 128] by sglang's act_quant, weights [N, 64, 1] scaled like the indexer's."""
+        return random_queries(self.torch, self.act_quant, n_tokens, seed, self.device)
+
+    def step(self, backend, fb, q_fp8, weights):
+        """The paged indexer step the model runs per layer: metadata -> logits -> top-k."""
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+        with forward_context(ForwardContext(attn_backend=backend)):
+            md = backend.get_indexer_metadata(0, fb)
+            return self.indexer._get_topk_paged(fb, 0, q_fp8, weights, md)
+
+
+def make_indexer(dsa_indexer, index_topk: int, device):
+    """sglang's Indexer with the attributes _get_topk_paged and _store_index_k_cache read.
+
+    Its projection weights (wq_b, wk, weights_proj), k_norm and RoPE are not built: the step
+    under test starts from fp8 q, head weights and the index-K cache.
+    """
+    import torch
+
+    indexer = object.__new__(dsa_indexer.Indexer)
+    torch.nn.Module.__init__(indexer)
+    indexer.index_topk = index_topk
+    indexer.n_heads = INDEX_HEADS
+    indexer.head_dim = INDEX_HEAD_DIM
+    indexer.block_size = 128
+    indexer.scale_fmt = SCALE_FMT
+    indexer.softmax_scale = INDEX_HEAD_DIM**-0.5
+    indexer.sm_count = _num_sms(torch, device)
+    indexer.logits_with_pp_recv = False
+    return indexer
+
+
+def random_queries(torch, act_quant, n_tokens, seed, device, softmax_scale=INDEX_HEAD_DIM**-0.5):
+    """fp8 q [N, 64, 128] by sglang's act_quant, weights [N, 64, 1] scaled like the indexer's."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randn((n_tokens, INDEX_HEADS, INDEX_HEAD_DIM), generator=gen, device=device)
+    q_fp8, q_scale = act_quant(q.to(torch.bfloat16).contiguous(), 128, SCALE_FMT)
+    w = torch.randn((n_tokens, INDEX_HEADS), generator=gen, device=device) * INDEX_HEADS**-0.5
+    weights = w.unsqueeze(-1) * q_scale.view(n_tokens, INDEX_HEADS, 1) * softmax_scale
+    return q_fp8.contiguous(), weights.float().contiguous()
+
+
+def _num_sms(torch, device):
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def _sync(torch, device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def forced_per_token(on: bool):
+    old = os.environ.get(FORCE_ENV)
+    if on:
+        os.environ[FORCE_ENV] = "1"
+    else:
+        os.environ.pop(FORCE_ENV, None)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(FORCE_ENV, None)
+        else:
+            os.environ[FORCE_ENV] = old
+
+
+def make_lengths(kind: str, bs: int, ctx: int, next_n: int):
+    if kind == "uniform":
+        return [ctx] * bs
+    rng = random.Random(f"ragged-{bs}-{ctx}")
+    lengths = [rng.randint(max(next_n + 1, ctx // 16), ctx) for _ in range(bs)]
+    lengths[0] = ctx
+    if bs > 1:
+        lengths[1] = min(ctx, 1000 + next_n)  # below index_topk: rows padded with -1
+    return lengths
+
+
+def capture_lengths(lengths, next_n):
+    """Other lengths for the capture, so the replay sees new ones."""
+    return [max(next_n + 1, L // 2 + 7) for L in lengths]
+
+
+def layout_of(backend, next_n):
+    """The layout the metadata names (patched), else the one its 2D context lengths imply."""
+    md = backend.forward_metadata
+    field = getattr(md, "paged_mqa_layout", None)
+    if field is not None:
+        return str(getattr(field, "value", field))
+    ctx = getattr(md, "paged_mqa_ctx_lens_2d", None)
+    if ctx is None:
+        return "unknown"
+    cols = ctx.shape[-1]
+    return "per_token" if cols == 1 else ("native" if cols == next_n else "paired")
+
+
+class CapturedStep:
+    """``fn`` captured in a CUDA graph (after a side-stream warm-up); ``out`` is its static output."""
+
+    def __init__(self, torch, fn):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = fn()
+
+    def replay(self):
+        self.graph.replay()
+
+
+# --------------------------------------------------------------------------------------------
+# top-k comparison with ties explained
+# --------------------------------------------------------------------------------------------
+def to_positions(torch, slot_pos, entries):
+    """Top-k entries -> key positions: slots (fused PAGED transform) map through slot_pos;
+    ``slot_pos=None`` means the entries already are positions (unfused top-k)."""
+    t = torch.as_tensor(entries, dtype=torch.int64)
+    if slot_pos is None:
+        return t
+    return slot_pos[t.to(slot_pos.device)]
+
+
+def compare_topk(torch, ref, got, logits, slot_pos, next_n, lengths, got_logits=None):
+    """Compare two top-k results row by row, as sets.
+
+    A differing row is
+    - a tie when every differing entry's logit (under ``logits``, the reference's) equals the
+      row's k-th largest kept logit;
+    - explained by the top-k kernel when the reference result is not an exact top-k of its own
+      logits, and the other side's logits (``got_logits``, when given) are bit-identical to the
+      reference's on that row: the inputs agree and the top-k kernel itself did not return the
+      exact top-k (there is then no single right answer to be identical to);
+    - a mismatch otherwise.
+    Returns dict(rows, identical_rows, tie_rows, explained_rows, mismatch_rows, first_mismatch,
+    explained)."""
+    a = torch.sort(ref, dim=-1).values
+    b = torch.sort(got, dim=-1).values
+    same = (a == b).all(dim=-1)
+    res = dict(
+        rows=int(ref.shape[0]),
+        identical_rows=int(same.sum()),
+        tie_rows=0,
+        explained_rows=0,
+        mismatch_rows=0,
+        first_mismatch=None,
+        explained=[],
+    )
+    bad = torch.nonzero(~same).flatten().tolist()
+    for row in bad:
+        ra, rb = set(a[row].tolist()), set(b[row].tolist())
+        diff = (ra ^ rb) - {-1}
+        if logits is None or -1 in (ra ^ rb):
+            res["mismatch_rows"] += 1
+            res["first_mismatch"] = res["first_mismatch"] or dict(
+                row=row, diff=len(diff), reason="no logits or padding"
+            )
+            continue
+        valid = lengths[row // next_n] - next_n + 1 + row % next_n
+        kept = [s for s in ra if s >= 0]
+        pos_kept = to_positions(torch, slot_pos, kept).to(logits.device)
+        boundary = logits[row, pos_kept].min().item()
+        pos_diff = to_positions(torch, slot_pos, sorted(diff)).to(logits.device)
+        if bool((pos_diff < 0).any()) or bool((pos_diff >= valid).any()):
+            res["mismatch_rows"] += 1
+            res["first_mismatch"] = res["first_mismatch"] or dict(row=row, diff=len(diff), reason="slot outside row")
+            continue
+        vals = logits[row, pos_diff]
+        if bool((vals == boundary).all()):
+            res["tie_rows"] += 1
+            continue
+        ref_exact = exact_topk(torch, ref[row], logits[row], slot_pos, valid)
+        got_exact = exact_topk(torch, got[row], logits[row], slot_pos, valid)
+        same_logits = None
+        if got_logits is not None:
+            same_logits = torch.equal(logits[row, :valid], got_logits[row, :valid])
+        evidence = dict(
+            row=row,
+            differing_entries=len(diff),
+            reference_exact_topk=ref_exact,
+            other_exact_topk=got_exact,
+            logits_bit_identical=same_logits,
+        )
+        # Only when the reference itself is not an exact top-k of its own logits: a correct
+        # reference that the other side misses is a mismatch, whatever the reason.
+        if not ref_exact and same_logits is not False:
+            res["explained_rows"] += 1
+            res["explained"].append(evidence)
+        else:
+            res["mismatch_rows"] += 1
+            evidence.update(boundary=boundary, values=vals[:8].tolist())
+            res["first_mismatch"] = res["first_mismatch"] or evidence
+    return res
+
+
+def logits_bit_identical(torch, a, b, next_n, lengths):
+    """Are two [tokens, width] logits tensors bit-identical on every position a token may see?"""
+    if a is None or b is None:
+        return None
+    valid = torch.tensor(
+        [L - next_n + 1 + j for L in lengths for j in range(next_n)], device=a.device, dtype=torch.int64
+    )
+    width = min(a.shape[1], b.shape[1])
+    mask = torch.arange(width, device=a.device)[None, :] < valid[:, None]
+    return bool(((a[:, :width] == b[:, :width]) | ~mask).all())
+
+
+def same_sets_rows(torch, x, y):
+    """How many rows of two top-k results differ as sets."""
+    return int((torch.sort(x, dim=-1).values != torch.sort(y, dim=-1).values).any(dim=-1).sum())
+
+
+def sensitivity_check(torch, ref, slot_pos, next_n, lengths):
+    """The comparison must catch a changed top-k: swap one kept index of row 0 for a slot of the
+    same request that the row did not keep, and expect a mismatch (not a tie, not equal)."""
+    topk = ref["topk"]
+    row = topk[0]
+    kept = set(row.tolist())
+    valid = lengths[0] - next_n + 1
+    if slot_pos is None:  # entries are positions
+        own = list(range(valid))
+    else:  # entries are slots: request 0's pages, as row 0 kept them
+        own = ref_slots(torch, slot_pos, topk, 0)
+    pos = to_positions(torch, slot_pos, own).tolist() if own else []
+    candidates = [s for s, p in zip(own, pos, strict=True) if s not in kept and 0 <= p < valid]
+    if not candidates or (row < 0).all():
+        return dict(detected=False, reason="no slot to swap in")
+    bad = topk.clone()
+    j = int(torch.nonzero(row >= 0)[0])
+    bad[0, j] = candidates[0]
+    res = compare_topk(torch, topk, bad, ref["logits"], slot_pos, next_n, lengths)
+    return dict(detected=res["mismatch_rows"] == 1 and res["tie_rows"] == 0, result=res)
+
+
+def ref_slots(torch, slot_pos, topk, row):
+    """Slots of the request that ``row`` belongs to: those whose kept entries share its pages."""
+    pages = set((topk[row][topk[row] >= 0] // PAGE).tolist())
+    return [p * PAGE + o for p in sorted(pages) for o in range(PAGE)]
+
+
+def exact_topk(torch, entries, logits_row, slot_pos, valid):
+    """Is ``entries`` an exact top-k of logits_row[:valid] (ties at the boundary allowed)?"""
+    kept = [e for e in entries.tolist() if e >= 0]
+    if not kept:
+        return valid == 0
+    vals = logits_row[:valid]
+    k = len(kept)
+    kth = torch.topk(vals, k).values[-1]
+    pos = to_positions(torch, slot_pos, kept).to(vals.device)
+    if bool((pos < 0).any()) or bool((pos >= valid).any()):
+        return False
+    mask = torch.zeros(valid, dtype=torch.bool, device=vals.device)
+    mask[pos] = True
+    return bool((vals[mask] >= kth).all()) and bool((vals[~mask] <= kth).all())
+
+
+def graph_vs_eager(torch, refs, slot_pos, next_n, lengths):
+    """Per-token top-k: CUDA graph vs eager, with which side is an exact top-k of its own logits
+    for every row where they differ, and how far the two logits rows are apart there."""
+    e, g = refs["eager"], refs["graph"]
+    res = compare_topk(torch, e["topk"], g["topk"], e["logits"], slot_pos, next_n, lengths, got_logits=g["logits"])
+    a = torch.sort(e["topk"], dim=-1).values
+    b = torch.sort(g["topk"], dim=-1).values
+    rows = torch.nonzero(~(a == b).all(dim=-1)).flatten().tolist()
+    detail = []
+    for row in rows[:8]:
+        valid = lengths[row // next_n] - next_n + 1 + row % next_n
+        d = dict(row=row, valid=valid)
+        d["eager_exact"] = exact_topk(torch, e["topk"][row], e["logits"][row], slot_pos, valid)
+        if g["logits"] is not None:
+            d["graph_exact"] = exact_topk(torch, g["topk"][row], g["logits"][row], slot_pos, valid)
+            d["logits_max_abs_diff"] = float((e["logits"][row, :valid] - g["logits"][row, :valid]).abs().max())
+        detail.append(d)
+    res["rows_detail"] = detail
+    return res
+
+
+def merge_cmp(items):
+    out = dict(rows=0, identical_rows=0, tie_rows=0, explained_rows=0, mismatch_rows=0, first_mismatch=None)
+    for it in items:
+        for k in ("rows", "identical_rows", "tie_rows", "explained_rows", "mismatch_rows"):
+            out[k] += it[k]
+        out["first_mismatch"] = out["first_mismatch"] or it["first_mismatch"]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# one case
+# --------------------------------------------------------------------------------------------
+def time_fn(torch, fn, iters, reps):
+    """Median microseconds per call of fn (a graph replay or an eager step)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / iters)
+    return statistics.median(samples)
+
+
+def run_variant(fx, next_n, lengths, forced, graph, seed, timing, iters, reps, keep_logits=False):
+    """Top-k (and time) of one case for one (forced, graph) variant."""
+    torch = fx.torch
+    backend = fx.backends[(next_n, forced)]
+    n_tok = len(lengths) * next_n
+    with forced_per_token(forced):
+        q_fp8, weights = fx.queries(n_tok, seed)
+        first_call = len(fx.calls.logits_calls)
+        if not graph:
+            fb = fx.forward_batch(lengths, next_n)
+            backend.init_forward_metadata(fb)
+            layout = layout_of(backend, next_n)
+            topk = fx.step(backend, fb, q_fp8, weights).clone()
+            logits = fx.calls.last_logits if keep_logits else None
+            us = None
+            if timing:
+                us = time_fn(torch, lambda: fx.step(backend, fb, q_fp8, weights), iters, reps)
+        else:
+            bs = len(lengths)
+            fb_cap = fx.forward_batch(capture_lengths(lengths, next_n), next_n)
+            backend.init_forward_metadata_out_graph(fb_cap, in_capture=True)
+            # static inputs: other values at capture, the case's own copied in before replay
+            q_static, w_static = torch.zeros_like(q_fp8), torch.zeros_like(weights)
+            step = CapturedStep(torch, lambda: fx.step(backend, fb_cap, q_static, w_static))
+            graph_logits = fx.calls.last_logits  # the captured kernel's output buffer
+            # replay with the case's own lengths: the backend's replay metadata path
+            fb = fx.forward_batch(lengths, next_n)
+            backend.init_forward_metadata_out_graph(fb)
+            layout = layout_of(backend, next_n)
+            q_static.copy_(q_fp8)
+            w_static.copy_(weights)
+            step.replay()
+            _sync(torch, fx.device)
+            topk = step.out.clone()
+            logits = graph_logits.clone() if (keep_logits and graph_logits is not None) else None
+            # the same replay again: does the graph give the same top-k every time?
+            unstable = 0
+            for _ in range(2):
+                step.replay()
+                _sync(torch, fx.device)
+                unstable = max(unstable, same_sets_rows(torch, step.out, topk))
+            us = time_fn(torch, step.replay, iters, reps) if timing else None
+            del step, graph_logits
+            assert bs == fb.batch_size
+        kernel_q = [c["q"] for c in fx.calls.logits_calls[first_call:]]
+    return dict(
+        topk=topk,
+        layout=layout,
+        us=us,
+        logits=logits,
+        kernel_q=kernel_q[-1] if kernel_q else None,
+        replay_unstable_rows=unstable if graph else None,
+    )
+
+
+def case_seed(next_n, bs, ctx, kind):
+    return (next_n * 1_000_003 + bs * 10_007 + ctx * 31 + (1 if kind == "ragged" else 0)) % (2**31)
+
+
+def run(args):
+    select_tree(Path(args.tree))
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device")
+    calls = Calls()
+    calls.install()
+    grid = GRIDS[args.grid]
+    patched = args.label != "pristine"
+    next_ns = tuple(grid["next_ns"])
+    max_bs, max_ctx = max(grid["batch_sizes"]), max(grid["ctxs"])
+    t0 = time.time()
+    fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls)
+    log(f"fixture ready in {time.time() - t0:.1f} s (pool for {max_bs} x {max_ctx} tokens)")
+    dump = Path(args.dump_topk) if args.dump_topk else None
+    compare = Path(args.compare_topk) if args.compare_topk else None
+    if dump:
+        dump.mkdir(parents=True, exist_ok=True)
+    rows, all_ok, self_check = [], True, None
+    modes = (False, True)
+    can_time = args.device.startswith("cuda")
+    for next_n in next_ns:
+        for bs in grid["batch_sizes"]:
+            for ctx in grid["ctxs"]:
+                for kind in grid["lengths"]:
+                    lengths = make_lengths(kind, bs, ctx, next_n)
+                    seed = case_seed(next_n, bs, ctx, kind)
+                    key = f"n{next_n}_b{bs}_c{ctx}_{kind}"
+                    # per mode, the reference is that mode's forced per-token top-k, with its logits
+                    pristine = torch.load(compare / f"{key}.pt") if compare else None
+                    saved, refs = {}, {}
+                    for graph in modes:
+                        mode = "graph" if graph else "eager"
+                        timing = can_time and (graph or args.time_eager)
+                        pt = run_variant(
+                            fx, next_n, lengths, True, graph, seed, timing, args.iters, args.reps, keep_logits=True
+                        )
+                        refs[mode] = pt
+                        if self_check is None:
+                            self_check = sensitivity_check(torch, pt, fx.entry_pos, next_n, lengths)
+                            log(f"comparison self-check: {self_check}")
+                        ch = (
+                            run_variant(
+                                fx, next_n, lengths, False, graph, seed, timing, args.iters, args.reps, keep_logits=True
+                            )
+                            if patched
+                            else pt
+                        )
+                        # the per-token path against itself: a second eager run (graphs: replays)
+                        if graph:
+                            rerun_diff = pt["replay_unstable_rows"]
+                        else:
+                            again = run_variant(fx, next_n, lengths, True, False, seed, False, 0, 0)
+                            rerun_diff = same_sets_rows(torch, pt["topk"], again["topk"])
+                            del again
+                        cmp_args = (pt["logits"], fx.entry_pos, next_n, lengths)
+                        cmp = dict(
+                            chosen=compare_topk(torch, pt["topk"], ch["topk"], *cmp_args, got_logits=ch["logits"])
+                        )
+                        same_logits = (
+                            logits_bit_identical(torch, pt["logits"], ch["logits"], next_n, lengths)
+                            if patched
+                            else None
+                        )
+                        saved[mode] = pt["topk"].cpu()
+                        if pristine is not None:
+                            cmp["pristine"] = compare_topk(
+                                torch, pt["topk"], pristine[mode].to(pt["topk"].device), *cmp_args
+                            )
+                        total = merge_cmp(cmp.values())
+                        identical = total["mismatch_rows"] == 0 and total["explained_rows"] == 0
+                        equivalent = total["mismatch_rows"] == 0
+                        all_ok &= equivalent
+                        speedup = pt["us"] / ch["us"] if pt["us"] and ch["us"] else None
+                        row = dict(
+                            next_n=next_n,
+                            batch_size=bs,
+                            ctx=ctx,
+                            lengths=kind,
+                            cuda_graph=graph,
+                            layout=ch["layout"],
+                            topk_identical=identical,
+                            topk_equivalent=equivalent,
+                            logits_bit_identical=same_logits,
+                            per_token_us=_r(pt["us"]),
+                            chosen_us=_r(ch["us"]),
+                            speedup=_r(speedup, 3),
+                            per_token_layout=pt["layout"],
+                            kernel_q_chosen=ch["kernel_q"],
+                            kernel_q_per_token=pt["kernel_q"],
+                            compared_with=["per_token"] + sorted(cmp),
+                            tie_rows={k: v["tie_rows"] for k, v in cmp.items()},
+                            mismatch_rows={k: v["mismatch_rows"] for k, v in cmp.items()},
+                            explained_rows={k: v["explained_rows"] for k, v in cmp.items()},
+                            per_token_rerun_diff_rows=rerun_diff,
+                            topk_rows=total["rows"] // len(cmp),
+                            replay_unstable_rows=(
+                                dict(per_token=pt["replay_unstable_rows"], chosen=ch["replay_unstable_rows"])
+                                if graph
+                                else None
+                            ),
+                            kv_lengths=lengths if kind == "ragged" and bs <= 8 else None,
+                        )
+                        if total["first_mismatch"]:
+                            row["first_mismatch"] = total["first_mismatch"]
+                        explained = [dict(e, against=k) for k, v in cmp.items() for e in v["explained"]]
+                        if explained:
+                            row["explained"] = explained[:8]
+                        if graph:
+                            row["graph_vs_eager_per_token"] = graph_vs_eager(torch, refs, fx.entry_pos, next_n, lengths)
+                        rows.append(row)
+                        log(fmt_row(row))
+                        if graph:
+                            del ch
+                    # pristine trees save per-token top-k; patched ones save it too (same thing)
+                    if dump:
+                        torch.save(saved, dump / f"{key}.pt")
+                    del refs
+                    fx.calls.last_logits = None
+                    if args.json:
+                        write_json(args, rows, calls, torch, t0, self_check, partial=True)
+    write_json(args, rows, calls, torch, t0, self_check, partial=False)
+    print_table(rows)
+    if not (self_check and self_check["detected"]):
+        log("the comparison self-check did not detect a perturbed top-k row")
+        all_ok = False
+    if not all_ok:
+        log("TOP-K MISMATCH not explained by the top-k kernel (see mismatch_rows / first_mismatch)")
+    return 0 if all_ok else 1
+
+
+def _r(x, nd=1):
+    return None if x is None else round(x, nd)
+
+
+def fmt_row(r):
+    t = ""
+    if r["per_token_us"] is not None:
+        t = f" per-token {r['per_token_us']:8.1f} us  chosen {r['chosen_us']:8.1f} us  x{r['speedup']:.3f}"
+    ties = sum(r["tie_rows"].values())
+    expl = sum(r["explained_rows"].values())
+    if expl:
+        t += f"  explained by the top-k kernel: {expl} rows"
+    gve = r.get("graph_vs_eager_per_token")
+    if gve:
+        t += f"  graph-vs-eager per-token: {gve['mismatch_rows']} rows differ, {gve['tie_rows']} tie rows"
+    return (
+        f"n={r['next_n']} B={r['batch_size']:3d} ctx={r['ctx']:5d} {r['lengths']:7s} "
+        f"{'graph' if r['cuda_graph'] else 'eager'} {r['layout']:9s} q={r['kernel_q_chosen']} "
+        f"identical={r['topk_identical']} equivalent={r['topk_equivalent']} logits_same={r['logits_bit_identical']} "
+        f"ties={ties} rerun_diff={r['per_token_rerun_diff_rows']}{t}"
+    )
+
+
+def print_table(rows):
+    print("\n| next_n | B | ctx | lengths | mode | layout | top-k identical | per-token us | chosen us | speedup |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['next_n']} | {r['batch_size']} | {r['ctx']} | {r['lengths']} | "
+            f"{'graph' if r['cuda_graph'] else 'eager'} | {r['layout']} | {r['topk_identical']} | "
+            f"{r['per_token_us']} | {r['chosen_us']} | {r['speedup']} |"
+        )
+
+
+def write_json(args, rows, calls, torch, t0, self_check, partial):
+    if not args.json:
+        return
+    import sglang
+
+    try:
+        import deep_gemm
+
+        dg = getattr(deep_gemm, "__version__", None) or _dist_version("sgl-deep-gemm")
+    except ImportError:
+        dg = None
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    cap = list(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+    doc = dict(
+        device=dev,
+        compute_capability=cap,
+        sglang="0.5.14",
+        sglang_version_attr=getattr(sglang, "__version__", None),
+        tree=args.label,
+        tree_path=str(Path(args.tree).resolve()),
+        deep_gemm=dg,
+        torch=torch.__version__,
+        command=args.command or " ".join([Path(sys.executable).name] + sys.argv),
+        grid=args.grid,
+        index=dict(heads=INDEX_HEADS, head_dim=INDEX_HEAD_DIM, topk=INDEX_TOPK, page=PAGE, scale_fmt=SCALE_FMT),
+        timing=dict(iters=args.iters, reps=args.reps, statistic="median us per indexer step"),
+        exercised=[e["name"] for e in calls.exercised()],
+        exercised_calls=calls.exercised(),
+        watched_but_not_present=calls.missing,
+        not_exercised=NOT_EXERCISED,
+        comparison_self_check=self_check,
+        partial=partial,
+        elapsed_s=round(time.time() - t0, 1),
+        rows=rows,
+    )
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(args.json) + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(args.json)
+
+
+NOT_EXERCISED = [
+    "Indexer.forward_cuda (wq_b/wk/weights_proj projections, k_norm, RoPE, Hadamard rotate_activation): "
+    "q, head weights and keys are random; q goes through act_quant, keys through _store_index_k_cache",
+    "the DSA sparse attention (FlashMLA) that consumes the top-k",
+    "the model's CUDA-graph runner (DecodeCudaGraphRunner for TARGET_VERIFY): the graph is captured here "
+    "around the indexer step alone, with the backend's own capture/replay metadata calls",
+    "more than one layer, tensor/data parallelism, padded (dp-attention) batches",
+]
+
+
+def _dist_version(name):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+def log(msg):
+    print(f"[indexer-step] {msg}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--tree",
+        default=str(REPO / "build" / "sglang" / "python"),
+        help="folder that holds sglang/ (default: make apply's)",
+    )
+    ap.add_argument("--label", default="patched", choices=("patched", "pristine"))
+    ap.add_argument("--grid", default="full", choices=sorted(GRIDS))
+    ap.add_argument("--json", help="write the results here (rewritten after every case)")
+    ap.add_argument("--dump-topk", help="save this tree's top-k per case here (pristine run)")
+    ap.add_argument("--compare-topk", help="compare against top-k saved here by a pristine run")
+    ap.add_argument("--iters", type=int, default=20, help="graph replays per timing sample")
+    ap.add_argument("--reps", type=int, default=5, help="timing samples (median reported)")
+    ap.add_argument("--time-eager", action="store_true", help="also time the eager step (host overhead included)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--command", help="the command line to record in the JSON")
+    args = ap.parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Where the GPU tests find what they run: a CUDA device with DeepGEMM, and sglang trees.
+
+- ``gpu_skip_reason()``: why the GPU tests cannot run here (no torch, no CUDA device, a GPU
+  that is neither SM90 nor SM100, ``deep_gemm`` or ``sgl_kernel`` not importable), or None.
+- ``patched_tree()``: ``$SGLPATCH_SGLANG_TREE`` or ``<repo>/build/sglang/python`` (what
+  ``make apply`` writes); None when neither holds ``sglang/``.
+- ``pristine_tree(tmp)``: ``$SGLPATCH_PRISTINE_TREE``, else the sglang 0.5.14 wheel in the
+  sglpatch cache (``$SGLPATCH_CACHE`` or ``~/.cache/sglpatch``) unpacked into ``tmp``.
+
+ci/run_indexer_gpu.sh sets both variables from the bundle: the pristine package folder, and
+the same folder with ``patches/series`` applied.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def gpu_skip_reason() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device: the DSA indexer's DeepGEMM and sgl-kernel paths need a GPU"
+    major, _ = torch.cuda.get_device_capability()
+    if major not in (9, 10):
+        return f"GPU is SM{major}x: DeepGEMM's paged MQA logits need SM90 or SM100"
+    for name in ("deep_gemm", "sgl_kernel"):
+        # import in a child so a broken extension cannot take the test process down
+        probe = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
+            return f"`import {name}` fails here ({tail}); see docs/gpu-bundle.md"
+    return None
+
+
+def _has_sglang(tree: Path) -> bool:
+    return (tree / "sglang" / "__init__.py").is_file()
+
+
+def patched_tree() -> Path | None:
+    raw = os.environ.get("SGLPATCH_SGLANG_TREE")
+    tree = Path(raw) if raw else REPO / "build" / "sglang" / "python"
+    return tree.resolve() if _has_sglang(tree) else None
+
+
+def is_patched(tree: Path) -> bool:
+    """The series' marks: patch 1's layout field, patch 3's seed variants."""
+    backend = (tree / "sglang/srt/layers/attention/dsa_backend.py").read_text()
+    worker = (tree / "sglang/srt/speculative/eagle_worker_v2.py").read_text()
+    return "paged_mqa_layout" in backend and "dsa_topk_seed" in worker
+
+
+def pristine_tree(tmp: Path) -> Path | None:
+    raw = os.environ.get("SGLPATCH_PRISTINE_TREE")
+    if raw:
+        return Path(raw).resolve() if _has_sglang(Path(raw)) else None
+    cache = Path(os.environ.get("SGLPATCH_CACHE", Path.home() / ".cache" / "sglpatch")) / "wheels"
+    wheels = sorted(cache.glob("sglang-0.5.14-*.whl"))
+    if not wheels:
+        return None
+    with zipfile.ZipFile(wheels[0]) as zf:
+        zf.extractall(tmp, [n for n in zf.namelist() if n.startswith("sglang/") and not n.endswith(".so")])
+    return tmp.resolve()

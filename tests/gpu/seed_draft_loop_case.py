@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Patch 3 on a GPU: the patched EAGLE draft CUDA-graph runner with IndexShare and a top-k seed.
+
+Runs in its own process (``test_seed_draft_loop.py`` starts it) because it imports one sglang
+tree for real.  Everything is sglang's own code except the draft model's forward:
+
+- sglang's DSA test kit builds the DSA fixture (mock model runner, real ``ReqToTokenPool`` /
+  ``DSATokenToKVPool``, the kit's projected sparse-attention module with FlashMLA behind a real
+  ``DeepseekSparseAttnBackend``), configures the runner for EAGLE chain drafting, builds the
+  draft attention backends with ``DraftBackendFactory`` and the draft worker harness that binds
+  the real ``EagleDraftWorker.draft_forward``;
+- the worker's IndexShare state comes from the patched ``EagleDraftWorker._init_index_share_state``
+  (hf_config ``index_share_for_mtp_iteration`` and ``index_topk``);
+- the real ``EAGLEDraftCudaGraphRunner`` captures and replays (``execute``);
+- the draft model forward (ours, below) does what DeepseekModelNextN does with the shared
+  top-k: take ``forward_batch.topk_indices`` when ``reuse_mtp_topk_indices`` is set and it is
+  not None, else run the real ``Indexer._get_topk_paged`` (DeepGEMM + fused top-k transform)
+  on the draft step's metadata, and hand the result back through ``forward_batch.topk_indices``.
+  It feeds that top-k to the kit's sparse attention and records, inside the graph, which top-k
+  each draft step used.
+
+Checks (each written to the JSON with its evidence; exit 1 if any fails):
+- the runner captured two graphs per batch size, one per seed variant, and ``execute`` replayed
+  the seeded one for a batch with ``spec_info.dsa_topk_seed`` and the other one without;
+- seeded replay: draft steps 0 and 1 used exactly the seed (and a second seed on a second replay);
+  seeds are the slots of positions 0..2047 and 500..2547, not what the indexer picks;
+- unseeded replay: step 0 used the indexer's top-k (equal as sets to the eager loop's, unlike
+  the seed), and step 1 reused it;
+- graph outputs equal the eager ``draft_forward`` outputs (kit tolerance), seeded and unseeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import indexer_step as ix  # noqa: E402
+
+# index_topk 2048 (DeepSeek-V3.2's; sgl-kernel's fused top-k transform takes no other), and
+# prefixes longer than that, so the top-k is a choice.
+INDEX_TOPK = 2048
+PREFIX_LENS = (3000, 4000)
+NUM_STEPS = 3  # draft forwards at steps 0 and 1; step 1 reuses step 0's top-k
+MAX_CONTEXT = 4160
+
+
+class SharedTopkDraftForward:
+    """The draft model's forward for this test (see the module docstring)."""
+
+    def __init__(self, torch, kit_forward, indexer, q_fp8, weights, max_bs, index_topk, device):
+        self.torch = torch
+        self.kit = kit_forward  # the kit's draft forward object: embeddings, lm_head, attention module
+        self.indexer = indexer
+        self.q_fp8, self.weights = q_fp8, weights
+        self.n_forward = NUM_STEPS - 1
+        self.record = torch.full((self.n_forward, max_bs, index_topk), -2, dtype=torch.int32, device=device)
+        self.calls = 0
+        self.trace = []  # host side, per forward: (step, seed given, indexer ran)
+
+    def __call__(self, forward_batch):
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.model_executor.forward_context import get_attn_backend
+
+        step = self.calls % self.n_forward
+        self.calls += 1
+        shared = forward_batch.topk_indices if forward_batch.reuse_mtp_topk_indices else None
+        bs = forward_batch.batch_size
+        if shared is None:
+            metadata = get_attn_backend().get_indexer_metadata(0, forward_batch)
+            topk = self.indexer._get_topk_paged(forward_batch, 0, self.q_fp8[:bs], self.weights[:bs], metadata)
+        else:
+            topk = shared
+        if forward_batch.reuse_mtp_topk_indices:
+            forward_batch.topk_indices = topk
+        seed = getattr(forward_batch.spec_info, "dsa_topk_seed", None)
+        self.trace.append(dict(step=step, seed_given=seed is not None, indexer_ran=shared is None))
+        self.record[step, :bs].copy_(topk[:bs])
+
+        module = self.kit.module
+        hidden = forward_batch.spec_info.hidden_states + self.kit.token_embed(forward_batch.input_ids)
+        q_nope, q_rope = module.project_q(hidden)
+        k_nope, k_rope = module.project_k(hidden)
+        out = module.attn(q_nope, k_nope, k_nope, forward_batch, k_rope=k_rope, q_rope=q_rope, topk_indices=topk)
+        hidden = module.o_proj(out.reshape(-1, module.num_heads * module.qk_nope_head_dim))
+        logits = self.kit.lm_head(hidden).float()
+        return SimpleNamespace(logits_output=LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden))
+
+
+def build(torch, device):
+    from sglang.srt.layers.attention.dsa import dsa_indexer
+    from sglang.srt.layers.attention.dsa.triton_kernel import act_quant
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    from sglang.srt.speculative.draft_utils import DraftBackendFactory
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+    from sglang.test.kits.attention_unittest.attention_methods import dsa_attention as kit
+    from sglang.test.kits.attention_unittest.runner_modes import speculative_draft_runner as sdr
+
+    case = kit.DSAAttentionCase(
+        name="sglpatch_seeded_draft_loop",
+        backend="dsa",
+        forward_mode=ForwardMode.DECODE,
+        num_heads=4,
+        num_kv_heads=1,
+        page_size=kit.DSA_PAGE_SIZE,
+        prefix_lens=PREFIX_LENS,
+    )
+    bs = case.batch_size
+    settings = sdr.EagleDraftRunnerSettings(
+        topk=1,
+        speculative_num_steps=NUM_STEPS,
+        speculative_num_draft_tokens=NUM_STEPS + 1,
+        capture_batch_size=bs,
+        hidden_size=64,
+        vocab_size=64,
+        max_context_len=MAX_CONTEXT,
+        dtype=torch.bfloat16,
+        device=device,
+        atol=kit.DSA_SPARSE_ATOL,
+        rtol=kit.DSA_SPARSE_RTOL,
+    )
+    fixture = kit.build_dsa_sparse_attention_fixture(
+        None,
+        case,
+        max_context_len=MAX_CONTEXT,
+        dtype=torch.bfloat16,
+        device=device,
+        disable_cuda_graph=False,
+        runner_batch_size=bs,
+        index_topk=INDEX_TOPK,
+    )
+    runner = fixture.runner
+    sdr._configure_runner_for_eagle_draft(runner, case, settings)
+    hf = runner.model_config.hf_config
+    hf.index_share_for_mtp_iteration = True  # IndexShare on (chain drafting, topk 1)
+    index_topk = hf.index_topk
+    draft_backend = DraftBackendFactory(
+        runner.server_args, runner, settings.topk, settings.speculative_num_steps
+    ).create_decode_backend()
+    runner.draft_attn_backend = draft_backend
+
+    draft_inputs = sdr._make_dsa_draft_inputs(case, settings)
+    sdr._prepare_dsa_draft_replay_state(fixture, case, draft_inputs, settings)
+
+    # index-K cache for every position a draft step may select, through sglang's store path
+    indexer = ix.make_indexer(dsa_indexer, index_topk, device)
+    req_to_token = runner.req_to_token_pool.req_to_token
+    slots = torch.cat([req_to_token[r, : p + NUM_STEPS] for r, p in enumerate(PREFIX_LENS)]).to(torch.int64)
+    gen = torch.Generator(device=device).manual_seed(77)
+    keys = torch.randn((slots.numel(), ix.INDEX_HEAD_DIM), generator=gen, device=device, dtype=torch.bfloat16)
+    with forward_context(ForwardContext(attn_backend=fixture.backend)):
+        indexer._store_index_k_cache(None, 0, keys, act_quant=act_quant, out_cache_loc=slots.contiguous())
+    q_fp8, weights = ix.random_queries(torch, act_quant, bs, 99, device)
+
+    forward = SharedTopkDraftForward(
+        torch,
+        sdr._make_dsa_model_forward(fixture, settings),
+        indexer,
+        q_fp8,
+        weights,
+        bs,
+        index_topk,
+        device,
+    )
+    worker = sdr._EagleDraftWorkerHarness(
+        fixture=fixture, draft_attn_backend=draft_backend, model_forward=forward, settings=settings
+    )
+    init_state = getattr(EagleDraftWorker, "_init_index_share_state", None)
+    if init_state is None:
+        raise RuntimeError("EagleDraftWorker._init_index_share_state is missing: not a patched tree")
+    init_state(worker)
+    return SimpleNamespace(
+        case=case,
+        settings=settings,
+        fixture=fixture,
+        worker=worker,
+        draft_backend=draft_backend,
+        draft_inputs=draft_inputs,
+        forward=forward,
+        req_to_token=req_to_token,
+        index_topk=index_topk,
+        sdr=sdr,
+    )
+
+
+def seed_from_positions(torch, req_to_token, start, index_topk):
+    """A seed that differs from the indexer's choice: the slots of positions start..start+k-1."""
+    rows = [req_to_token[r, start : start + index_topk] for r in range(len(PREFIX_LENS))]
+    return torch.stack(rows).to(torch.int32).contiguous()
+
+
+def batch(env, seed):
+    b = env.sdr._make_dsa_eagle_draft_forward_batch(env.case, env.draft_inputs, env.settings)
+    b.spec_info.dsa_topk_seed = None if seed is None else seed.clone()
+    return b
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tree", required=True)
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args(argv)
+    ix.select_tree(Path(args.tree))
+    import torch
+
+    result = dict(tree=str(Path(args.tree).resolve()), checks={}, trace=[], error=None)
+    checks = result["checks"]
+
+    def check(name, ok, **evidence):
+        checks[name] = dict(ok=bool(ok), **evidence)
+        print(f"[seed-draft-loop] {'PASS' if ok else 'FAIL'} {name} {evidence}", flush=True)
+
+    try:
+        calls = ix.Calls()
+        calls.install()
+        env = build(torch, "cuda")
+        w, fwd, k = env.worker, env.forward, env.index_topk
+        seed_a = seed_from_positions(torch, env.req_to_token, 0, k)
+        seed_b = seed_from_positions(torch, env.req_to_token, 500, k)
+        result["worker"] = dict(
+            index_share_for_mtp_iteration=w.index_share_for_mtp_iteration,
+            dsa_topk_seed_enabled=w.dsa_topk_seed_enabled,
+            dsa_index_topk=w.dsa_index_topk,
+        )
+        check("worker_seed_enabled", w.dsa_topk_seed_enabled and w.dsa_index_topk == k, **result["worker"])
+
+        # eager references: the real draft_forward, seeded and unseeded
+        eager = {}
+        for name, seed in (("unseeded", None), ("seed_a", seed_a), ("seed_b", seed_b)):
+            out = env.sdr._run_eagle_draft_eager(w, batch(env, seed))
+            torch.cuda.synchronize()
+            eager[name] = (out, fwd.record.clone())
+        eager_indexer_topk = eager["unseeded"][1][0, : len(PREFIX_LENS)]
+        check(
+            "eager_unseeded_step0_ran_indexer",
+            [t["indexer_ran"] for t in fwd.trace[:2]] == [True, False],
+            trace=fwd.trace[:2],
+        )
+        check(
+            "indexer_topk_differs_from_seed",
+            not _same_sets(torch, eager_indexer_topk, seed_a),
+        )
+
+        # capture: the patched runner, both variants
+        fwd.trace.clear()
+        graph_runner = env.sdr._capture_eagle_draft_graph_runner(w, env.draft_backend, env.settings)
+        capture_trace = list(fwd.trace)
+        result["capture_trace"] = capture_trace
+        step0 = [t for t in capture_trace if t["step"] == 0]
+        check(
+            "captured_seeded_and_unseeded_step0",
+            any(t["seed_given"] and not t["indexer_ran"] for t in step0)
+            and any((not t["seed_given"]) and t["indexer_ran"] for t in step0),
+            step0=step0,
+        )
+        replayed = []
+        orig_replay = graph_runner._replay_graph
+
+        def replay_spy(shape_key, forward_batch):
+            replayed.append(dict(size=shape_key.size, variant_label=shape_key.variant_label))
+            return orig_replay(shape_key, forward_batch)
+
+        graph_runner._replay_graph = replay_spy
+        env.sdr._prepare_dsa_draft_replay_state(env.fixture, env.case, env.draft_inputs, env.settings)
+
+        def run_graph(seed):
+            fwd.record.fill_(-2)
+            b = batch(env, seed)
+            assert graph_runner.can_run_graph(b)
+            out = graph_runner.execute(b)
+            torch.cuda.synchronize()
+            return out, fwd.record.clone()
+
+        n = len(PREFIX_LENS)
+        for name, seed in (("seed_a", seed_a), ("unseeded", None), ("seed_b", seed_b)):
+            out, rec = run_graph(seed)
+            if seed is not None:
+                check(
+                    f"graph_{name}_steps_used_seed",
+                    torch.equal(rec[0, :n], seed) and torch.equal(rec[1, :n], seed),
+                    variant=replayed[-1],
+                )
+            else:
+                check(
+                    "graph_unseeded_step0_is_indexer_topk",
+                    _same_sets(torch, rec[0, :n], eager_indexer_topk) and not _same_sets(torch, rec[0, :n], seed_a),
+                    variant=replayed[-1],
+                )
+                check("graph_unseeded_step1_reused_step0", torch.equal(rec[1, :n], rec[0, :n]))
+            try:
+                env.sdr._assert_draft_outputs_close(out, eager[name][0], env.settings)
+                check(f"graph_{name}_matches_eager", True)
+            except AssertionError as exc:
+                check(f"graph_{name}_matches_eager", False, error=str(exc)[:400])
+        labels = [r["variant_label"] for r in replayed]
+        check(
+            "execute_picked_variant_by_seed",
+            len(set(labels)) == 2 and labels[0] == labels[2] and labels[1] != labels[0],
+            replayed=replayed,
+        )
+        result["exercised"] = calls.exercised()
+        result["watched_but_not_present"] = calls.missing
+    except Exception:  # noqa: BLE001 - reported in the JSON, and the exit code says it failed
+        result["error"] = traceback.format_exc()
+        print(result["error"], flush=True)
+    Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    ok = result["error"] is None and checks and all(c["ok"] for c in checks.values())
+    return 0 if ok else 1
+
+
+def _same_sets(torch, a, b):
+    return torch.equal(torch.sort(a.to(torch.int64), dim=-1).values, torch.sort(b.to(torch.int64), dim=-1).values)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Patches 1-2 on a GPU, through sglang's own indexer: top-k identical across layouts and trees.
+
+``bench/indexer_step.py`` runs the real code path (see its docstring): the patched tree's
+``DeepseekSparseAttnBackend`` builds TARGET_VERIFY metadata eagerly and through its CUDA-graph
+capture and replay path (replayed with new lengths), ``Indexer._get_topk_paged`` calls DeepGEMM
+``fp8_paged_mqa_logits`` in the layout the metadata names and the fused top-k transform follows,
+over an fp8 index-K cache written by ``Indexer._store_index_k_cache``.  This test runs it twice,
+each in its own process (one sglang tree per process):
+
+1. the pristine v0.5.14 tree, which saves its top-k per case;
+2. the patched tree: every case with the layout the backend chooses and with
+   ``SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1``, eager and CUDA graph, each compared to the
+   per-token eager top-k and to the pristine one (sets; differing entries allowed only where
+   their logits tie at the top-k boundary, and counted).
+
+It then asserts on the JSON the patched run wrote: every row identical, every row compared with
+pristine, the multi-token layouts really reached the kernel (q with two tokens per row), per-token
+where the series says so, the comparison's self-check caught a planted change, and the functions
+named in ``exercised`` were observed running.
+
+Grid: ``$SGLPATCH_INDEXER_GRID`` (``smoke`` by default, ``full`` for the committed results);
+results JSON: ``$SGLPATCH_INDEXER_JSON`` (default: pytest's tmp dir).  Skips, with the reason,
+without a CUDA SM90/SM100 device, DeepGEMM or sgl-kernel, or either sglang tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_trees  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+_reason = gpu_trees.gpu_skip_reason()
+if _reason:
+    pytest.skip(_reason, allow_module_level=True)
+
+REQUIRED_EXERCISED = (
+    "sglang.srt.layers.attention.dsa.dsa_indexer.Indexer._get_topk_paged",
+    "sglang.srt.layers.attention.dsa.dsa_indexer.Indexer._store_index_k_cache",
+    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_forward_metadata",
+    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_cuda_graph_state",
+    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_forward_metadata_out_graph",
+    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._apply_cuda_graph_metadata",
+    "sglang.srt.layers.attention.dsa_backend.DSAIndexerMetadata.topk_transform",
+    "deep_gemm.fp8_paged_mqa_logits",
+    "deep_gemm.get_paged_mqa_logits_metadata",
+    "sgl_kernel.fast_topk_transform_fused",
+)
+BENCH = gpu_trees.REPO / "bench" / "indexer_step.py"
+
+
+def _run(cmd, log):
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, timeout=3000)
+    return proc.returncode, Path(log).read_text()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    patched = gpu_trees.patched_tree()
+    if patched is None:
+        pytest.skip("no patched sglang tree: run `make apply` or set SGLPATCH_SGLANG_TREE")
+    if not gpu_trees.is_patched(patched):
+        pytest.fail(f"{patched} does not carry the series (no paged_mqa_layout / dsa_topk_seed)")
+    tmp = tmp_path_factory.mktemp("indexer")
+    pristine = gpu_trees.pristine_tree(tmp / "pristine")
+    if pristine is None:
+        pytest.skip("no pristine sglang 0.5.14 tree: set SGLPATCH_PRISTINE_TREE or run `make apply` once")
+    grid = os.environ.get("SGLPATCH_INDEXER_GRID", "smoke")
+    out = Path(os.environ.get("SGLPATCH_INDEXER_JSON") or tmp / "indexer.json")
+    topk_dir = tmp / "pristine_topk"
+    rc_p, log_p = _run(
+        [sys.executable, str(BENCH), "--tree", str(pristine), "--label", "pristine", "--grid", grid]
+        + ["--dump-topk", str(topk_dir), "--json", str(out.with_name(out.stem + "_pristine.json"))],
+        tmp / "pristine.log",
+    )
+    command = (
+        f"python bench/indexer_step.py --tree {patched} --label patched --grid {grid} "
+        f"--compare-topk <pristine run's --dump-topk> --json {out.name}"
+    )
+    if os.environ.get("SGLPATCH_RUN_COMMAND"):
+        command = f"{os.environ['SGLPATCH_RUN_COMMAND']}  (test_indexer_paged_mqa.py ran: {command})"
+    rc, log = _run(
+        [sys.executable, str(BENCH), "--tree", str(patched), "--label", "patched", "--grid", grid]
+        + ["--compare-topk", str(topk_dir), "--json", str(out), "--command", command],
+        tmp / "patched.log",
+    )
+    print(log[-4000:])
+    doc = json.loads(out.read_text())
+    pristine_doc = json.loads(out.with_name(out.stem + "_pristine.json").read_text())
+    return dict(rc=rc, log=log, doc=doc, pristine=pristine_doc, grid=grid, rc_p=rc_p, log_p=log_p)
+
+
+def test_pristine_run_finished(runs):
+    assert runs["rc_p"] == 0, runs["log_p"][-6000:]
+    assert runs["pristine"]["partial"] is False
+
+
+def test_patched_run_finished(runs):
+    assert runs["rc"] == 0, runs["log"][-6000:]
+    assert runs["doc"]["partial"] is False
+
+
+def test_graph_vs_eager_differs_only_where_the_topk_kernel_is_inexact(runs):
+    """Where a CUDA-graph replay's per-token top-k differs from the eager one (same tree), the
+    two logits rows are bit-identical and the eager top-k is not an exact top-k of them: the
+    fused top-k kernel, on pristine v0.5.14 as on the patched tree."""
+    for doc in (runs["pristine"], runs["doc"]):
+        for r in doc["rows"]:
+            if r["cuda_graph"]:
+                gve = r["graph_vs_eager_per_token"]
+                assert gve["mismatch_rows"] == 0, (doc["tree"], r)
+
+
+def test_every_row_identical_to_per_token_and_pristine(runs):
+    """Top-k sets equal (ties at the boundary allowed) in every row, except rows where the
+    per-token reference is itself not an exact top-k of its own logits and the other side's
+    logits are bit-identical: the fused top-k kernel's doing, counted and listed in the JSON
+    under ``explained`` (never more than a few rows of a case)."""
+    rows = runs["doc"]["rows"]
+    assert rows
+    bad = [r for r in rows if not r["topk_equivalent"]]
+    assert not bad, bad[:3]
+    for r in rows:
+        assert sorted(r["compared_with"]) == ["chosen", "per_token", "pristine"], r
+        assert sum(r["mismatch_rows"].values()) == 0, r
+        explained = sum(r["explained_rows"].values())
+        assert r["topk_identical"] == (explained == 0), r
+        # a few rows, not a pattern
+        assert max(r["explained_rows"].values()) <= max(2, r["topk_rows"] // 100), r
+        for e in r.get("explained", []):
+            assert e["reference_exact_topk"] is False and e["logits_bit_identical"] is not False, e
+
+
+def test_logits_bit_identical_across_layouts(runs):
+    """DeepGEMM's logits in the chosen layout equal per-token's bit for bit on every position
+    each token may attend to, in every case, eager and CUDA graph."""
+    bad = [r for r in runs["doc"]["rows"] if r["logits_bit_identical"] is not True]
+    assert not bad, bad[:3]
+
+
+def test_grid_covered_eager_and_graph(runs):
+    sys.path.insert(0, str(BENCH.parent))
+    import indexer_step
+
+    g = indexer_step.GRIDS[runs["grid"]]
+    want = {
+        (n, b, c, kind, graph)
+        for n in g["next_ns"]
+        for b in g["batch_sizes"]
+        for c in g["ctxs"]
+        for kind in g["lengths"]
+        for graph in (False, True)
+    }
+    for doc in (runs["doc"], runs["pristine"]):
+        got = {(r["next_n"], r["batch_size"], r["ctx"], r["lengths"], r["cuda_graph"]) for r in doc["rows"]}
+        assert got == want, sorted(want - got)[:5]
+    graph_rows = [r for r in runs["doc"]["rows"] if r["cuda_graph"]]
+    assert all(r["per_token_us"] and r["chosen_us"] and r["speedup"] for r in graph_rows)
+
+
+def test_multi_token_layouts_reached_deepgemm(runs):
+    rows = runs["doc"]["rows"]
+    for r in rows:
+        assert r["kernel_q_per_token"][1] == 1, r  # forced per-token: one token per kernel row
+        tokens = r["kernel_q_chosen"][1]
+        expected = {"per_token": 1, "native": r["next_n"], "paired": 2}[r["layout"]]
+        assert tokens == expected, r
+        if r["next_n"] == 3:
+            assert r["layout"] == "per_token", r  # SM90 DeepGEMM takes at most 2 tokens per row
+    layouts = {(r["next_n"], r["layout"]) for r in rows}
+    assert (2, "native") in layouts and (4, "paired") in layouts, layouts
+
+
+def test_pristine_ran_per_token(runs):
+    rows = runs["pristine"]["rows"]
+    assert rows and all(r["layout"] == "per_token" and r["kernel_q_chosen"][1] == 1 for r in rows)
+
+
+def test_comparison_self_check_caught_a_planted_change(runs):
+    check = runs["doc"]["comparison_self_check"]
+    assert check and check["detected"], check
+
+
+def test_exercised_functions_ran(runs):
+    names = set(runs["doc"]["exercised"])
+    missing = [n for n in REQUIRED_EXERCISED if n not in names]
+    assert not missing, (missing, sorted(names))
