@@ -86,7 +86,7 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
 	$(SGLPATCH) check
 
-test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches (on a CUDA machine; they skip elsewhere with the reason)
+test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer path and seeded draft loop, DeepGEMM (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu
 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
@@ -102,10 +102,10 @@ dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then
 rerun: $(VENV)/.tool-stamp ## per PR group: the /rerun-test (and /tag-run-ci-label) comment lines for the upstream tests it affects, and the local commands
 	$(SGLPATCH) rerun $(TARGET_ARG)
 
-bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; paged-MQA layouts on a GPU
+bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; on a GPU the paged-MQA kernel layouts and the whole indexer step (sglang's code)
 	$(PY) bench/apply_time.py
 	@if $(PY) -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
-		$(PY) bench/paged_mqa.py; else echo "bench/paged_mqa.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json"; fi
+		$(PY) bench/paged_mqa.py && $(PY) bench/indexer_step.py --grid full; else echo "bench/paged_mqa.py, bench/indexer_step.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json, docs/results/indexer_h200.json"; fi
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
 	$(PY) -m ruff check scripts tests bench

@@ -22,6 +22,11 @@ the KV read is not served from L2; the graph is replayed several times and
 the median time per call is kept.  The schedule metadata is computed outside
 the graph, once per rotation, as sglang does once per forward.
 
+What it times: DeepGEMM's ``fp8_paged_mqa_logits`` alone, called with views this file builds
+itself (mirroring the patched ``Indexer._get_topk_paged``, not calling it).  No sglang code
+runs: not the DSA backend's metadata, not ``_get_topk_paged``, not the top-k transform.  The
+whole indexer step through sglang's own code is ``bench/indexer_step.py``.
+
 Also usable from a second machine without a GPU to re-render the table and
 plot from a json written earlier with another batch-size threshold:
 ``python bench/paged_mqa.py --rerender results.json --min-bs N --out DIR``.

@@ -1,9 +1,12 @@
 """Try the whole series against a target in a workspace, before writing anything.
 
-For each patch, in order: already applied (it reverse-applies), applies cleanly
-(then it is applied in the workspace so the next patch sees it), or conflicts.
-The target's base, with the applied patches taken back out, is compared with
-the pin.
+First the longest prefix of the series that is already in the target: patches
+1..k are applied when taking them back out, last one first, succeeds (a later
+patch may edit lines an earlier one added, so each patch is only reversible
+once the patches after it are out). Then each later patch, in order: already
+applied (it reverse-applies), applies cleanly (then it is applied in the
+workspace so the next patch sees it), or conflicts. The target's base, with the
+applied patches taken back out, is compared with the pin.
 """
 
 from __future__ import annotations
@@ -70,13 +73,28 @@ def open_workspace(target: Target, series: Series) -> Workspace:
 def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> Plan:
     workspace = open_workspace(target, series)
     try:
-        states = [_try_patch(workspace, patch, three_way) for patch in series.patches]
+        applied = _applied_prefix(workspace, series.patches)
+        states = [PatchState(patch, APPLIED) for patch in series.patches[:applied]]
+        states += [_try_patch(workspace, patch, three_way) for patch in series.patches[applied:]]
         drift = drifted_files(pin, _base_blobs(target, series, states, list(pin.blobs)))
         dirty = dirty_paths(target, series.touched_paths) if target.is_git else []
     except BaseException:
         workspace.close()
         raise
     return Plan(target, workspace, states, drift, dirty)
+
+
+def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
+    """The largest k such that patches 1..k are in the workspace's tree; the tree is left as it was."""
+    target_tree = workspace.git.run("write-tree")
+    try:
+        for k in range(len(patches), 0, -1):
+            workspace.git.run("read-tree", target_tree)
+            if all(workspace.apply(patch, reverse=True) is None for patch in reversed(patches[:k])):
+                return k
+        return 0
+    finally:
+        workspace.git.run("read-tree", target_tree)
 
 
 def _try_patch(workspace: Workspace, patch: Patch, three_way: bool) -> PatchState:

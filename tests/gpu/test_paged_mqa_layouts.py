@@ -14,6 +14,14 @@ scattered at random over a pool, and are viewed exactly as the patched
 
 Skips, with the reason, where there is no CUDA device, no SM90 device, or no
 ``deep_gemm``; run with ``pytest -rs`` to see it.
+
+What this test does NOT run: any sglang code.  The q / context-length / block-table views
+are re-implemented in ``bench/paged_mqa.py`` (they mirror what the patched
+``Indexer._get_topk_paged`` does, but they are not it); the DSA backend's metadata,
+``_get_topk_paged``, ``topk_transform`` and sgl-kernel's fused top-k never run here.  It
+proves DeepGEMM's kernel gives per-token's logits in the native and paired layouts, nothing
+more.  The real indexer path (the patched backend and indexer, eager and CUDA graph, against
+per-token and pristine v0.5.14) is ``test_indexer_paged_mqa.py``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,13 @@ there.  The runner file is therefore loaded on its own, with the sglang names
 it imports bound to the small stand-ins below for the duration of the load;
 each stand-in says what it stands for.  The runner's own code is unchanged.
 
+What this test does NOT run: sglang's draft loop.  ``draft_forward`` is a stub, every
+sglang module the runner imports is a stand-in, and no indexer, attention backend or DeepGEMM
+kernel runs; it shows only that the runner file's capture/replay plumbing moves a seed
+buffer.  The patched runner with sglang's own modules (real ``EagleDraftWorker.draft_forward``,
+DSA draft backends, FlashMLA, the real indexer at draft step 0, both seed variants) is
+``test_seed_draft_loop.py``.
+
 Where the runner file is looked for, first hit wins:
 ``$SGLPATCH_SGLANG_TREE/sglang/...``, ``<repo>/.gpu-p34/sglang/...``,
 ``<repo>/build/sglang/python/sglang/...``.  Skips, with the reason, without

@@ -14,6 +14,8 @@ import pytest
 import torch
 from cpu_sglang import import_sglang
 from sglang.srt.layers.attention.dsa.dsa_topk_backend import TopkTransformMethod
+from sglang.srt.model_executor import forward_context as fctx
+from sglang.srt.models import deepseek_nextn as nextn_mod
 from sglang.srt.speculative import eagle_draft_cuda_graph_runner as graph_mod
 from sglang.srt.speculative import eagle_worker_v2 as worker_mod
 from sglang.srt.speculative.eagle_info import EagleDraftExtendInput, EagleDraftInput
@@ -106,7 +108,8 @@ def test_capture_happens_where_the_worker_asks():
         for rows in (torch.tensor([1, 3]), None):
             spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_topk_seed_rows=rows)
             fb = sup.forward_batch(mode, 2, 4, spec)
-            model(fb.input_ids, fb.positions, fb)
+            with fctx.forward_context(fctx.ForwardContext(attn_backend=TransformBackend(TopkTransformMethod.PAGED))):
+                model(fb.input_ids, fb.positions, fb)
             if rows is None:
                 assert spec.dsa_topk_seed is None, mode
             else:
@@ -114,33 +117,81 @@ def test_capture_happens_where_the_worker_asks():
                 assert spec.dsa_topk_seed[:, 0].tolist() == [call + 1, call + 3], mode
 
 
-def _transform_backend(method, hisparse=None):
-    """The two things the worker asks of the draft attention backend."""
-    return SimpleNamespace(get_topk_transform_method=lambda mode: method, hisparse_coordinator=hisparse)
-
-
 @pytest.mark.parametrize(
-    "mode, method, fused, hisparse, enabled, wanted",
+    "mode, hisparse, enabled, wanted",
     [
-        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, None, True, True),
-        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, False, None, True, True),  # same transform as decode
-        ("EXTEND", TopkTransformMethod.PAGED, True, None, True, True),  # prefill, page-table indices
-        ("EXTEND", TopkTransformMethod.RAGGED, True, None, True, False),  # ragged offsets
-        ("EXTEND", TopkTransformMethod.PAGED, False, None, True, False),  # unfused prefill top-k
-        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, object(), True, False),  # HiSparse
-        ("IDLE", TopkTransformMethod.PAGED, True, None, True, False),
-        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, None, False, False),  # flag off
+        ("DRAFT_EXTEND_V2", None, True, True),
+        ("EXTEND", None, True, True),  # prefill: the model decides on the transform
+        ("DRAFT_EXTEND_V2", object(), True, False),  # HiSparse
+        ("IDLE", None, True, False),
+        ("DRAFT_EXTEND_V2", None, False, False),  # flag off
     ],
 )
-def test_seed_only_from_a_top_k_draft_decode_can_read(monkeypatch, mode, method, fused, hisparse, enabled, wanted):
-    monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "1" if fused else "0")
+def test_worker_asks_for_a_seed(mode, hisparse, enabled, wanted):
     runner = sup.StandInDraftRunner(sup.StandInDecoder(), index_share=enabled)
-    runner.attn_backend = _transform_backend(method, hisparse)
+    runner.attn_backend = SimpleNamespace(hisparse_coordinator=hisparse)
     worker = sup.draft_worker(runner)
     worker._init_index_share_state()
     fb = sup.forward_batch(mode, 2, 4, EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN)))
     fb.extend_seq_lens = torch.tensor([3, 1])
     assert worker._dsa_topk_seed_wanted(fb) is wanted
+
+
+class TransformBackend:
+    """Stands for the DSA attention backend: answers the top-k transform it
+    would use for this batch (decided per batch, from its prefill impl)."""
+
+    def __init__(self, method):
+        self.method = method
+        self.asked = []
+
+    def get_topk_transform_method(self, forward_mode):
+        self.asked.append(forward_mode)
+        return self.method
+
+
+def _model_capture(mode, method, prefill_cp=False):
+    decoder = sup.StandInDecoder()
+    model = sup.nextn_model(decoder)
+    model.dsa_enable_prefill_cp = prefill_cp
+    spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_topk_seed_rows=torch.tensor([1, 3]))
+    fb = sup.forward_batch(mode, 2, 4, spec)
+    backend = TransformBackend(method)
+    with fctx.forward_context(fctx.ForwardContext(attn_backend=backend)):
+        model(fb.input_ids, fb.positions, fb)
+    return spec.dsa_topk_seed, backend
+
+
+@pytest.mark.parametrize(
+    "mode, method, fused, kept",
+    [
+        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, True, True),
+        ("DRAFT_EXTEND_V2", TopkTransformMethod.PAGED, False, True),  # same transform as decode
+        ("EXTEND", TopkTransformMethod.PAGED, True, True),  # prefill, KV-pool slots
+        ("EXTEND", TopkTransformMethod.RAGGED, True, False),  # ragged offsets
+        ("EXTEND", TopkTransformMethod.PAGED, False, False),  # unfused prefill top-k
+    ],
+)
+def test_model_keeps_only_a_top_k_draft_decode_can_read(monkeypatch, mode, method, fused, kept):
+    monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "1" if fused else "0")
+    seed, backend = _model_capture(mode, method)
+    assert (seed is not None) is kept
+    if mode == "EXTEND" and fused:
+        # asked while the forward runs, i.e. after this batch's metadata was built
+        assert backend.asked == [sup_fbi().ForwardMode.EXTEND]
+
+
+def test_context_parallel_prefill_does_not_seed(monkeypatch):
+    # each rank holds a share of the tokens; the worker's rows index the whole batch
+    monkeypatch.setattr(nextn_mod, "dsa_use_prefill_cp", lambda fb, enabled=False: enabled)
+    monkeypatch.setattr(nextn_mod, "cp_split_and_rebuild_data", lambda fb, h: h)
+    monkeypatch.setattr(nextn_mod, "cp_split_and_rebuild_position", lambda fb, p: p)
+    monkeypatch.setattr(nextn_mod, "cp_all_gather_rerange_output", lambda h, *a: h)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)  # the gather's stream argument
+    seed, _ = _model_capture("EXTEND", TopkTransformMethod.PAGED, prefill_cp=True)
+    assert seed is None
+    seed, _ = _model_capture("EXTEND", TopkTransformMethod.PAGED, prefill_cp=False)
+    assert seed is not None
 
 
 def test_npu_never_seeds(monkeypatch):
@@ -152,7 +203,7 @@ def test_npu_never_seeds(monkeypatch):
     assert worker.dsa_topk_seed_enabled is False
 
 
-def _run_prefill_draft_extend(monkeypatch, worker, extend_lens, mode="EXTEND"):
+def _run_prefill_draft_extend(monkeypatch, worker, extend_lens, method, mode="EXTEND"):
     """Run the real _draft_extend_for_prefill for requests of extend_lens tokens."""
     bs, num_tokens = len(extend_lens), sum(extend_lens)
     built = {}
@@ -176,7 +227,8 @@ def _run_prefill_draft_extend(monkeypatch, worker, extend_lens, mode="EXTEND"):
         chunked_req=None,
         sampling_info=None,
     )
-    out = worker._draft_extend_for_prefill(batch, torch.randn(num_tokens, sup.HIDDEN), torch.arange(bs))
+    with fctx.forward_context(fctx.ForwardContext(attn_backend=TransformBackend(method))):
+        out = worker._draft_extend_for_prefill(batch, torch.randn(num_tokens, sup.HIDDEN), torch.arange(bs))
     return out, built["fb"]
 
 
@@ -186,13 +238,11 @@ def sup_fbi():
 
 def test_prefill_seeds_first_draft_loop_with_last_prompt_token(monkeypatch):
     decoder = sup.StandInDecoder()
-    runner = sup.StandInDraftRunner(decoder)
-    runner.attn_backend = _transform_backend(TopkTransformMethod.PAGED)
-    worker = sup.draft_worker(runner)
+    worker = sup.draft_worker(sup.StandInDraftRunner(decoder))
     worker._init_index_share_state()
     extend_lens = [5, 1, 3]
 
-    out, _ = _run_prefill_draft_extend(monkeypatch, worker, extend_lens)
+    out, _ = _run_prefill_draft_extend(monkeypatch, worker, extend_lens, TopkTransformMethod.PAGED)
 
     last_tokens = [4, 5, 8]  # cumulative extend lengths - 1
     assert out.dsa_topk_seed is not None and out.dsa_topk_seed.dtype == torch.int32
@@ -201,12 +251,10 @@ def test_prefill_seeds_first_draft_loop_with_last_prompt_token(monkeypatch):
 
 def test_ragged_prefill_leaves_the_first_loop_to_compute(monkeypatch):
     decoder = sup.StandInDecoder()
-    runner = sup.StandInDraftRunner(decoder)
-    runner.attn_backend = _transform_backend(TopkTransformMethod.RAGGED)
-    worker = sup.draft_worker(runner, num_steps=3)
+    worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=3)
     worker._init_index_share_state()
 
-    out, _ = _run_prefill_draft_extend(monkeypatch, worker, [4, 2])
+    out, _ = _run_prefill_draft_extend(monkeypatch, worker, [4, 2], TopkTransformMethod.RAGGED)
     assert out.dsa_topk_seed is None
 
     # that draft input's first loop runs the indexer at step 0

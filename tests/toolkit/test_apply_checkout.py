@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import AUTHOR, BACKEND, NEW_FILE, SECOND, fingerprint, replace_in
+from conftest import AUTHOR, BACKEND, NEW_FILE, SECOND, fingerprint, make_series, replace_in
 
 from sglpatch.git import Git
 from sglpatch.series import load_series
@@ -91,3 +91,39 @@ def test_the_series_replays_with_plain_git_am(checkout, patches):
     ]
     assert git.run("log", "-1", "--format=%an", "HEAD") == AUTHOR[0]
     assert "# test series: first patch" in (checkout / BACKEND).read_text()
+
+
+def _stacked_series(tmp_path, base_repo, project_pin):
+    """Patch 2 edits a line patch 1 added: patch 1 alone no longer reverse-applies on the result."""
+    first = "[DSA] Add a marker line\n\nWhy: stacked edits.\n\nUpstream-PR: 1\n"
+    second = "[DSA] Edit the marker line\n\nWhy: stacked edits.\n\nUpstream-PR: 2\n"
+    anchor = "class GlobalConfig:"
+    return make_series(
+        base_repo,
+        tmp_path / "dev-stacked",
+        tmp_path / "stacked",
+        project_pin,
+        [
+            (first, [(SECOND, anchor, "# marker: one\n" + anchor)]),
+            (second, [(SECOND, "# marker: one\n", "# marker: two\n")]),
+        ],
+    )
+
+
+def test_series_whose_later_patch_edits_an_earlier_one_is_recognised_as_applied(
+    sglpatch, checkout, package, tmp_path, base_repo, project_pin
+):
+    stacked = _stacked_series(tmp_path, base_repo, project_pin)
+    for target in (checkout, package):
+        pristine = fingerprint(target)
+        assert sglpatch("apply", "--sglang", target, "--patches", stacked)[0] == 0
+        applied = fingerprint(target)
+        code, out, err = sglpatch("apply", "--sglang", target, "--patches", stacked)
+        assert code == 0, err
+        assert out.startswith("already applied: all 2 patches")
+        assert fingerprint(target) == applied
+        code, out, _ = sglpatch("status", "--sglang", target, "--patches", stacked)
+        assert code == 0 and out.count(" applied") == 2
+        assert sglpatch("revert", "--sglang", target)[0] == 0
+        if target == package:
+            assert fingerprint(target) == pristine
