@@ -13,6 +13,10 @@ FROM     ?=
 BASE     ?= v0.5.14
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
+# pytest's own temp folder, one per checkout: the shared /tmp/pytest-of-USER keeps only the 3 newest runs, so
+# concurrent runs from other checkouts deleted each other's trees mid-test.
+PYTEST_TMP ?= $(or $(TMPDIR),/tmp)/sglpatch-pytest-$(shell id -u)-$(notdir $(CURDIR))
+PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))
 # Every value a user gives goes to the shell single-quoted, so paths with spaces (or $, ;) stay one argument.
 q = '$(subst ','\'',$(1))'
 TARGET_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
@@ -43,7 +47,7 @@ $(VENV)/.tool-stamp: pyproject.toml
 
 $(VENV)/.sglang-cpu-stamp: $(VENV)/.tool-stamp ci/requirements-sglang-cpu.txt
 	@echo "make: installing sglang 0.5.14's import-time dependencies for the CPU tests (ci/requirements-sglang-cpu.txt)"
-	@echo "make: from PyPI alone torch is the CUDA build: about 2.5 GB of wheels, several minutes; TORCH_INDEX=URL takes a CPU build (README)"
+	@echo "make: from PyPI alone torch is the CUDA build: about 2.7 GB of wheels, several minutes; TORCH_INDEX=URL takes a CPU build (README)"
 	$(if $(TORCH_INDEX),$(PY) -m pip install --progress-bar off --index-url $(call q,$(TORCH_INDEX)) "$$(grep '^torch==' ci/requirements-sglang-cpu.txt)")
 	$(PY) -m pip install --progress-bar off -r ci/requirements-sglang-cpu.txt
 	touch $@
@@ -71,17 +75,17 @@ recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLA
 	$(SGLPATCH) recover $(TARGET_ARG)
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package
-	SGLPATCH_FAULT_GRID=full $(PY) -m pytest -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
+	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
 	$(SGLPATCH) apply
 	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
-	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
+	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
 	PIP_NO_INDEX=1 $(SGLPATCH) apply
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
-	PIP_NO_INDEX=1 $(PY) -m pytest -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
 	$(SGLPATCH) check
