@@ -34,6 +34,7 @@ class Group:
     depends_on: list[str] = field(default_factory=list)
     accuracy: list[str] = field(default_factory=list)  # GPU CI summary files, project-relative
     benchmark: str | None = None  # benchmark JSON, project-relative
+    accuracy_notes: list[str] = field(default_factory=list)  # what each GPU result ran, and what it did not
 
 
 def note(patch: Patch, section: str) -> str:
@@ -55,7 +56,8 @@ def render_body(
 ) -> str:
     lines = ["## Motivation", ""]
     for patch in group.patches:
-        lines += [_unwrap(note(patch, "Why")), ""]
+        why = _unwrap(note(patch, "Why"))
+        lines += [why[:1].upper() + why[1:], ""]
     upstream = sorted({p.trailer("upstream-pr") for p in group.patches if p.trailer("upstream-pr")})
     if upstream:
         lines += ["Related: " + ", ".join(f"#{n}" for n in upstream), ""]
@@ -86,6 +88,8 @@ def render_body(
 
 def accuracy_section(group: Group, project: Path) -> list[str]:
     lines = []
+    for paragraph in group.accuracy_notes:
+        lines += [paragraph, ""]
     for relative in group.accuracy:
         summary = _load_json(project / relative)
         env = summary.get("environment", summary)
@@ -127,6 +131,37 @@ def speed_section(group: Group, project: Path) -> list[str]:
     if not group.benchmark:
         return ["No speed change is claimed for this group; it changes what the draft loop computes, not a kernel."]
     data = _load_json(project / group.benchmark)
+    if "exercised" in data:
+        return _indexer_step_table(data, group.benchmark)
+    return _kernel_table(data, group.benchmark)
+
+
+def _indexer_step_table(data: dict, source: str) -> list[str]:
+    """The whole indexer step per TARGET_VERIFY forward, from the patched sglang code (bench/indexer_step.py)."""
+    timed = [r for r in data["rows"] if r.get("cuda_graph") and r.get("speedup")]
+    longest = max(r["ctx"] for r in timed)
+    rows = [r for r in timed if r["ctx"] == longest]
+    lines = [
+        f"The whole paged indexer step of one TARGET_VERIFY forward (DeepGEMM logits plus the fused top-k "
+        f"transform, replayed in a CUDA graph) through the patched `DeepseekSparseAttnBackend` and "
+        f"`Indexer._get_topk_paged`, on **{data['device']}**, DeepGEMM {data['deep_gemm']}, torch {data['torch']}, "
+        f"context {longest // 1024}k; per-token is v0.5.14's SM90 path (`SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1`), "
+        "chosen is the layout the patched code picked for that CUDA-graph batch size.",
+        "",
+        "| next_n | lengths | B | per-token us | chosen layout | chosen us | speedup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["next_n"], r["lengths"], r["batch_size"])):
+        lines.append(
+            f"| {r['next_n']} | {r['lengths']} | {r['batch_size']} | {r['per_token_us']:.1f} | "
+            f"{r['layout']} | {r['chosen_us']:.1f} | {r['speedup']:.2f}x |"
+        )
+    if data.get("command"):
+        lines += ["", f"Command: `{data['command']}` (results: `{source}`)"]
+    return lines
+
+
+def _kernel_table(data: dict, source: str) -> list[str]:
     rows = [r for r in data["rows"] if r["ctx"] == max(x["ctx"] for x in data["rows"])]
     lines = [
         f"`fp8_paged_mqa_logits` on **{data['device']}** (SM {data['sm']}), DeepGEMM {data['deep_gemm']}, "
@@ -144,7 +179,7 @@ def speed_section(group: Group, project: Path) -> list[str]:
         )
     command = data.get("commands", {}).get("bench") or data.get("command")
     if command:
-        lines += ["", f"Command: `{command}` (results: `{group.benchmark}`)"]
+        lines += ["", f"Command: `{command}` (results: `{source}`)"]
     return lines
 
 

@@ -147,6 +147,7 @@ def load_groups(series: Series) -> dict:
                 raw.get("depends_on", []),
                 raw.get("accuracy", []),
                 raw.get("benchmark"),
+                raw.get("accuracy_notes", []),
             )
         )
     if by_group:
