@@ -17,6 +17,9 @@ PYTEST_ARGS ?=
 # concurrent runs from other checkouts deleted each other's trees mid-test.
 PYTEST_TMP ?= $(or $(TMPDIR),/tmp)/sglpatch-pytest-$(shell id -u)-$(notdir $(CURDIR))
 PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))
+# The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
+SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
+	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
 # Every value a user gives goes to the shell single-quoted, so paths with spaces (or $, ;) stay one argument.
 q = '$(subst ','\'',$(1))'
 TARGET_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
@@ -75,16 +78,19 @@ recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLA
 	$(SGLPATCH) recover $(TARGET_ARG)
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package
+	$(SET_TMP_ASIDE)
 	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
 	$(SGLPATCH) apply
 	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
+	$(SET_TMP_ASIDE)
 	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
 	PIP_NO_INDEX=1 $(SGLPATCH) apply
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
+	$(SET_TMP_ASIDE)
 	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
