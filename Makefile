@@ -11,27 +11,52 @@ ONTO     ?=
 BRANCH   ?=
 FROM     ?=
 BASE     ?= v0.5.14
-TARGET_ARG := $(if $(SGLANG),--sglang $(SGLANG),)
+TORCH_INDEX ?=
 PYTEST_ARGS ?=
+# pytest's own temp folder, one per checkout: the shared /tmp/pytest-of-USER keeps only the 3 newest runs, so
+# concurrent runs from other checkouts deleted each other's trees mid-test.
+PYTEST_TMP ?= $(or $(TMPDIR),/tmp)/sglpatch-pytest-$(shell id -u)-$(notdir $(CURDIR))
+PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))
+# The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
+SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
+	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
+# Every value a user gives goes to the shell single-quoted, so paths with spaces (or $, ;) stay one argument.
+q = '$(subst ','\'',$(1))'
+TARGET_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
+
+# A .venv made by a Python older than 3.11 (say a first `make apply PYTHON=python3.10`) can never work,
+# and its stamp would keep it: it is removed here, so the next target rebuilds it with $(PYTHON).
+ifneq ($(wildcard $(VENV)/pyvenv.cfg),)
+ifneq ($(shell $(PY) -c 'import sys; print(sys.version_info >= (3, 11))' 2>/dev/null),True)
+$(info make: $(VENV) was made with a Python older than 3.11 (or its Python is gone): removing it; it is rebuilt with $(PYTHON))
+$(shell rm -rf $(VENV))
+endif
+endif
 
 .DEFAULT_GOAL := help
-.PHONY: help apply revert status rebase drift pr check-patches test test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean
+.PHONY: help apply revert status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
 
 $(VENV)/.tool-stamp: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	@$(call q,$(PYTHON)) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "make: $(PYTHON) is not Python 3.11 or newer (sglpatch needs 3.11+): run again with PYTHON=python3.11 (or newer); nothing was made" >&2; exit 2; }
+	@echo "make: creating $(VENV) with $(PYTHON) and installing sglpatch and its test tools (pip: about 40 s the first time)"
+	$(call q,$(PYTHON)) -m venv $(VENV)
+	$(PY) -m pip install --progress-bar off --upgrade pip
+	$(PY) -m pip install --progress-bar off -e '.[test]'
 	touch $@
 
 $(VENV)/.sglang-cpu-stamp: $(VENV)/.tool-stamp ci/requirements-sglang-cpu.txt
-	$(PY) -m pip install -q -r ci/requirements-sglang-cpu.txt
+	@echo "make: installing sglang 0.5.14's import-time dependencies for the CPU tests (ci/requirements-sglang-cpu.txt)"
+	@echo "make: from PyPI alone torch is the CUDA build: about 2.7 GB of wheels, several minutes; TORCH_INDEX=URL takes a CPU build (README)"
+	$(if $(TORCH_INDEX),$(PY) -m pip install --progress-bar off --index-url $(call q,$(TORCH_INDEX)) "$$(grep '^torch==' ci/requirements-sglang-cpu.txt)")
+	$(PY) -m pip install --progress-bar off -r ci/requirements-sglang-cpu.txt
 	touch $@
 
 apply: $(VENV)/.tool-stamp ## apply the series (SGLANG=PATH: a checkout or installed package; default: pinned base in build/sglang)
-	$(SGLPATCH) apply $(TARGET_ARG) $(if $(THREEWAY),--3way,) $(if $(BRANCH),--branch $(BRANCH),)
+	$(SGLPATCH) apply $(TARGET_ARG) $(if $(THREEWAY),--3way,) $(if $(BRANCH),--branch $(call q,$(BRANCH)),)
 
 revert: $(VENV)/.tool-stamp ## take the series back out of SGLANG=PATH (every byte restored)
 	$(SGLPATCH) revert $(TARGET_ARG)
@@ -40,24 +65,33 @@ status: $(VENV)/.tool-stamp ## per patch: applied / applies cleanly / conflicts,
 	$(SGLPATCH) status $(TARGET_ARG)
 
 rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
-	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,--onto $(ONTO))) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
+	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,--onto $(call q,$(ONTO)))) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
 
-drift: $(VENV)/.tool-stamp ## patch x release table (markdown + png in docs/drift); RELEASES=a,b,c (default: every release since the pin)
-	$(SGLPATCH) drift $(if $(RELEASES),--releases $(RELEASES),)
+drift: $(VENV)/.tool-stamp ## patch x release table (markdown + png in build/drift; DOCS=1: update docs/drift); RELEASES=a,b,c (default: every release since the pin)
+	$(SGLPATCH) drift $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
 
 pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in build/pr, gh commands; FORK=remote-or-url, SUBMIT=1 to push and open
-	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(ONTO),) $(if $(FORK),--fork $(FORK),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(OUT),)
+	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(call q,$(ONTO)),) $(if $(FORK),--fork $(call q,$(FORK)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(call q,$(OUT)),)
 
 .PHONY: recover test-fault
 recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLANG=PATH: finish or undo it, and say which state it is in
 	$(SGLPATCH) recover $(TARGET_ARG)
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package
-	SGLPATCH_FAULT_GRID=full $(PY) -m pytest -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
+	$(SET_TMP_ASIDE)
+	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
 	$(SGLPATCH) apply
-	$(PY) -m pytest -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
+	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
+	$(SET_TMP_ASIDE)
+	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
+
+test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
+	PIP_NO_INDEX=1 $(SGLPATCH) apply
+	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
+	$(SET_TMP_ASIDE)
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
 	$(SGLPATCH) check
@@ -66,17 +100,17 @@ test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer 
 	$(PY) -m pytest -ra tests/gpu
 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
-	$(SGLPATCH) gpu-leg $(TARGET_ARG) $(if $(LEG),--leg $(LEG),) $(if $(OUT),--out $(OUT),) $(if $(GPU_PYTHON),--python $(GPU_PYTHON),)
+	$(SGLPATCH) gpu-leg $(TARGET_ARG) $(if $(LEG),--leg $(call q,$(LEG)),) $(if $(OUT),--out $(call q,$(OUT)),) $(if $(GPU_PYTHON),--python $(call q,$(GPU_PYTHON)),)
 
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
-	$(PYTHON) ci/gpu_bundle.py --out .gpu-bundle
+	$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle
 
 dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then patched; junit + JSON to OUT=DIR
-	bash ci/run_dsa_kit.sh --patches none --label pristine $(if $(OUT),--out $(OUT),)
-	bash ci/run_dsa_kit.sh --patches patches/series --label patched $(if $(OUT),--out $(OUT),)
+	bash ci/run_dsa_kit.sh --patches none --label pristine $(if $(OUT),--out $(call q,$(OUT)),)
+	bash ci/run_dsa_kit.sh --patches patches/series --label patched $(if $(OUT),--out $(call q,$(OUT)),)
 
 rerun: $(VENV)/.tool-stamp ## per PR group: the /rerun-test (and /tag-run-ci-label) comment lines for the upstream tests it affects, and the local commands
-	$(SGLPATCH) rerun $(if $(SGLANG),--sglang $(SGLANG),)
+	$(SGLPATCH) rerun $(TARGET_ARG)
 
 bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; on a GPU the paged-MQA kernel layouts and the whole indexer step (sglang's code)
 	$(PY) bench/apply_time.py
@@ -91,7 +125,10 @@ lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint
 	$(VENV)/bin/actionlint ci/workflows/gpu-matrix.yml
 
 export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin)
-	$(SGLPATCH) export --from $(FROM) --base $(BASE)
+	$(SGLPATCH) export --from $(call q,$(FROM)) --base $(call q,$(BASE))
 
-clean: ## remove the applied default base (build/); the wheel cache stays
+clean: ## remove the applied default base and reports (build/); .venv and the wheel cache stay
 	rm -rf build
+
+distclean: clean ## also remove .venv (rebuilt by the next target); the wheel cache stays
+	rm -rf $(VENV)

@@ -31,12 +31,21 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def progress(message: str, started: float) -> None:
+    """The rounds take about 40 s before the table: say where they are (stderr, so stdout stays the table)."""
+    print(f"... {message} ({time.perf_counter() - started:.0f} s so far)", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     patches = PROJECT_ROOT / "patches"
     pin, series = load_pin(patches), load_series(patches)
     wheel = fetch_wheel(pin.release, pin.wheel)
     rows = {"base from wheel": [], "sglpatch apply": [], "git am": [], "cold make apply": []}
-    for _ in range(ROUNDS):
+    started = time.perf_counter()
+    for number in range(1, ROUNDS + 1):
+        progress(
+            f"round {number}/{ROUNDS}: two bases from the wheel, sglpatch apply, git am, a cold make apply", started
+        )
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             for name in ("ours", "theirs"):

@@ -67,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     except FatalError as exc:
         print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a file the command could not read or write (permissions, a full or read-only disk)
+        where = f" {exc.filename}" if exc.filename else ""
+        print(
+            f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}); "
+            "`sglpatch recover` says where the target stands",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"sglpatch {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -27,7 +27,9 @@ def cell_text(outcome: Outcome) -> str:
     return outcome.kind
 
 
-def render_markdown(matrix: dict[str, list[Outcome]], seconds: float, pin_release: str) -> str:
+def render_markdown(
+    matrix: dict[str, list[Outcome]], seconds: float, pin_release: str, wheels: str = "wheels cached"
+) -> str:
     releases = list(matrix)
     names = [o.patch.name for o in matrix[releases[0]]]
     lines = [
@@ -50,7 +52,7 @@ def render_markdown(matrix: dict[str, list[Outcome]], seconds: float, pin_releas
     )
     if upstream_notes:
         lines += ["", "Why a patch counts as upstream:", *upstream_notes]
-    lines += ["", f"Checked {len(releases)} releases in {seconds:.1f} s (wheels cached)."]
+    lines += ["", f"Checked {len(releases)} releases in {seconds:.1f} s ({wheels})."]
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,10 @@ PACKAGE_PREFIX = "python/sglang/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.+)$")
+# A series holds regular files only: no symbolic links (120000), submodules (160000) or other modes.
+FILE_MODES = ("100644", "100755")
+_MODE_LINE = re.compile(r"^(new file mode|deleted file mode|old mode|new mode) (\S+)$")
+_INDEX_MODE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+ (\S+)$")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,10 @@ class Hunk:
     number: int  # 1-based within its file
     old_start: int
     header: str
+
+
+class UnsupportedMode(ValueError):
+    """A diff section that makes or changes something other than a regular file."""
 
 
 @dataclass
@@ -236,6 +244,8 @@ def _parse_diff(diff: str) -> list[FileDiff]:
         elif line.startswith(("rename to ", "copy to ")):
             current.new_path = _unquote_path(line.split(" to ", 1)[1])
             check_path_is_safe(current.new_path)
+        elif (mode := _MODE_LINE.match(line) or _INDEX_MODE.match(line)) and mode.groups()[-1] not in FILE_MODES:
+            _refuse_mode(mode.groups()[-1], line, lines, position)
         elif line.startswith("@@"):
             match = _HUNK.match(line)
             if not match:
@@ -248,6 +258,16 @@ def _parse_diff(diff: str) -> list[FileDiff]:
         if f.old_path is None and f.new_path is None:
             raise ValueError("a 'diff --git' section names no file")
     return files
+
+
+def _refuse_mode(mode: str, line: str, lines: list[str], position: int) -> None:
+    section = next((lines[i] for i in range(position - 1, -1, -1) if lines[i].startswith("diff --git ")), "")
+    path = section.rsplit(" b/", 1)[-1] if " b/" in section else "a file"
+    what = {"120000": "a symbolic link", "160000": "a submodule (gitlink)", "040000": "a folder"}.get(mode, "a file")
+    raise UnsupportedMode(
+        f"{path} would become {what} (mode {mode}, '{line}'): a series may only hold regular files "
+        f"(modes {' or '.join(FILE_MODES)})"
+    )
 
 
 def _skip_hunk_body(lines: list[str], position: int, header: re.Match, path: str) -> int:
@@ -298,6 +318,8 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
             for p in (f.old_path, f.new_path):
                 if p is not None:
                     check_path_is_safe(p)
+    except UnsupportedMode as exc:
+        raise FatalError(f"{name}: refused: {exc}") from None
     except ValueError as exc:
         raise FatalError(f"{name}: malformed patch: {exc}") from None
     for key in ("from", "date", "subject"):

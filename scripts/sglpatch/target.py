@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
+from sglpatch.output import say
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir
 
@@ -77,14 +78,20 @@ def open_target(path: str | Path) -> Target:
             top = Git(root).toplevel()
             if top is not None and top.resolve() == root:
                 return Target(GIT_CHECKOUT, root)
-        return Target(PACKAGE_FOLDER, root / PACKAGE_PREFIX.rstrip("/"))
+        return _found_inside(root, root / PACKAGE_PREFIX.rstrip("/"))
     if _is_package(root / "sglang"):
-        return Target(PACKAGE_FOLDER, root / "sglang")
+        return _found_inside(root, root / "sglang")
     if _is_package(root):
         return Target(PACKAGE_FOLDER, root)
     raise FatalError(
         f"{given} is not sglang: expected a checkout with python/sglang/ or a package folder with __init__.py and srt/"
     )
+
+
+def _found_inside(given: Path, package: Path) -> Target:
+    """The user named a folder above the package: say which folder will be read and written."""
+    say(f"using the package folder {package} (found inside {given})")
+    return Target(PACKAGE_FOLDER, package)
 
 
 def _is_package(folder: Path) -> bool:

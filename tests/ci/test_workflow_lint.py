@@ -40,7 +40,8 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
 
 
 def test_workflow_shape():
-    yaml = pytest.importorskip("yaml")
+    import yaml  # PyYAML, declared in the [test] extras
+
     flow = yaml.safe_load(WORKFLOW.read_text())
     triggers = flow[True]  # YAML 1.1 reads the key `on` as True
     for trigger in ("workflow_call", "workflow_dispatch"):

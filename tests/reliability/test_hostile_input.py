@@ -90,6 +90,49 @@ def test_rename_out_of_the_tree(sglpatch, target, patches):
     assert "not a plain relative path" in err, err
 
 
+# -- links and modes in patches ---------------------------------------------------------
+
+LINK = "python/sglang/srt/evil_link"
+
+
+def _new_link_section(path: str, mode: str, text: str) -> bytes:
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode {mode}\nindex 0000000..2e65efe\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1 @@\n+{text}\n\\ No newline at end of file\n"
+    ).encode()
+
+
+def _mode_change(path: str, mode: str) -> bytes:
+    return f"diff --git a/{path} b/{path}\nold mode 100644\nnew mode {mode}\n".encode()
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        (lambda p: _new_link_section(LINK, "120000", "/etc/passwd"), "evil_link would become a symbolic link"),
+        (lambda p: _new_link_section(LINK, "120000", "../../../../outside"), "would become a symbolic link"),
+        (lambda p: _mode_change(p, "120000"), "would become a symbolic link"),
+        (lambda p: _mode_change(p, "100600"), "mode 100600"),
+        (
+            lambda p: f"diff --git a/{LINK} b/{LINK}\nnew file mode 160000\nindex 0000000..2e65efe\n--- /dev/null\n"
+            f"+++ b/{LINK}\n@@ -0,0 +1 @@\n+Subproject commit 2e65efe2a145dda7ee51d1741299f848e5bf752e\n".encode(),
+            "a submodule",
+        ),
+    ],
+    ids=["link-out-absolute", "link-out-dotdot", "file-to-link", "odd-mode", "submodule"],
+)
+def test_patch_creating_a_link_or_odd_mode(sglpatch, target, patches, section, message):
+    """A series holds regular files only (100644/100755): refused before anything is written, on both kinds."""
+    edit_patch(
+        patches,
+        0,
+        lambda data: data.replace(b"\ndiff --git ", b"\n" + section(touched(patches, 1)) + b"diff --git ", 1),
+    )
+    err = refused(sglpatch, target, "--patches", patches)
+    assert message in err and "regular files" in err, err
+    assert not (target / "srt" / "evil_link").exists() and not (target / LINK).exists()
+
+
 # -- broken patch files --------------------------------------------------------------
 
 

@@ -29,6 +29,9 @@ from testing.fault_harness import (
     run_state,
 )
 
+# Rebase legs go onto v0.5.15: its wheel comes from PyPI on a machine that has not cached it.
+NETWORK = pytest.mark.network
+
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
@@ -36,7 +39,7 @@ def labs(tmp_path_factory, base_repo, series_dir):
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
-@pytest.mark.parametrize("operation,kind", GRID)
+@pytest.mark.parametrize("operation,kind", [pytest.param(*g, marks=NETWORK) if g[0] == "rebase" else g for g in GRID])
 def test_interrupted_run_ends_in_a_known_state(labs, record_property, operation, kind, sig):
     lab = labs[kind]
     result = run_grid(lab, OPERATIONS[operation], sig, FULL_GRID)
@@ -56,6 +59,7 @@ def test_interrupted_run_ends_in_a_known_state(labs, record_property, operation,
     assert result.recovered == result.tried
 
 
+@NETWORK
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_operation_writes_through_fault_points(labs, kind):
     """The grid is only as good as its points: each operation passes several, and they are labelled."""
@@ -66,7 +70,9 @@ def test_every_operation_writes_through_fault_points(labs, kind):
 
 
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
-@pytest.mark.parametrize("operation,kind", [("apply", "checkout"), ("apply", "package"), ("rebase", "checkout")])
+@pytest.mark.parametrize(
+    "operation,kind", [("apply", "checkout"), ("apply", "package"), pytest.param("rebase", "checkout", marks=NETWORK)]
+)
 def test_signal_from_outside_mid_write_lets_the_step_finish(labs, operation, kind, sig):
     """A real Ctrl-C / kill -TERM from another process, arriving half-way through the run's writes
     (for rebase: while it installs its result, which it then finishes)."""
@@ -131,6 +137,7 @@ def test_recover_refuses_to_call_a_mixed_checkout_as_it_was(labs, point_label):
     assert run_state(tree) == before
 
 
+@NETWORK
 def test_recover_does_not_roll_a_rebase_back_over_changes_it_cannot_explain(labs):
     """A rebase leaves the work tree clean between its steps; after a kill, an edited file (or a git checkout
     killed half-way) must make recover refuse and keep it, not discard it with the rollback."""
@@ -164,6 +171,7 @@ def _killed_after_staging(lab):
     return tree, state["install"]["record"]
 
 
+@NETWORK
 def test_recover_does_not_finish_a_rebase_onto_a_head_someone_moved(labs):
     lab = labs["checkout"]
     tree, record = _killed_after_staging(lab)
@@ -179,6 +187,7 @@ def test_recover_does_not_finish_a_rebase_onto_a_head_someone_moved(labs):
     assert lab.which_state(tree) == OPERATIONS["rebase"].end
 
 
+@NETWORK
 def test_recover_does_not_overwrite_a_series_folder_changed_after_the_kill(labs):
     lab = labs["checkout"]
     tree, _ = _killed_after_staging(lab)
@@ -190,6 +199,7 @@ def test_recover_does_not_overwrite_a_series_folder_changed_after_the_kill(labs)
     assert run_state(tree) == before
 
 
+@NETWORK
 def test_a_state_folder_whose_deletion_was_cut_short_is_never_read(labs):
     """The state folder is renamed before it is deleted; a kill inside the delete leaves only that name."""
     lab = labs["checkout"]

@@ -47,6 +47,7 @@ def test_the_base_commit_is_the_same_on_every_machine(sglpatch, project, base_re
     assert Git(project / "build" / "sglang").rev_parse("v0.5.14") == Git(base_repo).rev_parse("v0.5.14")
 
 
+@pytest.mark.network  # downloads the pinned wheel into an empty cache
 def test_wheel_with_wrong_checksum_is_refused(sglpatch, project, monkeypatch, tmp_path):
     pin = json.loads((project / "patches" / "pin.json").read_text())
     pin["wheel"]["sha256"] = "0" * 64
@@ -59,6 +60,7 @@ def test_wheel_with_wrong_checksum_is_refused(sglpatch, project, monkeypatch, tm
     assert cache_dir() == tmp_path / "empty-cache"
 
 
+@pytest.mark.network  # downloads the pinned wheel into an empty cache
 def test_download_messages_do_not_carry_the_home_path(sglpatch, project, monkeypatch, tmp_path):
     home = tmp_path / "home-of-someone"
     monkeypatch.setenv("HOME", str(home))

@@ -9,6 +9,8 @@ import pytest
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.series import load_series
 
+pytestmark = pytest.mark.network  # releases 0.5.15 and 0.5.16 from PyPI, unless cached
+
 RELEASES = "0.5.14,0.5.15,0.5.16"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,6 +16,8 @@ from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
 from testing.sglang_trees import OVERLAP, SECOND, fingerprint, make_series
+
+pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
 LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
@@ -34,7 +37,8 @@ def release_chain(tmp_path_factory, wheel_path, project_pin):
 @pytest.fixture
 def chain(tmp_path, release_chain):
     dest = tmp_path / "chain"
-    subprocess.run(["git", "clone", "-q", str(release_chain), str(dest)], check=True)
+    # --no-checkout: the one checkout is of v0.5.14 (not the newest release first, then v0.5.14)
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(release_chain), str(dest)], check=True)
     git = Git(dest)
     git.run("checkout", "-q", "-b", "work", "v0.5.14")
     git.run("config", "user.name", "Target User")
@@ -88,17 +92,22 @@ def test_rebase_onto_a_release_version_fetches_it(sglpatch, checkout, patches, t
     assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
 
 
-@pytest.fixture
-def conflicting_series(tmp_path, base_repo, project_pin, release_chain):
+@pytest.fixture(scope="module")
+def conflicting_series_template(tmp_path_factory, base_repo, project_pin, release_chain):
+    """Made once (a clone, a commit, an export); each test gets its own copy."""
+    tmp = tmp_path_factory.mktemp("conflicting")
     line = changed_line(release_chain, OVERLAP)
     message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
     return make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "conflicting",
-        project_pin,
-        [(message, [(OVERLAP, line, line + "  # ours")])],
+        base_repo, tmp / "dev", tmp / "conflicting", project_pin, [(message, [(OVERLAP, line, line + "  # ours")])]
     )
+
+
+@pytest.fixture
+def conflicting_series(tmp_path, conflicting_series_template):
+    dest = tmp_path / "conflicting"
+    shutil.copytree(conflicting_series_template, dest)
+    return dest
 
 
 def test_conflict_stops_then_abort_restores_everything(sglpatch, chain, conflicting_series, tmp_path):

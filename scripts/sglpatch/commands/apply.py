@@ -16,6 +16,7 @@ from sglpatch.output import plural, say
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.project import default_base_dir
 from sglpatch.target import target_lock
+from sglpatch.write_check import checkout_mismatch, move_checkout, package_mismatch
 from sglpatch.write_states import WriteState
 
 
@@ -101,7 +102,13 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
         patches=[s.patch.name for s in plan.states],
         touched=sorted({p for s in plan.states for p in s.patch.touched_paths}),
     )
-    write_state(plan.target, record)
+    try:
+        write_state(plan.target, record)
+    except OSError as exc:
+        (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
+        raise FatalError(
+            f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {plan.target.root} is as it was"
+        ) from None
     try:
         plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
@@ -115,8 +122,30 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
         last = (err.strip().splitlines() or ["git failed"])[-1]
         raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
     fault_point("checkout: switched to the branch")
+    wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
+    if wrong:
+        _roll_back_checkout(plan, record, wrong, err)
     write_state(plan.target, record.with_state(WriteState.APPLIED))
     return branch
+
+
+def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, wrong: list[str], err: str) -> None:
+    """`git checkout` said yes but the files are not the branch's (e.g. a read-only work tree): undo it."""
+    git, root = plan.target.git, plan.target.root
+    why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
+    cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
+    still = move_checkout(plan.target, record.previous, record.head, record.touched)
+    if still:
+        raise FatalError(
+            f"git switched {root} to {record.branch} but left it unwritten: {cause}; rolling back failed too "
+            f"({still[0]}); fix the cause, then run {hints.recover(root)}"
+        )
+    git.run("branch", "-q", "-D", record.branch)
+    (git.git_dir() / STATE_FILE).unlink()
+    raise FatalError(
+        f"git switched {root} to {record.branch} but left it unwritten: {cause}; "
+        f"rolled back, nothing changed: {root} is as it was"
+    )
 
 
 def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
@@ -129,4 +158,26 @@ def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
         if new != old:
             changes.append(journal.Change(target.local_path(path), old, new))
     names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
-    journal.write_changes(target.root, changes, digest, names)
+    try:
+        journal.write_changes(target.root, changes, digest, names)
+    except OSError as exc:  # before the first file was replaced (write_changes rolls back later failures)
+        if journal.has_leftover(target.root):
+            journal.discard_leftover(target.root)
+        raise FatalError(
+            f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); nothing was changed: "
+            f"{target.root} is as it was"
+        ) from None
+    record = journal.read_journal(target.root)
+    wrong = package_mismatch(target.root, record, "after")
+    if wrong:
+        try:
+            journal.restore(target.root)
+        except FatalError as exc:
+            raise FatalError(
+                f"{target.root / wrong[0]} is not what sglpatch wrote, and rolling back failed ({exc}); "
+                f"run {hints.recover(target.root)}"
+            ) from None
+        raise FatalError(
+            f"{target.root / wrong[0]} is not what sglpatch wrote (changed by someone else meanwhile?); "
+            f"rolled back, nothing changed: {target.root} is as it was"
+        )

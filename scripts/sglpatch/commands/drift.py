@@ -8,24 +8,28 @@ from pathlib import Path
 
 from sglpatch.commands.common import add_series_options, load_inputs
 from sglpatch.drift import render_json, render_markdown, render_png
-from sglpatch.output import progress, say
+from sglpatch.output import plural, progress, say
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import published_releases, release_commit, releases_repo
 from sglpatch.replay import carry_series, series_commits
-from sglpatch.wheels import fetch_wheel
+from sglpatch.wheels import cache_dir, fetch_wheel
 
 
 def add_arguments(parser) -> None:
     add_series_options(parser)
     parser.add_argument("--releases", help="comma-separated sglang releases (default: every release from the pin on)")
     parser.add_argument(
-        "--out", type=Path, default=PROJECT_ROOT / "docs" / "drift", help="report folder (default docs/drift)"
+        "--out",
+        type=Path,
+        default=PROJECT_ROOT / "build" / "drift",
+        help="report folder (default build/drift; `make drift DOCS=1` writes the committed docs/drift)",
     )
 
 
 def run(args) -> int:
     started = time.monotonic()
     series, pin = load_inputs(args)
+    wheels_before = _cached_wheels()
     releases = args.releases.split(",") if args.releases else published_releases(pin.release)
     repo = releases_repo()
     release_commit(pin.release, repo, fetch_wheel(pin.release, pin.wheel))
@@ -44,10 +48,16 @@ def run(args) -> int:
     seconds = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)
     command = "sglpatch drift" + (f" --releases {shlex.quote(args.releases)}" if args.releases else "")
-    markdown = render_markdown(matrix, seconds, pin.release)
+    downloaded = len(_cached_wheels() - wheels_before)
+    wheels = f"{plural(downloaded, 'wheel')} downloaded from PyPI" if downloaded else "no wheel downloaded"
+    markdown = render_markdown(matrix, seconds, pin.release, wheels)
     (args.out / "drift.md").write_text(markdown)
     (args.out / "drift.json").write_text(render_json(matrix, seconds, command))
     render_png(matrix, args.out / "drift.png", f"series pinned at sglang {pin.release}: drift across releases")
     say(markdown)
     say(f"wrote {args.out / 'drift.md'}, drift.json and drift.png")
     return 0
+
+
+def _cached_wheels() -> set[str]:
+    return {p.name for p in (cache_dir() / "wheels").glob("sglang-*.whl")}

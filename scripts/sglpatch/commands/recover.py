@@ -19,7 +19,9 @@ from sglpatch.commands.common import add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
+from sglpatch.plan import dirty_paths
 from sglpatch.target import Target, target_lock
+from sglpatch.write_check import restore_package
 from sglpatch.write_states import INTERRUPTED, WriteState
 
 AS_IT_WAS = "as it was"
@@ -78,6 +80,13 @@ def _recover_checkout(target: Target) -> None:
         return
     branch = record.branch
     if git.current_branch() == branch and git.run("rev-parse", "HEAD") == record.head:
+        unwritten = dirty_paths(target, record.touched or ["python/sglang"])
+        if unwritten:
+            raise FatalError(
+                f"{target.root} is on {branch}, but {', '.join(unwritten[:5])} differ from it (a git checkout that "
+                "could not write, or an edit since); nothing was changed: make the files writable and "
+                "`git checkout -- <files>`, or commit the edit"
+            )
         say(f"nothing to recover: {target.root} is {PATCHED} (branch {branch})")
     else:
         say(f"nothing to recover: the series is applied on branch {branch}, which {target.root} is not on")
@@ -113,7 +122,7 @@ def _recover_package(target: Target, force: bool) -> None:
     if record.state in INTERRUPTED:
         done = "rolled back the interrupted apply" if record.state == WriteState.APPLYING else "finished the revert"
         with write_phase(f"{done}: {root} is {AS_IT_WAS}"):
-            restored = journal.restore(root, force=force)
+            restored = restore_package(target, force=force)
         say(f"recovered {root}: {done} ({len(restored)} files restored byte for byte); it is {AS_IT_WAS}")
         return
     with write_phase(f"{root} is {PATCHED}"):

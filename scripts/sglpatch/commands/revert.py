@@ -11,6 +11,7 @@ from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
 from sglpatch.plan import dirty_paths
 from sglpatch.target import Target, target_lock
+from sglpatch.write_check import package_mismatch, restore_package
 from sglpatch.write_states import INTERRUPTED
 
 
@@ -29,8 +30,12 @@ def run(args) -> int:
                 journal.discard_leftover(target.root)
             say(f"{target.root} was not patched: removed what an interrupted run left in {journal.JOURNAL_DIR}/")
         else:
+            record = journal.read_journal(target.root)
             with write_phase(f"the series is reverted: {target.root} is as it was"):
-                restored = journal.restore(target.root, force=args.force)
+                restored = restore_package(target, force=args.force)
+            wrong = package_mismatch(target.root, record, "before") if record else []
+            if wrong:
+                raise FatalError(f"{target.root / wrong[0]} is not as it was after the revert: check it by hand")
             say(f"reverted {target.root}: restored {len(restored)} files byte for byte")
     return 0
 

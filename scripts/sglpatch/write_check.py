@@ -1,0 +1,92 @@
+"""After a write, check that the target is what the tool believes it is; move a checkout back without git's help.
+
+`git checkout` can exit 0 and still leave files as they were (a read-only work
+tree with a writable .git: "error: unable to unlink old ..."): HEAD and the
+index then say one thing and the files another. Every write to a target is
+followed by a check here, and a mismatch is rolled back or refused, never
+reported as success.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sglpatch import hints, journal
+from sglpatch.errors import FatalError
+from sglpatch.git import blob_id
+from sglpatch.plan import dirty_paths
+from sglpatch.target import Target
+from sglpatch.write_states import WriteState
+
+
+def checkout_mismatch(target: Target, branch: str | None, head: str, touched: list[str]) -> list[str]:
+    """What differs from "on `branch` (None: detached) at `head`, the series' files as committed"; [] if nothing."""
+    git = target.git
+    problems = []
+    if branch is not None and git.current_branch() != branch:
+        problems.append(f"HEAD is on {git.current_branch() or 'a detached commit'}, not {branch}")
+    if git.rev_parse("HEAD") != head:
+        problems.append(f"HEAD is at {git.rev_parse('HEAD') or 'nothing'}, not {head[:12]}")
+    problems += [f"{path} is not as committed" for path in dirty_paths(target, touched)]
+    return problems
+
+
+def package_mismatch(package: Path, record: journal.Journal, expect: str) -> list[str]:
+    """Journaled files of a package folder whose bytes are not as `expect` ("before" or "after")."""
+    wrong = []
+    for entry in record.files:
+        path = package / entry.path
+        now = blob_id(path.read_bytes()) if path.is_file() and not path.is_symlink() else ""
+        if now != getattr(entry, expect):
+            wrong.append(entry.path)
+    return wrong
+
+
+def restore_package(target: Target, force: bool) -> list[str]:
+    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand."""
+    try:
+        return journal.restore(target.root, force=force)
+    except OSError as exc:
+        record = journal.read_journal(target.root)
+        if record is not None and record.state == WriteState.REVERTING:
+            where = f"the revert stopped part-way; make it writable, then run {hints.recover(target.root)}"
+        else:
+            where = f"nothing was changed: {target.root} is as before"
+        raise FatalError(f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); {where}") from None
+
+
+def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -> list[str]:
+    """Point HEAD at `to` (a branch name or a commit) and make the index and the series' files match it,
+    touching nothing else: `git checkout` refuses here, as the work tree and the index disagree.
+    Files that exist only in `away_from` are removed if they hold exactly its bytes. Returns what still differs."""
+    git = target.git
+    if git.rev_parse(f"refs/heads/{to}") is not None:
+        git.run("symbolic-ref", "HEAD", f"refs/heads/{to}")
+        commit = git.run("rev-parse", f"refs/heads/{to}")
+    else:
+        git.run("update-ref", "--no-deref", "HEAD", to)
+        commit = to
+    there = _tree_paths(target, commit, touched)
+    git.try_run("reset", "-q", commit, "--", *touched)
+    if there:
+        git.try_run("checkout", "-q", commit, "--", *there)
+    leaving = _tree_paths(target, away_from, touched) if away_from else {}
+    for path in set(touched) - set(there):
+        local = target.root / path
+        if path in leaving and local.is_file() and not local.is_symlink():
+            if blob_id(local.read_bytes()) == leaving[path]:
+                try:
+                    local.unlink()
+                except OSError:
+                    pass
+    return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
+
+
+def _tree_paths(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
+    """Blob id per path that exists in `commit`."""
+    listed = target.git.run("ls-tree", "-r", "-z", commit, "--", *paths, strip=False)
+    found = {}
+    for entry in filter(None, listed.split("\0")):
+        meta, path = entry.split("\t", 1)
+        found[path] = meta.split()[2]
+    return found

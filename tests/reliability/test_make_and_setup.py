@@ -1,0 +1,237 @@
+"""The Makefile and the set-up, as a new user meets them (issue 16): odd paths, a wrong first Python,
+reports that must not edit committed files, and test dependencies that must be declared."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from sglpatch.project import PROJECT_ROOT
+from testing.fault_harness import tree_state
+
+MAKE = shutil.which("make")
+STAMP = ".venv/.tool-stamp"
+
+
+def make(*args: str, cwd: Path = PROJECT_ROOT, **kwargs) -> subprocess.CompletedProcess:
+    if MAKE is None:
+        pytest.skip("make is not installed")
+    return subprocess.run(
+        [MAKE, "--no-print-directory", "-C", str(cwd), *args], capture_output=True, text=True, **kwargs
+    )
+
+
+# -- item 4: paths with spaces --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_make_apply_and_revert_take_a_path_with_spaces(tmp_path, base_repo, kind):
+    """`make apply SGLANG="/tmp/my sglang/sglang"`: one argument, applied and reverted byte for byte."""
+    root = tmp_path / "my sglang; touch pwned & 'quoted'"  # (a `$` is make's own: users write `$$`)
+    if kind == "checkout":
+        subprocess.run(["git", "clone", "-q", str(base_repo), str(root / "sglang")], check=True)
+        for key, value in (("user.name", "Target User"), ("user.email", "target@example.com")):
+            subprocess.run(["git", "-C", str(root / "sglang"), "config", key, value], check=True)
+    else:
+        shutil.copytree(base_repo / "python" / "sglang", root / "sglang")
+    target = root / "sglang"
+    before = tree_state(target)
+    applied = make("-o", STAMP, "apply", f"SGLANG={target}")
+    assert applied.returncode == 0, applied.stderr
+    assert f"applied 4 patches to {target}" in applied.stdout, applied.stdout
+    assert not (PROJECT_ROOT / "pwned").exists()
+    reverted = make("-o", STAMP, "revert", f"SGLANG={target}")
+    assert reverted.returncode == 0, reverted.stderr
+    assert tree_state(target) == before
+
+
+# -- item 7: a .venv of the wrong Python ------------------------------------------------------
+
+
+@pytest.fixture
+def makefile_copy(tmp_path):
+    """The project's Makefile and pyproject.toml alone in a folder, so .venv there is a throwaway."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(PROJECT_ROOT / name, root / name)
+    return root
+
+
+def fake_python(path: Path, version: str) -> Path:
+    """An interpreter that says it is `version` and fails every version check, as Python 3.10 does."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\n[ "$1" = "--version" ] && echo "Python {version}" && exit 0\necho False\nexit 1\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_a_venv_of_an_old_python_is_removed_and_rebuilt(makefile_copy):
+    venv = makefile_copy / ".venv"
+    fake_python(venv / "bin" / "python", "3.10.12")
+    (venv / "pyvenv.cfg").write_text("version = 3.10.12\n")
+    (venv / ".tool-stamp").write_text("")
+    result = make("-n", "apply", cwd=makefile_copy)
+    assert "was made with a Python older than 3.11" in result.stdout + result.stderr, result
+    assert not venv.exists()
+    assert "-m venv .venv" in result.stdout, result.stdout  # the dry run shows the rebuild
+
+
+def test_an_old_python_is_refused_before_a_venv_is_made(makefile_copy, tmp_path):
+    old = fake_python(tmp_path / "bin" / "python3.10", "3.10.12")
+    result = make(STAMP, f"PYTHON={old}", cwd=makefile_copy)
+    assert result.returncode != 0
+    assert "is not Python 3.11 or newer" in result.stderr and "PYTHON=python3.11" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (makefile_copy / ".venv").exists()
+
+
+def test_distclean_removes_the_venv_and_clean_keeps_it(makefile_copy):
+    (makefile_copy / ".venv" / "bin").mkdir(parents=True)
+    (makefile_copy / ".venv" / "pyvenv.cfg").write_text("")
+    shutil.copy(sys.executable, makefile_copy / ".venv" / "bin" / "python")  # a working 3.11+, kept by the check
+    (makefile_copy / "build").mkdir()
+    assert make("clean", cwd=makefile_copy).returncode == 0
+    assert (makefile_copy / ".venv").exists() and not (makefile_copy / "build").exists()
+    assert make("distclean", cwd=makefile_copy).returncode == 0
+    assert not (makefile_copy / ".venv").exists()
+
+
+# -- item 9: drift writes under build/ unless asked, and says what it downloaded ----------------
+
+
+@pytest.fixture
+def drift_project(tmp_path, monkeypatch, series_dir):
+    root = tmp_path / "project"
+    (root / "docs" / "drift").mkdir(parents=True)
+    (root / "docs" / "drift" / "drift.md").write_text("committed report\n")
+    monkeypatch.setattr("sglpatch.commands.drift.PROJECT_ROOT", root)
+    monkeypatch.setenv("SGLPATCH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    return root
+
+
+def _last_report_line(root: Path) -> str:
+    return (root / "build" / "drift" / "drift.md").read_text().strip().splitlines()[-1]
+
+
+def test_drift_writes_under_build_and_leaves_docs_alone(sglpatch, drift_project, series_dir, wheel_path):
+    shutil.copy(wheel_path, drift_project.parent / "cache" / "wheels" / wheel_path.name)
+    code, out, err = sglpatch("drift", "--releases", "0.5.14", "--patches", series_dir)
+    assert code == 0, err
+    assert (drift_project / "docs" / "drift" / "drift.md").read_text() == "committed report\n"
+    assert sorted(p.name for p in (drift_project / "docs" / "drift").iterdir()) == ["drift.md"]
+    assert "no wheel downloaded" in _last_report_line(drift_project)
+    assert f"wrote {drift_project / 'build' / 'drift' / 'drift.md'}" in out
+
+
+@pytest.mark.network
+def test_drift_says_how_many_wheels_it_downloaded(sglpatch, drift_project, series_dir):
+    code, _, err = sglpatch("drift", "--releases", "0.5.14", "--patches", series_dir)
+    assert code == 0, err
+    assert "1 wheel downloaded from PyPI" in _last_report_line(drift_project), _last_report_line(drift_project)
+
+
+def test_make_drift_writes_docs_only_with_docs_1():
+    recipe = make("-n", "-o", STAMP, "drift")
+    assert recipe.returncode == 0 and "--out docs/drift" not in recipe.stdout, recipe.stdout
+    asked = make("-n", "-o", STAMP, "drift", "DOCS=1")
+    assert "--out docs/drift" in asked.stdout, asked.stdout
+
+
+# -- item 10: what the tests import is declared ---------------------------------------------------
+
+OWN_TEST_MODULES = {
+    "conftest",
+    "testing",
+    "cpu_sglang",
+    "p12_support",
+    "p34_support",
+}  # testing/: the test scaffolding package
+
+
+def _imports(folder: Path) -> set[str]:
+    names = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_package_the_toolkit_tests_import_is_declared():
+    """tests/toolkit, tests/reliability and tests/ci run from `pip install -e '.[test]'` alone (PyYAML was not declared)."""
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    declared |= {canonicalize_name(Requirement(r).name) for r in project["optional-dependencies"]["test"]}
+    providers = importlib.metadata.packages_distributions()
+    missing = {}
+    for folder in ("toolkit", "reliability", "ci"):
+        for name in _imports(PROJECT_ROOT / "tests" / folder):
+            if name in sys.stdlib_module_names or name in OWN_TEST_MODULES or name in ("sglpatch", "__future__"):
+                continue
+            dists = {canonicalize_name(d) for d in providers.get(name, [])}
+            if name == "torch":  # the GPU-bundle driver tests use it when present; it comes from the sglang CPU set
+                continue
+            if not dists & declared:
+                missing[name] = sorted(dists) or ["not installed"]
+    assert not missing, f"imported by the tests but not declared in pyproject.toml: {json.dumps(missing)}"
+
+
+def _pins() -> dict[str, str]:
+    lines = (PROJECT_ROOT / "ci" / "requirements-sglang-cpu.txt").read_text().splitlines()
+    return {
+        canonicalize_name(m.group(1)): m.group(2)
+        for m in map(re.compile(r"([A-Za-z0-9_.-]+)==(\S+)").match, lines)
+        if m
+    }
+
+
+@pytest.mark.network
+def test_cpu_requirements_agree_with_what_torch_from_pypi_requires():
+    """From PyPI alone torch 2.13.0 (Linux x86_64, CPython 3.11) requires triton==3.7.1: the set pinned 3.6.0,
+    which resolved only beside this machine's local CPU torch (issue 16 item 6). Reads the wheel's metadata
+    (PEP 658, a few KB) instead of downloading GBs; the full pip resolution is in the README."""
+    pins = _pins()
+    assert "torchvision" not in pins and pins["transformers"] == "5.8.1"  # cpu-testing.md traps
+    page = urllib.request.urlopen("https://pypi.org/simple/torch/", timeout=60).read().decode()
+    wheel = f"torch-{pins['torch']}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    [url] = {m.split("#")[0] for m in re.findall(r'href="([^"]*/' + re.escape(wheel) + r'[^"]*)"', page)}
+    metadata = urllib.request.urlopen(url + ".metadata", timeout=60).read().decode()
+    env = {"platform_system": "Linux", "sys_platform": "linux", "python_version": "3.11", "extra": ""}
+    exact = {}
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist: "):
+            req = Requirement(line.removeprefix("Requires-Dist: "))
+            if (req.marker is None or req.marker.evaluate(env)) and len(req.specifier) == 1:
+                spec = next(iter(req.specifier))
+                if spec.operator == "==":
+                    exact[canonicalize_name(req.name)] = spec.version
+    assert exact.get("triton"), exact
+    clashes = {name: (version, pins[name]) for name, version in exact.items() if name in pins and pins[name] != version}
+    assert not clashes, f"torch {pins['torch']} from PyPI requires (name: (torch wants, we pin)): {clashes}"
+
+
+def test_torch_index_installs_a_cpu_torch_first():
+    recipe = make("-n", "-B", "-o", STAMP, ".venv/.sglang-cpu-stamp", "TORCH_INDEX=https://example.invalid/whl/cpu")
+    assert recipe.returncode == 0, recipe.stderr
+    lines = recipe.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if "--index-url 'https://example.invalid/whl/cpu'" in line)
+    rest = next(i for i, line in enumerate(lines) if "-r ci/requirements-sglang-cpu.txt" in line)
+    assert first < rest and "grep '^torch=='" in lines[first], recipe.stdout
+    plain = make("-n", "-B", "-o", STAMP, ".venv/.sglang-cpu-stamp")
+    assert "--index-url" not in plain.stdout and "2.7 GB" in plain.stdout, plain.stdout
