@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -40,6 +41,30 @@ def test_second_run_is_a_no_op(sglpatch, project):
     code, out, err = sglpatch("apply")
     assert code == 0 and out.startswith("already applied")
     assert Git(project / "build" / "sglang").run("rev-parse", "HEAD") == head
+
+
+def test_an_earlier_series_on_the_default_base_is_taken_out_first(sglpatch, project, project_pin):
+    """After patches/ changes (a pull, an export), `make apply` and `make test` must not refuse their own base."""
+    assert sglpatch("apply")[0] == 0
+    base = Git(project / "build" / "sglang")
+    second = project / "patches" / sorted(p.name for p in (project / "patches").glob("0002-*.patch"))[0]
+    text = second.read_text()
+    assert "# test series: second patch" in text
+    second.write_text(text.replace("# test series: second patch", "# test series: second patch, revised"))
+    sums = project / "patches" / "SHA256SUMS"
+    digest = hashlib.sha256(second.read_bytes()).hexdigest()
+    sums.write_text(
+        "".join(
+            f"{digest}  {second.name}\n" if line.endswith(second.name) else line + "\n"
+            for line in sums.read_text().splitlines()
+        )
+    )
+    code, out, err = sglpatch("apply")
+    assert code == 0, err
+    assert "carries an earlier version of the series: taking it out first" in out
+    assert "second patch, revised" in (project / "build" / "sglang" / "python/sglang/global_config.py").read_text()
+    assert base.run("rev-list", "--count", "v0.5.14..HEAD") == "2"
+    assert sglpatch("apply")[1].startswith("already applied")
 
 
 def test_the_base_commit_is_the_same_on_every_machine(sglpatch, project, base_repo):

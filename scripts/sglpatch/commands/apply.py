@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from sglpatch import hints, journal
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
+from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, read_state, write_state
+from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
@@ -13,9 +14,11 @@ from sglpatch.git import GitFailed
 from sglpatch.interrupted import refuse_interrupted
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
-from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, make_plan
+from sglpatch.pin import Pin
+from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
 from sglpatch.project import default_base_dir
-from sglpatch.target import target_lock
+from sglpatch.series import Series
+from sglpatch.target import Target, target_lock
 from sglpatch.write_check import checkout_mismatch, move_checkout, package_mismatch
 from sglpatch.write_states import WriteState
 
@@ -42,6 +45,8 @@ def run(args) -> int:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with guarded("apply", str(target.root)), target_lock(target):
         refuse_interrupted(target)
+        if args.sglang is None:
+            _take_out_an_earlier_series(target, series, pin)
         with make_plan(target, series, pin, three_way=args.three_way) as plan:
             if plan.all_applied:
                 say(f"already applied: all {len(plan.states)} patches are in {target.describe()}")
@@ -80,6 +85,26 @@ def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None
         )
     if plan.conflicts:
         raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
+
+
+def _take_out_an_earlier_series(target: Target, series: Series, pin: Pin) -> None:
+    """build/sglang is the tool's own: a series applied there before patches/ changed is taken out first."""
+    record = read_state(target)
+    if record is None:
+        return
+    with make_plan(target, series, pin) as plan:
+        if plan.all_applied:
+            return
+    git = target.git
+    edited = dirty_paths(target, record.touched or ["python/sglang"])
+    if git.current_branch() != record.branch or git.run("rev-parse", "HEAD") != record.head or edited:
+        raise FatalError(
+            f"{target.root} carries an earlier version of the series and changes of its own; "
+            "run `make clean` (it only removes build/), then `make apply`"
+        )
+    say(f"{target.root} carries an earlier version of the series: taking it out first")
+    with write_phase(f"the earlier series is out: {target.root} is at the pin"):
+        say(undo_checkout(target, record))
 
 
 def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
