@@ -148,14 +148,8 @@ def _indexer_step_table(data: dict, source: str) -> list[str]:
         f"context {longest // 1024}k; per-token is v0.5.14's SM90 path (`SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1`), "
         "chosen is the layout the patched code picked for that CUDA-graph batch size.",
         "",
-        "| next_n | lengths | B | per-token us | chosen layout | chosen us | speedup |",
-        "|---|---|---|---|---|---|---|",
+        *_speed_rows(rows, layout_key="layout"),
     ]
-    for r in sorted(rows, key=lambda r: (r["next_n"], r["lengths"], r["batch_size"])):
-        lines.append(
-            f"| {r['next_n']} | {r['lengths']} | {r['batch_size']} | {r['per_token_us']:.1f} | "
-            f"{r['layout']} | {r['chosen_us']:.1f} | {r['speedup']:.2f}x |"
-        )
     if data.get("command"):
         lines += ["", f"Command: `{data['command']}` (results: `{source}`)"]
     return lines
@@ -169,17 +163,24 @@ def _kernel_table(data: dict, source: str) -> list[str]:
         "CUDA-graph replays; per-token is upstream's SM90 path, chosen is the layout this PR selects "
         f"(per-token below batch {data.get('min_batch_size', '?')}).",
         "",
+        *_speed_rows(rows, layout_key="chosen_layout"),
+    ]
+    command = data.get("commands", {}).get("bench") or data.get("command")
+    if command:
+        lines += ["", f"Command: `{command}` (results: `{source}`)"]
+    return lines
+
+
+def _speed_rows(rows: list[dict], layout_key: str) -> list[str]:
+    lines = [
         "| next_n | lengths | B | per-token us | chosen layout | chosen us | speedup |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["next_n"], r["lengths"], r["batch_size"])):
         lines.append(
             f"| {r['next_n']} | {r['lengths']} | {r['batch_size']} | {r['per_token_us']:.1f} | "
-            f"{r['chosen_layout']} | {r['chosen_us']:.1f} | {r['speedup']:.2f}x |"
+            f"{r[layout_key]} | {r['chosen_us']:.1f} | {r['speedup']:.2f}x |"
         )
-    command = data.get("commands", {}).get("bench") or data.get("command")
-    if command:
-        lines += ["", f"Command: `{command}` (results: `{source}`)"]
     return lines
 
 

@@ -545,12 +545,18 @@ def test_graphs_captured_with_and_without_seed(monkeypatch):
     assert decoder.indexer_calls == 2
 
 
-def test_graph_replay_without_seed_computes_step_0(monkeypatch):
+def _captured_bs4_runner(monkeypatch):
+    """A runner with the bs=4 draft loops captured; the decoder's record starts empty."""
     sup.ensure_global_server_args()
     worker, decoder = _graph_worker()
     runner = _graph_runner(max_bs=4, capture_bs=[4])
     _capture(monkeypatch, runner, worker, [4])
     decoder.prev_seen.clear()
+    return runner, decoder
+
+
+def test_graph_replay_without_seed_computes_step_0(monkeypatch):
+    runner, decoder = _captured_bs4_runner(monkeypatch)
     calls = decoder.indexer_calls
 
     key = _replay(runner, 3, None)  # padded to the bs=4 graphs
@@ -562,11 +568,7 @@ def test_graph_replay_without_seed_computes_step_0(monkeypatch):
 
 
 def test_graph_replay_with_seed_uses_it(monkeypatch):
-    sup.ensure_global_server_args()
-    worker, decoder = _graph_worker()
-    runner = _graph_runner(max_bs=4, capture_bs=[4])
-    _capture(monkeypatch, runner, worker, [4])
-    decoder.prev_seen.clear()
+    runner, decoder = _captured_bs4_runner(monkeypatch)
     calls = decoder.indexer_calls
 
     key = _replay(runner, 3, sup.seed_rows(3, base=40))
