@@ -112,8 +112,10 @@ dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then
 rerun: $(VENV)/.tool-stamp ## per PR group: the /rerun-test (and /tag-run-ci-label) comment lines for the upstream tests it affects, and the local commands
 	$(SGLPATCH) rerun $(TARGET_ARG)
 
-bench: $(VENV)/.tool-stamp ## print timings: apply on the pinned base vs plain git am; on a GPU the paged-MQA kernel layouts and the whole indexer step (sglang's code)
+bench: $(VENV)/.sglang-cpu-stamp ## print timings: apply vs plain git am; the SM90 layout rule over the H200 grid; on a GPU the paged-MQA kernel layouts and the whole indexer step (sglang's code)
 	$(PY) bench/apply_time.py
+	$(SGLPATCH) apply
+	$(PY) bench/layout_rule.py
 	@if $(PY) -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
 		$(PY) bench/paged_mqa.py && $(PY) bench/indexer_step.py --grid full; else echo "bench/paged_mqa.py, bench/indexer_step.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json, docs/results/indexer_h200.json"; fi
 
