@@ -20,6 +20,7 @@
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/ci/gpu_box.sh"
 INVOCATION="bash ci/run_dsa_kit.sh $*"
 BUNDLE="$REPO/.gpu-bundle"
 PATCHES=none
@@ -54,16 +55,7 @@ say "nvcc: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -1 || echo missi
 
 # 1. unpack the bundle ------------------------------------------------------------------
 rm -rf "$WORK" && mkdir -p "$WORK"
-for a in deps sgl-kernel sglang; do
-  [ -f "$BUNDLE/$a.tar.xz" ] || { echo "missing $BUNDLE/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
-done
-"$PY" - "$BUNDLE" "$WORK" <<'EOF' || exit 3
-import sys, tarfile
-bundle, work = sys.argv[1], sys.argv[2]
-for name in ("deps", "sgl-kernel", "sglang"):
-    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
-        t.extractall(work, filter="data")
-EOF
+unpack_bundle "$BUNDLE" "$WORK"
 say "unpacked bundle into $WORK ($(du -sh "$WORK" | cut -f1))"
 
 # 2. patch series -----------------------------------------------------------------------
@@ -71,18 +63,7 @@ say "unpacked bundle into $WORK ($(du -sh "$WORK" | cut -f1))"
   || { echo "patch series did not apply" >&2; exit 4; }
 
 # 3. environment --------------------------------------------------------------------------
-export PYTHONPATH="$WORK/pkgs:$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-export PYTHONDONTWRITEBYTECODE=1
-JIT="$WORK/jit"
-export DG_JIT_CACHE_DIR="$JIT/deep_gemm"
-export TRITON_CACHE_DIR="$JIT/triton"
-export TORCHINDUCTOR_CACHE_DIR="$JIT/inductor"
-export XDG_CACHE_HOME="$JIT/xdg"
-mkdir -p "$JIT"
-if [ -f "$BUNDLE/jit-cache.tar.gz" ]; then
-  tar -xzf "$BUNDLE/jit-cache.tar.gz" -C "$WORK" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
-fi
+use_bundle_env "$BUNDLE" "$WORK"
 "$PY" - <<'EOF' || SMOKE_FAILED=1
 import importlib, time, traceback
 t = time.time()

@@ -16,6 +16,7 @@
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/ci/gpu_box.sh"
 export SGLPATCH_RUN_COMMAND="bash ci/run_indexer_gpu.sh $*"
 BUNDLE="$REPO/.gpu-bundle"
 PATCHES="$REPO/patches/series"
@@ -44,16 +45,7 @@ export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 
 # 1. unpack: site/ (deps), pkgs/ (sgl_kernel, triton_kernels), trees/{pristine,patched}/sglang
 rm -rf "$WORK" && mkdir -p "$WORK/trees/pristine" "$WORK/trees/patched"
-for a in deps sgl-kernel sglang; do
-  [ -f "$BUNDLE/$a.tar.xz" ] || { echo "missing $BUNDLE/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
-done
-"$PY" - "$BUNDLE" "$WORK" <<'EOF' || exit 3
-import sys, tarfile
-bundle, work = sys.argv[1], sys.argv[2]
-for name in ("deps", "sgl-kernel", "sglang"):
-    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
-        t.extractall(work, filter="data")
-EOF
+unpack_bundle "$BUNDLE" "$WORK"
 mv "$WORK/pkgs/sglang" "$WORK/trees/pristine/sglang"
 cp -a "$WORK/trees/pristine/sglang" "$WORK/trees/patched/sglang"
 say "unpacked into $WORK"
@@ -65,15 +57,7 @@ grep -q paged_mqa_layout "$WORK/trees/patched/sglang/srt/layers/attention/dsa_ba
   || { echo "series reported applied but dsa_backend.py has no paged_mqa_layout" >&2; exit 4; }
 
 # 3. environment
-export PYTHONPATH="$WORK/pkgs:$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-JIT="$WORK/jit"
-export DG_JIT_CACHE_DIR="$JIT/deep_gemm" TRITON_CACHE_DIR="$JIT/triton"
-export TORCHINDUCTOR_CACHE_DIR="$JIT/inductor" XDG_CACHE_HOME="$JIT/xdg"
-mkdir -p "$JIT"
-if [ -f "$BUNDLE/jit-cache.tar.gz" ]; then
-  tar -xzf "$BUNDLE/jit-cache.tar.gz" -C "$WORK" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
-fi
+use_bundle_env "$BUNDLE" "$WORK"
 export SGLPATCH_SGLANG_TREE="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE="$WORK/trees/pristine"
 export SGLPATCH_INDEXER_GRID="$GRID"
 export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_h200.json"

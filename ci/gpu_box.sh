@@ -1,0 +1,33 @@
+# Sourced by ci/run_dsa_kit.sh and ci/run_indexer_gpu.sh on the GPU box: the bundle's
+# unpacking and the environment (import path, JIT caches) both runners need.
+# Expects PY (a python) and a `say` function to be defined by the caller.
+
+# unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing)
+unpack_bundle() {
+  local bundle="$1" work="$2" a
+  for a in deps sgl-kernel sglang; do
+    [ -f "$bundle/$a.tar.xz" ] || { echo "missing $bundle/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
+  done
+  "$PY" - "$bundle" "$work" <<'PYEOF' || exit 3
+import sys, tarfile
+bundle, work = sys.argv[1], sys.argv[2]
+for name in ("deps", "sgl-kernel", "sglang"):
+    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
+        t.extractall(work, filter="data")
+PYEOF
+}
+
+# use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under WORK/jit,
+# restored from BUNDLE/jit-cache.tar.gz when an earlier run saved one. Sets JIT.
+use_bundle_env() {
+  local bundle="$1" work="$2"
+  export PYTHONPATH="$work/pkgs:$work/site${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+  JIT="$work/jit"
+  export DG_JIT_CACHE_DIR="$JIT/deep_gemm" TRITON_CACHE_DIR="$JIT/triton"
+  export TORCHINDUCTOR_CACHE_DIR="$JIT/inductor" XDG_CACHE_HOME="$JIT/xdg"
+  mkdir -p "$JIT"
+  if [ -f "$bundle/jit-cache.tar.gz" ]; then
+    tar -xzf "$bundle/jit-cache.tar.gz" -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+  fi
+}
