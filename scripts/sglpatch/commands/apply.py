@@ -45,9 +45,7 @@ def run(args) -> int:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with guarded("apply", str(target.root)), target_lock(target):
         refuse_interrupted(target)
-        if args.sglang is None:
-            _take_out_an_earlier_series(target, series, pin)
-        with make_plan(target, series, pin, three_way=args.three_way) as plan:
+        with _plan(target, series, pin, args) as plan:
             if plan.all_applied:
                 say(f"already applied: all {len(plan.states)} patches are in {target.describe()}")
                 return 0
@@ -87,14 +85,19 @@ def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None
         raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
 
 
-def _take_out_an_earlier_series(target: Target, series: Series, pin: Pin) -> None:
-    """build/sglang is the tool's own: a series applied there before patches/ changed is taken out first."""
+def _plan(target: Target, series: Series, pin: Pin, args) -> ApplyPlan:
+    """The apply plan; on the default base a series applied before patches/ changed is taken out first."""
+    plan = make_plan(target, series, pin, three_way=args.three_way)
+    if plan.all_applied or args.sglang is not None or read_state(target) is None:
+        return plan
+    plan.close()
+    _take_out_an_earlier_series(target)
+    return make_plan(target, series, pin, three_way=args.three_way)
+
+
+def _take_out_an_earlier_series(target: Target) -> None:
+    """build/sglang is the tool's own: revert the series recorded there, unless it has changes of its own."""
     record = read_state(target)
-    if record is None:
-        return
-    with make_plan(target, series, pin) as plan:
-        if plan.all_applied:
-            return
     git = target.git
     edited = dirty_paths(target, record.touched or ["python/sglang"])
     if git.current_branch() != record.branch or git.run("rev-parse", "HEAD") != record.head or edited:
