@@ -114,7 +114,7 @@ def accuracy_section(group: Group, project: Path) -> list[str]:
             lines += ["Not passed: " + "; ".join(others), ""]
         if summary.get("command"):
             lines += [f"Command: `{summary['command']}`", ""]
-    tests_named = sorted({t.strip() for p in group.patches for t in (p.trailer("tests") or "").split(",") if t.strip()})
+    tests_named = sorted({t for p in group.patches for t in p.tests})
     if tests_named:
         lines += ["Tests of this change: " + ", ".join(f"`{t}`" for t in tests_named)]
     return lines or ["No GPU CI summary is recorded for this group yet."]

@@ -78,6 +78,11 @@ class Patch:
     def trailer(self, key: str) -> str | None:
         return self.trailers.get(key.lower())
 
+    @property
+    def tests(self) -> list[str]:
+        """The test files its `Tests:` trailer names, in order."""
+        return [t.strip() for t in (self.trailer("tests") or "").split(",") if t.strip()]
+
     def hunk_at(self, path: str, old_line: int) -> Hunk | None:
         for diff in self.files:
             if path in (diff.old_path, diff.new_path):

@@ -84,7 +84,7 @@ def _check_patch(prefix: list[Patch], without: Path, with_patch: Path) -> int:
 
 
 def _cpu_tests(patch: Patch) -> list[str]:
-    return [t.strip() for t in (patch.trailer("tests") or "").split(",") if t.strip().startswith("tests/patched/")]
+    return [t for t in patch.tests if t.startswith("tests/patched/")]
 
 
 def _pytest(tests: list[str], tree: Path) -> tuple[int, str]:
