@@ -85,17 +85,30 @@ test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at e
 	$(SET_TMP_ASIDE)
 	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 
-test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
+# Each line but the default one has its CPU tests in tests/patched_<line>/, run in a pytest process of its own
+# (two sglang versions cannot share one): `sglpatch lines --test-folders` prints "<line> <folder>" for each.
+APPLY_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
+	echo "$$lines" | while read -r line folder; do [ -z "$$line" ] || $(SGLPATCH) apply --line "$$line" || exit 2; done
+TEST_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
+	echo "$$lines" | while read -r line folder; do [ -z "$$line" ] && continue; \
+	echo "make: line $$line: $$folder in a pytest process of its own"; \
+	$(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))-"$$line" $(1) "$$folder" || exit 1; done
+
+test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules; each line's own tests in its own process)
 	$(SGLPATCH) apply
+	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
+	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
 	PIP_NO_INDEX=1 $(SGLPATCH) apply
+	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
 	$(SGLPATCH) check $(LINE_ARG)
