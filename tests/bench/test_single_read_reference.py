@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-
-from bench import single_read_kernel as sk  # noqa: E402
+from bench import single_read_kernel as sk
 
 
 def _pool(pages, gen):
