@@ -71,7 +71,7 @@ status: $(VENV)/.tool-stamp ## per patch: applied / applies cleanly / conflicts,
 rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
 	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,--onto $(call q,$(ONTO)))) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
 
-drift: $(VENV)/.tool-stamp ## patch x release table (markdown + png in build/drift; DOCS=1: update docs/drift); RELEASES=a,b,c (default: every release since the pin)
+drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
 	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
 
 pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in build/pr, gh commands; FORK=remote-or-url, SUBMIT=1 to push and open

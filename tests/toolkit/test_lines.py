@@ -24,6 +24,7 @@ from sglpatch.wheels import fetch_wheel, file_sha256
 from testing.sglang_trees import SECOND, fingerprint, make_series
 
 PROJECT_LINES = all_lines(PROJECT_ROOT / "patches")
+NEEDS_0516 = pytest.mark.network  # the 0.5.16 wheel, unless cached
 
 
 @pytest.fixture(scope="session")
@@ -148,6 +149,7 @@ def test_a_version_matches_the_line_of_its_release(tmp_path, version, expected):
     assert [line.name for line in all_lines(root)] == ["v0.5.14", "v0.5.23"]
 
 
+@NEEDS_0516
 def test_apply_picks_the_line_matching_each_target(sglpatch, project, package, tmp_path):
     code, out, err = sglpatch("apply", "--sglang", package)
     assert code == 0, err
@@ -165,6 +167,7 @@ def test_apply_picks_the_line_matching_each_target(sglpatch, project, package, t
     assert Git(checkout).rev_parse("refs/heads/sglpatch/v0.5.16") is None
 
 
+@NEEDS_0516
 def test_no_matching_line_is_refused_in_one_line_and_the_tree_is_untouched(sglpatch, project, package):
     _set_version(package, "0.5.17")
     before = fingerprint(package)
@@ -175,6 +178,7 @@ def test_no_matching_line_is_refused_in_one_line_and_the_tree_is_untouched(sglpa
     assert fingerprint(package) == before
 
 
+@NEEDS_0516
 def test_line_overrides_the_version(sglpatch, project, package):
     _set_version(package, "0.5.17")
     code, out, err = sglpatch("apply", "--sglang", package, "--line", "v0.5.14")
@@ -184,12 +188,14 @@ def test_line_overrides_the_version(sglpatch, project, package):
     assert code == 2 and "no series line 'v0.9.0'; the lines are: v0.5.14, v0.5.16" in err
 
 
+@NEEDS_0516
 def test_a_post_release_package_takes_its_release_line(sglpatch, project, package):
     _set_version(package, "0.5.14.post1")
     code, out, err = sglpatch("apply", "--sglang", package)
     assert code == 0 and "line v0.5.14" in out, err
 
 
+@NEEDS_0516
 def test_a_development_checkout_goes_by_its_nearest_release_tag(sglpatch, project, checkout):
     """setuptools-scm names a commit after v0.5.14 `0.5.15.devN`: the tag it grew from picks the line."""
     _set_version(checkout / "python" / "sglang", "0.5.15.dev2+g0123abc")
@@ -198,6 +204,7 @@ def test_a_development_checkout_goes_by_its_nearest_release_tag(sglpatch, projec
     assert code == 0 and "line v0.5.14" in out, err
 
 
+@NEEDS_0516
 def test_a_package_that_names_no_version_is_refused(sglpatch, project, package):
     (package / "_version.py").unlink()
     before = fingerprint(package)
@@ -206,6 +213,7 @@ def test_a_package_that_names_no_version_is_refused(sglpatch, project, package):
     assert fingerprint(package) == before
 
 
+@NEEDS_0516
 def test_line_without_a_target_builds_that_lines_default_base(sglpatch, project):
     code, out, err = sglpatch("apply", "--line", "v0.5.16")
     assert code == 0, err
@@ -223,6 +231,7 @@ def test_line_without_a_target_builds_that_lines_default_base(sglpatch, project)
     assert Git(project / "build" / "sglang").run("rev-list", "--count", "v0.5.14..HEAD") == "2"
 
 
+@NEEDS_0516
 def test_a_line_whose_pin_names_another_tag_is_refused(sglpatch, project):
     pin_path = project / "patches" / "v0.5.16" / "pin.json"
     pin = json.loads(pin_path.read_text())
@@ -231,3 +240,23 @@ def test_a_line_whose_pin_names_another_tag_is_refused(sglpatch, project):
     code, _, err = sglpatch("apply", "--line", "v0.5.16")
     assert code == 2 and "pins v0.5.15, but a line's folder is named after its pin's tag" in err
     assert not (project / "build").exists()
+
+
+@NEEDS_0516
+def test_drift_shows_each_line_against_the_releases_from_its_base_on(sglpatch, project, tmp_path):
+    code, out, err = sglpatch("drift", "--releases", "0.5.14,0.5.16", "--out", tmp_path / "drift")
+    assert code == 0, err
+    older = json.loads((tmp_path / "drift" / "v0.5.14" / "drift.json").read_text())["releases"]
+    newer = json.loads((tmp_path / "drift" / "v0.5.16" / "drift.json").read_text())["releases"]
+    assert list(older) == ["0.5.14", "0.5.16"] and list(newer) == ["0.5.16"]
+    assert [cell["outcome"] for cell in newer["0.5.16"].values()] == ["clean"]
+    assert "== line v0.5.14" in out and "== line v0.5.16" in out
+
+
+@NEEDS_0516
+def test_make_test_finds_each_lines_own_tests_folder(sglpatch, project):
+    (project / "tests" / "patched_v0_5_16").mkdir(parents=True)
+    code, out, err = sglpatch("lines", "--test-folders")
+    assert code == 0 and out == "v0.5.16 tests/patched_v0_5_16\n", err
+    code, out, err = sglpatch("lines")
+    assert "v0.5.14 (default): 2 patches" in out and "default base: build/sglang-v0.5.16" in out, err
