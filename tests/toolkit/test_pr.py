@@ -226,11 +226,17 @@ def test_pr_builds_the_lines_default_base_when_missing(sglpatch, line_project, t
 
 def test_no_pr_for_a_patch_the_line_records_as_upstream(sglpatch, line_project, checkout, tmp_path):
     first = next(p.name for p in line_project.glob("0001-*.patch"))
-    record = {"patch": first, "upstream_pr": 27166, "release": "0.5.15", "now_in": "v0.5.15", "note": "merged"}
+    record = {
+        "patch": first,
+        "upstream_pr": 27166,
+        "release": "0.5.15",
+        "now_in": ["python/sglang/global_config.py"],
+        "note": "merged",
+    }
     (line_project / "upstream.json").write_text(json.dumps([record]))
     code, out, err = sglpatch("pr", "--sglang", checkout, "--out", tmp_path / "bodies")
     assert code == 0, err
-    assert f"base-group: no PR: {first} is upstream (#27166) in v0.5.15, as upstream.json records" in out
+    assert f"base-group: no PR: {first} is upstream (#27166) since sglang 0.5.15, as upstream.json records" in out
     assert "stacked-group: no PR: it stacks on base-group, left out" in out
     assert Git(checkout).run("for-each-ref", "refs/heads/sglpatch-pr/") == ""
     assert not (tmp_path / "bodies" / "base-group.md").exists()

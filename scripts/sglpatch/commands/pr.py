@@ -111,9 +111,9 @@ def _not_upstream(groups: list[Group], config: dict, line: Line | None, git: Git
 
 def _upstream_why(patch: Patch, recorded: dict, git: Git, onto: str) -> str | None:
     if record := recorded.get(_title_of(patch.name)):
-        where = record.get("now_in") or record.get("release") or "upstream"
         pr_number = f" (#{record['upstream_pr']})" if record.get("upstream_pr") else ""
-        return f"{patch.name} is upstream{pr_number} in {where}, as upstream.json records"
+        since = f" since sglang {record['release']}" if record.get("release") else ""
+        return f"{patch.name} is upstream{pr_number}{since}, as upstream.json records"
     with tempfile.TemporaryDirectory(prefix="sglpatch-pr-") as scratch:  # never the checkout's own index
         why = upstream_reason(git.with_env(GIT_INDEX_FILE=str(Path(scratch) / "index")), onto, patch)
     if why:
