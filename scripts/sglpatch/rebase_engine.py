@@ -30,7 +30,7 @@ from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
-from sglpatch.rebase_store import REPLAYING, SERIES_REF, Stop, StopKind, save, stop_of
+from sglpatch.rebase_store import REPLAYING, SERIES_REF, Stop, StopKind, save, series_out_dir, stop_of
 from sglpatch.releases import release_commit, release_date, release_of
 from sglpatch.replay import Landing, land, series_commits
 from sglpatch.series import Series, load_series
@@ -61,6 +61,7 @@ class Request:
     report_dir: Path
     drop_upstreamed: bool
     check_imports: bool
+    lines_root: Path | None = None  # the source is a line: write the result as the line patches/v<release>/
 
 
 @contextmanager
@@ -124,11 +125,12 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     if git.run("status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
     onto, release = _resolve_onto(git, request.onto, request.release)
+    patch_dir = request.patch_dir.resolve()
+    out_dir = _new_line_dir(request, release, patch_dir)
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
     commits = series_commits(git, base, series.patches)
     head = git.run("rev-parse", "HEAD")
     backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
-    patch_dir = request.patch_dir.resolve()
     state = {
         "phase": REPLAYING,
         "original": git.current_branch() or head,
@@ -144,6 +146,8 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
         "drop_upstreamed": request.drop_upstreamed,
         "check_imports": request.check_imports,
         "series_digest": series_digest(patch_dir),
+        "out_dir": str(out_dir),
+        "out_digest": series_digest(out_dir),
         "patches": [patch.name for patch in series.patches],
         "commits": commits.commits,
         "next": 0,
@@ -169,6 +173,19 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             return _replay(target, folder, state, series)
     finally:
         commits.workspace.close()
+
+
+def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Path:
+    """A line's rebase writes a new line, patches/v<release>/, and leaves its own folder as it is."""
+    if request.lines_root is None or release is None:
+        return patch_dir
+    out_dir = (request.lines_root / f"v{release}").resolve()
+    if out_dir.exists():
+        raise FatalError(
+            f"{out_dir} already holds a series line; a rebase writes the line for its new base, so move that "
+            "folder away first (or rebase with --patches DIR to rewrite a folder in place); nothing was changed"
+        )
+    return out_dir
 
 
 def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | None]:
@@ -359,8 +376,11 @@ def _finish(target: Target, folder: Path, state: dict, series: Series) -> int:
     with write_phase(f"the rebase is finished: {target.root} is fully patched (branch {branch})"):
         rebase_settle.install(target, folder, state)
     say(f"rebased onto {state['onto_name']}: branch {branch}, {kept} of {len(series.patches)} patches kept")
-    patch_dir = state["patch_dir"]
-    if files:
+    patch_dir, out_dir = state["patch_dir"], series_out_dir(state)
+    if files and str(out_dir) != patch_dir:
+        say(f"wrote the line {out_dir} against sglang {state['release']} ({patch_dir} is as it was)")
+        say(f"  range-diff for review: {report[0]}; add its pr-groups.json (and upstream.json) by hand")
+    elif files:
         say(f"rewrote {patch_dir} against sglang {state['release']}; range-diff for review: {report[0]}")
     elif report:
         say(f"every patch is upstream at {state['release']}: {patch_dir} left as it was; range-diff: {report[0]}")

@@ -20,7 +20,15 @@ from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.rebase_store import INSTALLING, SERIES_REF, STAGED_REPORT, STAGED_SERIES, remove_state_folder, save
+from sglpatch.rebase_store import (
+    INSTALLING,
+    SERIES_REF,
+    STAGED_REPORT,
+    STAGED_SERIES,
+    remove_state_folder,
+    save,
+    series_out_dir,
+)
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_digest import folder_digest, folder_files, series_digest
 from sglpatch.series_writer import write_series_files
@@ -89,7 +97,7 @@ def stage(
         fsync_dir(made)
     state["install"] = {
         "files": list(series_files),
-        "series_digest": folder_digest(_after_install(Path(state["patch_dir"]), series_files)),
+        "series_digest": folder_digest(_after_install(series_out_dir(state), series_files)),
         "report": report[0] if report else None,
         "record": record.to_json(),
     }
@@ -109,10 +117,11 @@ def _after_install(patch_dir: Path, series_files: dict[str, bytes]) -> dict[str,
 def install(target: Target, folder: Path, state: dict) -> None:
     """Put the staged result in place: branch, series folder, range-diff, checkout record. Safe to rerun."""
     git, plan = target.git, state["install"]
-    patch_dir = Path(state["patch_dir"])
+    patch_dir = series_out_dir(state)
     _refuse_moved_head(git, plan["record"])
     if plan["files"] and not (patch_dir / REWRITE_MARKER).exists():
-        _refuse_changed_series(patch_dir, (state["series_digest"], plan.get("series_digest")))
+        _refuse_changed_series(patch_dir, (state.get("out_digest", state["series_digest"]), plan.get("series_digest")))
+        patch_dir.mkdir(parents=True, exist_ok=True)  # a new line's folder
         (patch_dir / REWRITE_MARKER).write_text(f"{target.root}\n")
         fault_point("rebase install: series folder marked")
     branch = plan["record"]["branch"]

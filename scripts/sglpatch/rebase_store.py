@@ -135,6 +135,11 @@ _REQUIRED_TO_GO_ON = {
 }
 
 
+def series_out_dir(state: dict) -> Path:
+    """Where the rebased series is written: a new line's folder (`out_dir`), else the source folder itself."""
+    return Path(state.get("out_dir") or state["patch_dir"])
+
+
 def _check_shape(state) -> None:
     """Raise ValueError unless `state` has what rolling back (and, once installing, finishing) reads."""
     if not isinstance(state, dict):

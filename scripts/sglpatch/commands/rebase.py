@@ -52,5 +52,6 @@ def run(args) -> int:
             report_dir=args.report_dir,
             drop_upstreamed=args.drop_upstreamed,
             check_imports=args.check_imports,
+            lines_root=line.directory.parent if line else None,
         )
         return rebase_engine.start(target, folder, request, series, pin)
