@@ -38,7 +38,7 @@ endif
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help apply revert status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
+.PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -65,7 +65,10 @@ apply: $(VENV)/.tool-stamp ## apply the line matching SGLANG=PATH (a checkout or
 revert: $(VENV)/.tool-stamp ## take the series back out of SGLANG=PATH (every byte restored)
 	$(SGLPATCH) revert $(TARGET_ARG)
 
-status: $(VENV)/.tool-stamp ## per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
+lines: $(VENV)/.tool-stamp ## list the series lines (patches/<tag>/): patches, default base, CPU tests folder, patches upstream
+	$(SGLPATCH) lines
+
+status: $(VENV)/.tool-stamp ## names the line; per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
 	$(SGLPATCH) status $(TARGET_ARG)
 
 rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
