@@ -20,7 +20,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-
 from sglang.srt.layers.attention import dsa_backend
 from sglang.srt.layers.attention.dsa.dsa_topk_backend import TopkTransformMethod
 from sglang.srt.layers.attention.index_topk_share import IndexTopKShareState
