@@ -322,13 +322,14 @@ KERNEL_CHECK = r"""
 import importlib.util, json, math, sys
 import torch
 
-path, heads, dim, page = sys.argv[1], *map(int, sys.argv[2:5])
+path, heads, dim, page, max_pages, num_sms = sys.argv[1], *map(int, sys.argv[2:7])
 spec = importlib.util.spec_from_file_location("single_read", path)
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 
 gen = torch.Generator().manual_seed(heads + dim)
-bs, next_n, num_pages, max_pages = 3, 3, 14, 4
+bs, next_n = 3, 3
+num_pages = bs * max_pages + 2
 keys = torch.randn((num_pages, page, dim), generator=gen).to(torch.float8_e4m3fn)
 scales = torch.rand((num_pages, page), generator=gen) + 0.5
 kv = torch.empty((num_pages, page * (dim + 4)), dtype=torch.uint8)
@@ -337,13 +338,13 @@ kv[:, page * dim :] = scales.view(torch.uint8).view(num_pages, -1)
 kv = kv.view(num_pages, page, 1, dim + 4)
 q = torch.randn((bs, next_n, heads, dim), generator=gen).to(torch.float8_e4m3fn)
 w = torch.randn((bs * next_n, heads), generator=gen)
-last = [2 * page + 5, 3, 4 * page]  # a part page, a short request, whole pages
+last = [2 * page + 5, 3, max_pages * page]  # a part page, a short request, whole pages
 ctx = torch.tensor([[n - 2 + j for j in range(next_n)] for n in last], dtype=torch.int32)
 # the indexer passes every next_n-th row of the per-token table: a strided view
 per_req = torch.randperm(num_pages, generator=gen)[: bs * max_pages].view(bs, max_pages)
 table = per_req.repeat_interleave(next_n, dim=0).to(torch.int32)[::next_n]
 width = max_pages * page
-out = mod.fp8_paged_mqa_logits_single_read(q, kv, w, ctx, table, width, num_sms=1)
+out = mod.fp8_paged_mqa_logits_single_read(q, kv, w, ctx, table, width, num_sms=num_sms)
 
 # float64 reference from the raw cache bytes
 ref = torch.full((bs * next_n, width), float("nan"), dtype=torch.float64)
@@ -364,13 +365,17 @@ print(json.dumps(dict(
 """
 
 
-@pytest.mark.parametrize("heads,dim,page", [(16, 32, 16), (64, 128, 64)])
-def test_kernel_matches_reference_under_the_interpreter(heads, dim, page):
+# One program per request (num_sms 1), and a request split over several programs whose share of pages
+# comes from its own length (num_sms 64, a 20-page table: the short requests leave programs idle).
+@pytest.mark.parametrize(
+    "heads,dim,page,max_pages,num_sms", [(16, 32, 16, 4, 1), (64, 128, 64, 4, 1), (16, 32, 16, 20, 64)]
+)
+def test_kernel_matches_reference_under_the_interpreter(heads, dim, page, max_pages, num_sms):
     path = sglang_tree() / "sglang" / "srt" / "layers" / "attention" / "dsa" / "paged_mqa_single_read.py"
     assert path.is_file(), f"no single-read kernel in {path.parent}"
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, "-c", KERNEL_CHECK, str(path), str(heads), str(dim), str(page)],
+        [sys.executable, "-c", KERNEL_CHECK, str(path), *map(str, (heads, dim, page, max_pages, num_sms))],
         env=env,
         capture_output=True,
         text=True,
@@ -378,6 +383,6 @@ def test_kernel_matches_reference_under_the_interpreter(heads, dim, page):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert res["shape"] == [9, 4 * page] and res["dtype"] == "torch.float32"
+    assert res["shape"] == [9, max_pages * page] and res["dtype"] == "torch.float32"
     assert res["finite"] and res["valid"] > 0
     assert res["rel_err"] < 1e-5, res
