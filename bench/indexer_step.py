@@ -52,6 +52,13 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+try:  # as bench.indexer_step (tests) or as a script (bench/ first on the path)
+    from bench import indexer_trees
+except ImportError:
+    import indexer_trees
+
+# What differs per sglang release (bench/indexer_trees.py); run() picks the tree's adapter.
+TREE = indexer_trees.Tree("0.5.14")
 FORCE_ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
 PAGE = 64
 INDEX_HEAD_DIM = 128
@@ -155,7 +162,10 @@ class Calls:
             if orig is None or (owner is not mod and attr not in vars(owner)):
                 self.missing.append(name)
                 continue
-            setattr(owner, attr, self._wrap(name, orig))
+            wrapped = self._wrap(name, orig)
+            if owner is not mod and isinstance(vars(owner)[attr], staticmethod):
+                wrapped = staticmethod(wrapped)
+            setattr(owner, attr, wrapped)
             self.present.append(name)
 
     def _wrap(self, name, orig):
@@ -192,13 +202,12 @@ class Fixture:
         import torch
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
         from sglang.srt.layers.attention.dsa import dsa_indexer
-        from sglang.srt.layers.attention.dsa.triton_kernel import act_quant
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.test.kits.attention_unittest.attention_methods import dsa_attention as kit
 
         self.torch = torch
         self.kit = kit
-        self.act_quant = act_quant
+        self.act_quant = act_quant = TREE.import_act_quant()
         self.ForwardMode = ForwardMode
         self.device = device
         self.calls = calls
@@ -238,12 +247,12 @@ class Fixture:
             fp8_kv_cache=True,
         )
         if decode_impl:  # CPU rehearsal only: FlashMLA's metadata needs sgl-kernel
-            self.runner.server_args.dsa_decode_backend = decode_impl
+            TREE.set_decode_impl(self.runner, decode_impl)
         # One backend per (next_n, forced per-token): the layout is fixed when a CUDA-graph batch
         # size is first captured, so the two variants need their own graph metadata.
         self.backends = {}
         for n in next_ns:
-            self.runner.server_args.speculative_num_draft_tokens = n
+            TREE.set_draft_tokens(self.runner, n)
             for forced in (False, True):
                 backend = ATTENTION_BACKENDS["dsa"](self.runner)
                 backend.init_cuda_graph_state(max_bs, max_bs * n)
@@ -341,6 +350,7 @@ def make_indexer(dsa_indexer, index_topk: int, device):
     indexer.softmax_scale = INDEX_HEAD_DIM**-0.5
     indexer.sm_count = _num_sms(torch, device)
     indexer.logits_with_pp_recv = False
+    TREE.prepare_indexer(indexer)
     return indexer
 
 
@@ -689,13 +699,15 @@ def case_seed(next_n, bs, ctx, kind):
 
 
 def run(args):
+    global TREE
     select_tree(Path(args.tree))
+    TREE = indexer_trees.for_tree(Path(args.tree))
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device")
     calls = Calls()
-    calls.install()
+    calls.install(WATCH + TREE.extra_watch)
     grid = GRIDS[args.grid]
     patched = args.label != "pristine"
     next_ns = tuple(grid["next_ns"])
@@ -873,8 +885,11 @@ def write_json(args, rows, calls, torch, t0, self_check, partial):
     doc = dict(
         device=dev,
         compute_capability=cap,
-        sglang="0.5.14",
+        sglang=TREE.release,
         sglang_version_attr=getattr(sglang, "__version__", None),
+        tree_adapter=TREE.describe(),
+        sgl_kernel=_dist_version("sglang-kernel") or _dist_version("sgl-kernel"),
+        env={k: os.environ[k] for k in sorted(os.environ) if k.startswith(("SGLANG_", "SGL_"))},
         tree=args.label,
         tree_path=str(Path(args.tree).resolve()),
         deep_gemm=dg,
