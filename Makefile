@@ -102,7 +102,7 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
@@ -110,7 +110,7 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches

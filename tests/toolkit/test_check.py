@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sglpatch.lines import default_line
 from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series
 from testing.sglang_trees import SECOND, make_series
 
 
+@pytest.mark.series_proof  # several minutes: `make check-patches` is this proof, for every line
 def test_every_patch_of_the_series_is_proven_by_its_own_tests(sglpatch):
     code, out, err = sglpatch("check", "--line", default_line().name)
     assert code == 0, err

@@ -19,7 +19,6 @@ def add_target_option(parser) -> None:
         help="a git checkout of sglang or an installed sglang package folder "
         "(default: the line's own base, build/sglang for the default line)",
     )
-    add_line_option(parser)
 
 
 def add_line_option(parser) -> None:
@@ -35,8 +34,7 @@ def add_series_options(parser) -> None:
     parser.add_argument(
         "--patches", type=Path, default=None, metavar="DIR", help="a series folder to use instead of a line"
     )
-    if not any("--line" in action.option_strings for action in parser._actions):
-        add_line_option(parser)
+    add_line_option(parser)
 
 
 def chosen_line(args, target: Target | None = None) -> Line | None:
