@@ -246,6 +246,7 @@ class Fixture:
             runner_batch_size=max_bs,
             fp8_kv_cache=True,
         )
+        decode_impl = decode_impl or TREE.decode_impl  # the indexer reads no FlashMLA metadata
         if decode_impl:  # CPU rehearsal only: FlashMLA's metadata needs sgl-kernel
             TREE.set_decode_impl(self.runner, decode_impl)
         # One backend per (next_n, forced per-token): the layout is fixed when a CUDA-graph batch

@@ -44,6 +44,8 @@ class Tree:
     """sglang 0.5.14 (and any tree without a more specific adapter)."""
 
     release = "0.5.14"
+    # The DSA decode impl the kit's mock runner is switched to (None: the kit's own choice).
+    decode_impl: str | None = None
     act_quant = "sglang.srt.layers.attention.dsa.triton_kernel:act_quant"
     extra_watch: tuple[str, ...] = ()
     # Read from the patched tree's source: does it carry the line's patch?
@@ -52,6 +54,8 @@ class Tree:
     def __init__(self, version: str):
         self.version = version
         self.notes: list[str] = []
+        if self.decode_impl:
+            self.notes.append(f"dsa_decode_backend={self.decode_impl} (see bench/indexer_trees.py)")
 
     def import_act_quant(self):
         mod, name = self.act_quant.split(":")
@@ -78,6 +82,11 @@ class Tree0523(Tree):
     """sglang 0.5.23: the v0.5.23 series line's base."""
 
     release = "0.5.23"
+    # The kit's default decode impl, flashmla_kv, makes init_cuda_graph_state build FlashMLA's
+    # tile-scheduler metadata through the separate `flash_mla` package (sgl-flash-mla, pinned
+    # with torch 2.14 and not on the GPU box).  That metadata feeds the sparse attention after
+    # the top-k, which this step does not run; flashmla_sparse builds none.
+    decode_impl = "flashmla_sparse"
     act_quant = "sglang.kernels.ops.quantization.act_quant_triton:act_quant"
     extra_watch = (
         # the patch: row width per batch, its SM90 rule, the captured width at replay
