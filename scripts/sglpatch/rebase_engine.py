@@ -32,7 +32,7 @@ from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.rebase_store import REPLAYING, SERIES_REF, Stop, StopKind, save, stop_of
 from sglpatch.releases import release_commit, release_date, release_of
-from sglpatch.replay import Landing, land, series_commits
+from sglpatch.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
 from sglpatch.series_digest import series_digest
 from sglpatch.series_writer import render_series
@@ -126,6 +126,11 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     onto, release = _resolve_onto(git, request.onto, request.release)
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
     commits = series_commits(git, base, series.patches)
+    try:
+        _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
+    except BaseException:
+        commits.workspace.close()
+        raise
     head = git.run("rev-parse", "HEAD")
     backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
     patch_dir = request.patch_dir.resolve()
@@ -171,6 +176,14 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
         commits.workspace.close()
 
 
+def _show_picture(commits, series: Series, onto: str, name: str, history: tuple[str, str] | None) -> None:
+    """Every patch's state on ONTO before the first pick, from the replay drift makes (the same engine)."""
+    outcomes = picture(commits, series, onto, history)
+    say(f"the series on {name} ({onto[:12]}), patch by patch (as `make drift` classifies it):")
+    for outcome in outcomes:
+        say(f"  {describe(outcome)}")
+
+
 def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | None]:
     commit = git.rev_parse(ref)
     named = release or release_of(ref)
@@ -187,7 +200,7 @@ def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | N
 def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
     git = target.git
     scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
-    history = (state["base"], state["onto"]) if git.is_ancestor(state["base"], state["onto"]) else None
+    history = history_between(git, state["base"], state["onto"])
     while state["next"] < len(state["commits"]):
         index = state["next"]
         patch, commit = series.patches[index], state["commits"][index]
