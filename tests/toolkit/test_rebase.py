@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from sglpatch.git import Git, init_repo
+from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
@@ -403,3 +404,67 @@ def test_check_imports_stops_at_the_patch_whose_module_fails_to_import(
     assert code == 1 and "0001-Spec-Import-what-is-not-there.patch" in err
     assert "sglpatch_no_such_module" in err and "sglang.global_config" in err
     assert rebase(sglpatch, chain, patches, tmp_path, "--abort")[0] == 0
+
+
+@pytest.fixture
+def project_series(tmp_path):
+    """A private copy of the project's own series (a rebase that finishes rewrites it)."""
+    dest = tmp_path / "project-series"
+    shutil.copytree(default_patch_dir(), dest)
+    return dest
+
+
+def picture_lines(out):
+    return [line.strip() for line in out.splitlines() if line.startswith("  ") and ".patch: " in line]
+
+
+def test_the_whole_picture_comes_before_the_stop_and_is_drifts(sglpatch, checkout, project_series, tmp_path):
+    """0.5.15 from v0.5.14: every patch's state is printed before the rebase stops at the first conflict,
+    and it is exactly what drift says for the same base and release (one replay engine)."""
+    code, out, err = rebase(sglpatch, checkout, project_series, tmp_path, "--onto", "0.5.15")
+    assert code == 1 and "0001-" in err and "conflicts in" in err
+    printed = picture_lines(out)
+    code, _, err = sglpatch("drift", "--patches", project_series, "--releases", "0.5.15", "--out", tmp_path / "drift")
+    assert code == 0, err
+    cells = json.loads((tmp_path / "drift" / "drift.json").read_text())["releases"]["0.5.15"]
+    assert printed == [
+        f"{name}: {c['outcome']}" + (f" ({c['detail']})" if c["detail"] else "") for name, c in cells.items()
+    ]
+    assert [line.split(": ")[1].split(" ")[0] for line in printed] == ["conflict", "conflict", "upstream", "upstream"]
+    assert rebase(sglpatch, checkout, project_series, tmp_path, "--abort")[0] == 0
+
+
+def commit_upstream(git, chain, subjects):
+    """Commits with these subjects on a branch `upstream` off v0.5.14 (each edits a notes file only)."""
+    git.run("checkout", "-q", "-b", "upstream", "v0.5.14")
+    for number, subject in enumerate(subjects):
+        (chain / "python/sglang/NOTES.md").write_text(f"upstream work {number}\n")
+        git.run("add", "-A")
+        git.run("commit", "-qm", subject)
+    git.run("checkout", "-q", "work")
+
+
+def test_extends_pr_never_marks_a_patch_upstream_nor_does_a_revert(sglpatch, chain, project_series, tmp_path):
+    """Patches 1-2 extend #27166: neither its landing nor a revert naming it makes them upstream."""
+    git = Git(chain)
+    landed = "[DSA] DeepGEMM-native target_verify on SM100 (#27166)"
+    commit_upstream(git, chain, [landed, f'Revert "{landed}" (#30500)'])
+    code, out, err = rebase(
+        sglpatch, chain, project_series, tmp_path, "--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed"
+    )
+    assert code == 0, err
+    assert "upstream" not in " ".join(picture_lines(out)) and "dropped" not in out
+    assert git.run("rev-list", "--count", "upstream..HEAD") == "4"
+    assert [p.trailer("extends-pr") for p in load_series(project_series).patches[:2]] == ["27166", "27166"]
+
+
+def test_a_reverted_upstream_pr_is_not_upstream(sglpatch, chain, patches, tmp_path):
+    """The second test patch carries #29787 (Upstream-PR): landed, then reverted, it is not upstream."""
+    git = Git(chain)
+    landed = "[Spec] FutureMap seed relay (#29787)"
+    commit_upstream(git, chain, [landed, f'Revert "{landed}" (#30501)'])
+    code, out, err = rebase(
+        sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed"
+    )
+    assert code == 0, err
+    assert "upstream PR" not in out and git.run("rev-list", "--count", "upstream..HEAD") == "2"
