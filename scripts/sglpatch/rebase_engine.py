@@ -401,7 +401,7 @@ def _checkout_record(target: Target, state: dict, branch: str) -> CheckoutRecord
 def _pin_for(release: str, old: Pin) -> Pin:
     wheel_path = fetch_wheel(release)
     wheel = Wheel(wheel_path.name, file_sha256(wheel_path), old.wheel.python_version, old.wheel.platform)
-    return Pin(release, f"v{release}", release_date(wheel_path), wheel, old.blobs)
+    return Pin(release, f"v{release}", release_date(wheel_path, release), wheel, old.blobs)
 
 
 def _range_diff(git: Git, state: dict, report_dir: Path) -> tuple[str, str]:

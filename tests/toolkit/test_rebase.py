@@ -72,6 +72,7 @@ def test_clean_rebase_regenerates_the_series_and_writes_a_range_diff(sglpatch, c
     assert all(word in out for word in ("0001-", "0002-")) and "conflict" not in out
     pin = json.loads((patches / "pin.json").read_text())
     assert pin["sglang"]["release"] == "0.5.16" and pin["wheel"]["filename"].startswith("sglang-0.5.16-")
+    assert pin["sglang"]["date"] == "2026-07-25"  # 0.5.16's wheel has no scm record: PyPI's upload day
     for path, blob in pin["blobs"].items():
         at_base = git.try_run("rev-parse", f"v0.5.16:{path}")
         assert (at_base[1] if at_base[0] == 0 else "") == blob  # "" = a file the series creates
