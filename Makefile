@@ -107,7 +107,7 @@ gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang'
 
 dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then patched; junit + JSON to OUT=DIR
 	bash ci/run_dsa_kit.sh --patches none --label pristine $(if $(OUT),--out $(call q,$(OUT)),)
-	bash ci/run_dsa_kit.sh --patches patches/series --label patched $(if $(OUT),--out $(call q,$(OUT)),)
+	bash ci/run_dsa_kit.sh --patches patches/v0.5.14/series --label patched $(if $(OUT),--out $(call q,$(OUT)),)
 
 rerun: $(VENV)/.tool-stamp ## per PR group: the /rerun-test (and /tag-run-ci-label) comment lines for the upstream tests it affects, and the local commands
 	$(SGLPATCH) rerun $(TARGET_ARG)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sglpatch.git import init_repo
 from sglpatch.pin import load_pin
-from sglpatch.project import PROJECT_ROOT
+from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import fetch_wheel
@@ -37,7 +37,7 @@ def progress(message: str, started: float) -> None:
 
 
 def main() -> int:
-    patches = PROJECT_ROOT / "patches"
+    patches = default_patch_dir()
     pin, series = load_pin(patches), load_series(patches)
     wheel = fetch_wheel(pin.release, pin.wheel)
     rows = {"base from wheel": [], "sglpatch apply": [], "git am": [], "cold make apply": []}
@@ -60,9 +60,9 @@ def main() -> int:
                 timed(lambda: run([*am, "am", "-q", "--keep-non-patch", *[str(p.path) for p in series.patches]]))
             )
             project = tmp / "project"
-            (project / "patches").mkdir(parents=True)
+            (project / "patches" / patches.name).mkdir(parents=True)
             for f in patches.iterdir():
-                (project / "patches" / f.name).write_bytes(f.read_bytes())
+                (project / "patches" / patches.name / f.name).write_bytes(f.read_bytes())
             env_cmd = ["env", f"SGLPATCH_PROJECT={project}", sys.executable, "-m", "sglpatch", "apply"]
             rows["cold make apply"].append(timed(lambda: run(env_cmd)))
     ours, theirs = statistics.median(rows["sglpatch apply"]), statistics.median(rows["git am"])

@@ -361,7 +361,7 @@ def build(args) -> int:
 
 
 def _default_patches() -> list[str]:
-    series = REPO / "patches" / "series"
+    series = REPO / "patches" / "v0.5.14" / "series"
     return [str(series)] if series.exists() else []
 
 
@@ -382,7 +382,7 @@ def main(argv=None) -> int:
         nargs="*",
         default=_default_patches(),
         help="patch series to stage into OUT/patches (folders with a series file, "
-        "folders of *.patch, or series files; default: patches/series if present)",
+        "folders of *.patch, or series files; default: patches/v0.5.14/series if present)",
     )
     ap.add_argument(
         "--patches-only",

@@ -7,7 +7,7 @@
 #
 # Builds two sglang trees from the bundle's pristine v0.5.14 package folder: WORK/trees/pristine
 # (as shipped) and WORK/trees/patched (the same folder with the series applied by
-# ci/apply_series.py; default patches/series), then runs
+# ci/apply_series.py; default patches/v0.5.14/series), then runs
 #   tests/gpu/test_indexer_paged_mqa.py  (bench/indexer_step.py on both trees, compared)
 #   tests/gpu/test_seed_draft_loop.py    (tests/gpu/seed_draft_loop_case.py on the patched tree)
 # Outputs in OUT: gpu_tests.xml (junit), indexer_h200.json (+ _pristine.json),
@@ -19,7 +19,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/ci/gpu_box.sh"
 export SGLPATCH_RUN_COMMAND="bash ci/run_indexer_gpu.sh $*"
 BUNDLE="$REPO/.gpu-bundle"
-PATCHES="$REPO/patches/series"
+PATCHES="$REPO/patches/v0.5.14/series"
 GRID=smoke
 OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-gpu

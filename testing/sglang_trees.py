@@ -18,7 +18,7 @@ import pytest
 from sglpatch import cli
 from sglpatch.git import Git, init_repo
 from sglpatch.pin import load_pin
-from sglpatch.project import PROJECT_ROOT
+from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series_writer import render_series, write_series_files
 from sglpatch.wheels import fetch_wheel
@@ -51,7 +51,7 @@ def _clean_git_env(monkeypatch):
 
 @pytest.fixture(scope="session")
 def project_pin():
-    return load_pin(PROJECT_ROOT / "patches")
+    return load_pin(default_patch_dir())
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,9 @@
-"""Where the project keeps the series and the default base."""
+"""Where the project keeps its series lines and their default bases.
+
+A series line is a folder `patches/<tag>/` holding `series` and `pin.json`, one per
+supported sglang base; its name is the pinned tag (`v0.5.14`). Which line a command
+uses is decided in `lines.py`.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,15 @@ from pathlib import Path
 PROJECT_ROOT = Path(os.environ.get("SGLPATCH_PROJECT", Path(__file__).resolve().parents[2]))
 
 
-def default_patch_dir() -> Path:
+def patches_root() -> Path:
     return PROJECT_ROOT / "patches"
+
+
+def default_patch_dir() -> Path:
+    """The default line's folder: the oldest line, the one `make apply` with no argument uses."""
+    from sglpatch.lines import default_line  # lines reads the folder layout this module names
+
+    return default_line().directory
 
 
 def default_base_dir() -> Path:

@@ -1,5 +1,5 @@
-"""The series on disk: `patches/series`, one `git format-patch` file per patch,
-`patches/SHA256SUMS` and `patches/pin.json`.
+"""A series line on disk (`patches/<tag>/`): `series`, one `git format-patch` file per patch,
+`SHA256SUMS` and `pin.json`.
 
 `series` is quilt's format (one patch name per line, `#` comments, blank lines),
 so quilt and `git am` users can apply the series without this tool. Parsing is

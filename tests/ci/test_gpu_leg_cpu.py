@@ -73,7 +73,7 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
             "--sglang",
             str(package),
             "--patches",
-            str(REPO / "patches"),
+            str(REPO / "patches" / "v0.5.14"),
             "--expectations",
             str(REPO / "ci" / "leg-expectations.json"),
             "--skip-apply",

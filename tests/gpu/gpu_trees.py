@@ -8,7 +8,7 @@
   sglpatch cache (``$SGLPATCH_CACHE`` or ``~/.cache/sglpatch``) unpacked into ``tmp``.
 
 ci/run_indexer_gpu.sh sets both variables from the bundle: the pristine package folder, and
-the same folder with ``patches/series`` applied.
+the same folder with ``patches/v0.5.14/series`` applied.
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+# Run as a script (a child process of test_seed_draft_loop.py): the repo root goes on the path, as pytest's
+# `pythonpath = ["."]` puts it for the tests, so `bench` is imported as the package it is.
+sys.path.insert(0, str(REPO))
 
-import indexer_step as ix  # noqa: E402
+from bench import indexer_step as ix  # noqa: E402
 
 # index_topk 2048 (DeepSeek-V3.2's; sgl-kernel's fused top-k transform takes no other), and
 # prefixes longer than that, so the top-k is a choice.

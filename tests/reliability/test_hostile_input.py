@@ -284,7 +284,7 @@ def test_corrupt_rebase_state(sglpatch, shared_targets, patches, state, command,
 @pytest.fixture
 def project(tmp_path, series_dir, monkeypatch):
     root = tmp_path / "project"
-    shutil.copytree(series_dir, root / "patches")
+    shutil.copytree(series_dir, root / "patches" / "v0.5.14")
     monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
     monkeypatch.setenv("SGLPATCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # a download attempt fails at once, offline
@@ -294,10 +294,10 @@ def project(tmp_path, series_dir, monkeypatch):
 
 def _pin_wheel(project, data: bytes):
     """Put `data` in the cache under the pin's wheel name, and make the pin's sha256 match it."""
-    pin = json.loads((project / "patches" / "pin.json").read_text())
+    pin = json.loads((project / "patches" / "v0.5.14" / "pin.json").read_text())
     (project.parent / "cache" / "wheels" / pin["wheel"]["filename"]).write_bytes(data)
     pin["wheel"]["sha256"] = hashlib.sha256(data).hexdigest()
-    (project / "patches" / "pin.json").write_text(json.dumps(pin))
+    (project / "patches" / "v0.5.14" / "pin.json").write_text(json.dumps(pin))
 
 
 def test_tampered_cached_wheel_is_not_used(sglpatch, project, wheel_path):

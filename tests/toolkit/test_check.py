@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglpatch.project import default_base_dir
+from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series
 from testing.sglang_trees import SECOND, make_series
 
@@ -10,7 +10,7 @@ from testing.sglang_trees import SECOND, make_series
 def test_every_patch_of_the_series_is_proven_by_its_own_tests(sglpatch):
     code, out, err = sglpatch("check")
     assert code == 0, err
-    assert out.count("[ok]") == len(load_series(default_base_dir().parents[1] / "patches").patches)
+    assert out.count("[ok]") == len(load_series(default_patch_dir()).patches)
     assert "[FAIL]" not in out
 
 

@@ -15,7 +15,7 @@ from sglpatch.wheels import cache_dir
 @pytest.fixture
 def project(tmp_path, series_dir, monkeypatch):
     root = tmp_path / "project"
-    shutil.copytree(series_dir, root / "patches")
+    shutil.copytree(series_dir, root / "patches" / "v0.5.14")
     monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
     return root
 
@@ -47,11 +47,12 @@ def test_an_earlier_series_on_the_default_base_is_taken_out_first(sglpatch, proj
     """After patches/ changes (a pull, an export), `make apply` and `make test` must not refuse their own base."""
     assert sglpatch("apply")[0] == 0
     base = Git(project / "build" / "sglang")
-    second = project / "patches" / sorted(p.name for p in (project / "patches").glob("0002-*.patch"))[0]
+    line = project / "patches" / "v0.5.14"
+    second = line / sorted(p.name for p in line.glob("0002-*.patch"))[0]
     text = second.read_text()
     assert "# test series: second patch" in text
     second.write_text(text.replace("# test series: second patch", "# test series: second patch, revised"))
-    sums = project / "patches" / "SHA256SUMS"
+    sums = line / "SHA256SUMS"
     digest = hashlib.sha256(second.read_bytes()).hexdigest()
     sums.write_text(
         "".join(
@@ -74,9 +75,9 @@ def test_the_base_commit_is_the_same_on_every_machine(sglpatch, project, base_re
 
 @pytest.mark.network  # downloads the pinned wheel into an empty cache
 def test_wheel_with_wrong_checksum_is_refused(sglpatch, project, monkeypatch, tmp_path):
-    pin = json.loads((project / "patches" / "pin.json").read_text())
+    pin = json.loads((project / "patches" / "v0.5.14" / "pin.json").read_text())
     pin["wheel"]["sha256"] = "0" * 64
-    (project / "patches" / "pin.json").write_text(json.dumps(pin))
+    (project / "patches" / "v0.5.14" / "pin.json").write_text(json.dumps(pin))
     monkeypatch.setenv("SGLPATCH_CACHE", str(tmp_path / "empty-cache"))
     code, _, err = sglpatch("apply")
     assert code == 2 and "checksum mismatch" in err
@@ -91,9 +92,9 @@ def test_download_messages_do_not_carry_the_home_path(sglpatch, project, monkeyp
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("SGLPATCH_CACHE", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    pin = json.loads((project / "patches" / "pin.json").read_text())
+    pin = json.loads((project / "patches" / "v0.5.14" / "pin.json").read_text())
     pin["wheel"]["sha256"] = "1" * 64  # refused after the download, so nothing is built
-    (project / "patches" / "pin.json").write_text(json.dumps(pin))
+    (project / "patches" / "v0.5.14" / "pin.json").write_text(json.dumps(pin))
     code, out, err = sglpatch("apply")
     assert code == 2 and "cached in ~/.cache/sglpatch/wheels" in err
     assert str(home) not in out + err

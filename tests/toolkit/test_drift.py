@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sglpatch.project import PROJECT_ROOT
+from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series
 
 pytestmark = pytest.mark.network  # releases 0.5.15 and 0.5.16 from PyPI, unless cached
@@ -26,7 +26,7 @@ def report(tmp_path_factory):
 def test_the_expected_truth_for_the_real_releases(report):
     """#29787 (in 0.5.15) is upstream's version of patches 3-4; nothing upstream runs SM90 native."""
     data = json.loads((report / "drift.json").read_text())["releases"]
-    names = [p.name for p in load_series(PROJECT_ROOT / "patches").patches]
+    names = [p.name for p in load_series(default_patch_dir()).patches]
     assert all(data["0.5.14"][n]["outcome"] == "clean" for n in names)
     for release in ("0.5.15", "0.5.16"):
         assert [data[release][n]["outcome"] for n in names[2:]] == ["upstream", "upstream"]
@@ -39,6 +39,6 @@ def test_markdown_and_picture_are_written(report):
     header = next(line for line in markdown.splitlines() if line.startswith("| patch |"))
     assert header == "| patch | 0.5.14 | 0.5.15 | 0.5.16 |"
     rows = [line for line in markdown.splitlines() if line.startswith("| 000")]
-    assert len(rows) == len(load_series(PROJECT_ROOT / "patches").patches)
+    assert len(rows) == len(load_series(default_patch_dir()).patches)
     png = (report / "drift.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

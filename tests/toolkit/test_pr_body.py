@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from sglpatch.pr_body import Group, render_body
-from sglpatch.project import PROJECT_ROOT
+from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
 
-SERIES = load_series(PROJECT_ROOT / "patches")
+SERIES = load_series(default_patch_dir())
 
 
 def _group(**fields) -> Group:
@@ -37,7 +37,7 @@ def test_speed_table_from_the_indexer_step_benchmark():
 
 
 def test_project_groups_say_what_their_gpu_results_ran():
-    groups = json.loads((PROJECT_ROOT / "patches" / "pr-groups.json").read_text())["groups"]
+    groups = json.loads((default_patch_dir() / "pr-groups.json").read_text())["groups"]
     for group in groups:
         notes = " ".join(group["accuracy_notes"])
         assert "What ran on an H200" in notes and "Not run on the GPU" in notes

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from sglpatch.errors import FatalError
 from sglpatch.pin import load_pin, parse_pin
-from sglpatch.project import PROJECT_ROOT
+from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series, parse_patch, parse_series_text
 
-PROJECT_PATCHES = PROJECT_ROOT / "patches"
+PROJECT_PATCHES = default_patch_dir()
 REQUIRED_TRAILERS = ("patch-group", "drop-when")
 
 
