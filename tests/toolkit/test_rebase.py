@@ -16,7 +16,7 @@ from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
-from testing.sglang_trees import OVERLAP, SECOND, fingerprint, make_series
+from testing.sglang_trees import BACKEND, OVERLAP, SECOND, fingerprint, make_series
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
@@ -469,3 +469,93 @@ def test_a_reverted_upstream_pr_is_not_upstream(sglpatch, chain, patches, tmp_pa
     )
     assert code == 0, err
     assert "upstream PR" not in out and git.run("rev-list", "--count", "upstream..HEAD") == "2"
+
+
+@pytest.fixture(scope="module")
+def three_patch_template(tmp_path_factory, base_repo, project_pin, release_chain):
+    """Patches 1 and 2 edit lines upstream rewrote in 0.5.15 (each conflicts), patch 3 a file it kept."""
+    tmp = tmp_path_factory.mktemp("three")
+    first, second = changed_line(release_chain, OVERLAP), changed_line(release_chain, BACKEND)
+    return make_series(
+        base_repo,
+        tmp / "dev",
+        tmp / "three",
+        project_pin,
+        [
+            ("[Spec] Touch the overlap line\n\nWhy: to conflict.\n", [(OVERLAP, first, first + "  # ours")]),
+            ("[DSA] Touch the backend line\n\nWhy: to conflict.\n", [(BACKEND, second, second + "  # ours too")]),
+            (
+                "[Spec] Mark the global config\n\nWhy: lands clean.\n",
+                [(SECOND, "class GlobalConfig", "# kept\nclass GlobalConfig")],
+            ),
+        ],
+    )
+
+
+@pytest.fixture
+def three_patches(tmp_path, three_patch_template):
+    dest = tmp_path / "three"
+    shutil.copytree(three_patch_template, dest)
+    return dest
+
+
+def test_drop_mid_rebase_keeps_earlier_resolutions_and_the_series_omits_it(sglpatch, chain, three_patches, tmp_path):
+    names = [p.name for p in load_series(three_patches).patches]
+    git = Git(chain)
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")
+    assert code == 1 and names[0] in err and "DROP=1" in err
+    git.run("checkout", "--theirs", "--", OVERLAP)  # the hand resolution of patch 1
+    git.run("add", OVERLAP)
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
+    assert code == 1 and f"{names[1]} conflicts" in err and "DROP=2" in err
+    code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "2")
+    assert code == 0, err
+    assert f"{names[1]}: dropped (left out by hand" in out and f"series omits it: {names[1]}" in out
+    assert git.current_branch() == "sglpatch/v0.5.15" and git.run("rev-list", "--count", "v0.5.15..HEAD") == "2"
+    assert "  # ours" in (chain / OVERLAP).read_text() and "# ours too" not in (chain / BACKEND).read_text()
+    assert [p.subject for p in load_series(three_patches).patches] == [
+        "[Spec] Touch the overlap line",
+        "[Spec] Mark the global config",
+    ]
+    report = (tmp_path / "report" / "range-diff-v0.5.14-to-v0.5.15.txt").read_text()
+    assert f"# {names[1]}: dropped" in report
+
+
+def test_drop_a_later_patch_by_name_while_stopped_and_refuse_an_earlier_one(sglpatch, chain, three_patches, tmp_path):
+    names = [p.name for p in load_series(three_patches).patches]
+    git = Git(chain)
+    assert rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")[0] == 1
+    code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", names[2].removesuffix(".patch"))
+    assert code == 0 and f"will leave out {names[2]}" in out and f"stopped at {names[0]}" in out, err
+    assert "<<<<<<<" in (chain / OVERLAP).read_text()  # still stopped, the conflict as it was
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    assert rebase(sglpatch, chain, three_patches, tmp_path, "--continue")[0] == 1  # patch 2 conflicts
+    before = fingerprint(chain)
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "1")
+    assert code == 2 and f"{names[0]} is already rebased" in err and "ABORT=1" in err
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "7")
+    assert code == 2 and "names no patch" in err
+    assert fingerprint(chain) == before
+    git.run("checkout", "--theirs", "--", BACKEND)
+    git.run("add", BACKEND)
+    code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
+    assert code == 0 and f"{names[2]}: dropped" in out, err
+    assert git.run("rev-list", "--count", "v0.5.15..HEAD") == "2" and len(load_series(three_patches).patches) == 2
+
+
+def test_drop_the_patch_whose_prefix_does_not_compile(sglpatch, chain, tmp_path, base_repo, project_pin):
+    """A failing check stops after the pick: dropping that patch takes its commit out again and goes on."""
+    message = "[Spec] Break the syntax\n\nWhy: check test.\n"
+    patches = make_series(
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "broken",
+        project_pin,
+        [(message, [(SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")])],
+    )
+    assert rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")[0] == 1
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--drop", "0001")
+    assert code == 0 and "0 of 1 patches kept" in out and "no patch is left on 0.5.16" in out, err
+    git = Git(chain)
+    assert git.run("rev-parse", "HEAD") == git.run("rev-parse", "v0.5.16^{commit}")
