@@ -42,7 +42,7 @@ from sglpatch.write_states import WriteState
 
 MERGED = "merged with changes"
 RESOLVED = "conflict, resolved by hand"
-LEFT_OUT = "left out by hand (--drop)"
+LEFT_OUT = "left out by hand"
 
 
 class Stopped(FatalError):
@@ -233,7 +233,7 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
 
 def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, upstream: str | None) -> None:
     files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
-    hint = f" ({upstream}: consider --abort, then --drop-upstreamed)" if upstream else ""
+    hint = f" (upstream already has it: {upstream})" if upstream else ""
     head = git.run("rev-parse", "HEAD")
     state.stopped = Stop(StopKind.CONFLICT, name, head, files, upstream)
     save(folder, state)
@@ -501,7 +501,7 @@ def _range_diff(git: Git, state: RebaseState, report_dir: Path) -> tuple[str, st
     old_name = git.run("describe", "--tags", "--always", state.base)
     path = report_dir / f"range-diff-{old_name}-to-v{state.release}.txt"
     if git.run("rev-parse", "HEAD") == state.onto:
-        diff = "(no patch is left on the new base: every patch was dropped as upstream)\n"
+        diff = "(no patch is left on the new base: every patch was dropped, as listed above)\n"
     else:
         old, new = f"{state.base}..{SERIES_REF}", f"{state.onto}..HEAD"
         diff = git.run("range-diff", "--no-color", "--creation-factor=95", old, new, strip=False)

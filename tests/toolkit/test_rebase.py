@@ -559,3 +559,17 @@ def test_drop_the_patch_whose_prefix_does_not_compile(sglpatch, chain, tmp_path,
     assert code == 0 and "0 of 1 patches kept" in out and "no patch is left on 0.5.16" in out, err
     git = Git(chain)
     assert git.run("rev-parse", "HEAD") == git.run("rev-parse", "v0.5.16^{commit}")
+
+
+def test_the_state_file_loads_and_saves_back_byte_for_byte(sglpatch, chain, three_patches, tmp_path):
+    """One type for state.json: what a stopped rebase wrote loads as a RebaseState and saves back unchanged."""
+    from sglpatch import rebase_store
+
+    assert rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15", "--drop", "3")[0] == 1
+    folder = rebase_store.state_dir(Git(chain))
+    written = (folder / "state.json").read_bytes()
+    state = rebase_store.load(folder)
+    assert state.stopped.kind == rebase_store.StopKind.CONFLICT and state.next == 0 and state.unfit is None
+    assert state.dropped == [load_series(three_patches).patches[2].name]
+    rebase_store.save(folder, state)
+    assert (folder / "state.json").read_bytes() == written
