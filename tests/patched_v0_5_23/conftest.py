@@ -1,0 +1,57 @@
+"""pytest setup for tests/patched_v0_5_23: import sglang 0.5.23 from its tree.
+
+Run this folder in its own pytest process (see harness23.py). A missing or
+wrong tree, or sglang already imported from another tree, makes each test
+module here one failing test carrying the reason; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness23  # noqa: E402
+
+_SETUP_ERROR = None
+try:
+    harness23.install()
+except RuntimeError as exc:  # tree missing, not 0.5.23, or another sglang loaded
+    # Nothing is installed in this process then (no sys.path or import-hook
+    # change), so another test folder collected alongside is not disturbed;
+    # each test module becomes one failing item (pytest_pycollect_makemodule).
+    _SETUP_ERROR = str(exc)
+    harness23.record_setup_error(_SETUP_ERROR)
+
+
+class _TreeNotSetUp(pytest.Item):
+    """Stands for a test module that cannot be imported: fails with the reason."""
+
+    def runtest(self):
+        pytest.fail(_SETUP_ERROR, pytrace=False)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.path.name}: sglang 0.5.23 tree not set up"
+
+
+class _ModuleNotImported(pytest.File):
+    def collect(self):
+        yield _TreeNotSetUp.from_parent(self, name="sglang_0_5_23_tree")
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    # Importing a test module here would need sglang 0.5.23; without it, each
+    # module is one failing item instead of a collection error (which would
+    # stop a whole pytest session that also collects other folders).
+    if _SETUP_ERROR is not None:
+        return _ModuleNotImported.from_parent(parent, path=module_path)
+    return None
+
+
+def pytest_report_header(config):
+    if _SETUP_ERROR is not None:
+        return f"sglang 0.5.23 tree: NOT SET UP ({_SETUP_ERROR})"
+    return f"sglang 0.5.23 tree: {harness23.sglang_tree()}"

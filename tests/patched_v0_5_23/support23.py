@@ -1,0 +1,266 @@
+"""Builders for the v0.5.23 SM90 paged-MQA tests, on real sglang 0.5.23 code.
+
+- ``make_backend``: a real ``DeepseekSparseAttnBackend`` made with
+  ``object.__new__`` and given the attributes its TARGET_VERIFY metadata
+  paths read (page size 64, a token table of scattered whole pages, a KV pool
+  holding one layer's fp8 index-K buffer).
+- ``FakeDeepGemm`` (tests/patched/p12_support.py's recording stand-in for
+  ``get_paged_mqa_logits_metadata`` / ``fp8_paged_mqa_logits``, reused): it
+  applies DeepGEMM's host checks (at most ``max_tokens_per_row`` query tokens
+  per row, context lengths shaped like q's first two dims, one block-table
+  row per kernel row, a schedule made from exactly those context lengths,
+  checked by value) and computes the logits in plain torch.
+- ``use_kernels``: routes dsa_backend's and dsa_indexer's DeepGEMM entry
+  points (0.5.23 reaches them through ``resolve_*`` helpers) to the stand-in,
+  and the CUDA-only triton length expansion to plain torch.
+- ``platform``: sglang's own ``override_platform`` for SM100 / SM90 / other
+  CUDA, plus the module-level ``is_cuda`` answers the code under test reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import harness23
+import torch
+
+harness23.require()  # a missing or wrong tree fails here, with the reason
+
+from cpu_sglang import import_sglang, seqlens_expand_cpu  # noqa: E402
+from p12_support import (  # noqa: E402  (the 0.5.14 harness's DeepGEMM stand-in)
+    HEAD_DIM,
+    INDEX_TOPK,
+    NUM_HEADS,
+    PAGE,
+    FakeDeepGemm,
+    _quantize_rows,
+    make_queries,
+)
+
+backend_mod = import_sglang("sglang.srt.layers.attention.dsa_backend")
+indexer_mod = import_sglang("sglang.srt.layers.attention.dsa.dsa_indexer")
+topk_mod = import_sglang("sglang.srt.layers.attention.dsa.dsa_topk_backend")
+fbi = import_sglang("sglang.srt.model_executor.forward_batch_info")
+fctx = import_sglang("sglang.srt.model_executor.forward_context")
+runtime_context = import_sglang("sglang.srt.runtime_context")
+
+__all__ = ["FakeDeepGemm", "make_queries", "HEAD_DIM", "INDEX_TOPK", "NUM_HEADS", "PAGE"]
+
+ForwardMode = fbi.ForwardMode
+MAX_CONTEXT = 1024
+FORCE_ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
+
+ARCHES = {
+    # name: platform facts
+    "sm100": dict(is_sm100=True, is_sm90=False),
+    "sm90": dict(is_sm100=False, is_sm90=True),
+    "sm80": dict(is_sm100=False, is_sm90=False),
+}
+# Query tokens per row each arch's DeepGEMM accepts.
+KERNEL_TOKENS_PER_ROW = {"sm90": 2, "sm100": 8, "sm80": 1}
+
+
+@contextlib.contextmanager
+def platform(monkeypatch, arch: str):
+    """One GPU of ``arch``, one rank: sglang's platform and parallel overrides."""
+    monkeypatch.setattr(backend_mod, "is_cuda", lambda: True)
+    monkeypatch.setattr(indexer_mod, "_is_cuda", True)
+    monkeypatch.setattr(indexer_mod, "_is_hip", False)
+    with (
+        runtime_context.override_platform(is_cuda=True, **ARCHES[arch]),
+        runtime_context.get_parallel().override(attn_cp_size=1, dcp_enabled=False),
+    ):
+        yield
+
+
+def cuda_only(name: str):
+    """A CUDA-only kernel entry point: raises, as it would without a GPU."""
+
+    def _raise(*args, **kwargs):
+        raise RuntimeError(f"{name} is CUDA-only (CPU test)")
+
+    return _raise
+
+
+def use_kernels(monkeypatch, fake: FakeDeepGemm) -> None:
+    for mod in (backend_mod, indexer_mod):
+        monkeypatch.setattr(mod, "resolve_paged_mqa_logits_metadata_fn", lambda: fake.get_paged_mqa_logits_metadata)
+        monkeypatch.setattr(mod, "resolve_num_sms", fake.get_num_sms)
+    monkeypatch.setattr(indexer_mod, "resolve_fp8_paged_mqa_logits_fn", lambda: fake.fp8_paged_mqa_logits)
+    monkeypatch.setattr(backend_mod, "seqlens_expand_triton", seqlens_expand_cpu)
+    monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "0")  # plain-torch top-k
+
+
+class IndexKPool:
+    """The KV pool surface _get_topk_paged reads: one layer's fp8 index-K pages."""
+
+    def __init__(self, num_pages: int, seed: int = 0):
+        gen = torch.Generator().manual_seed(seed)
+        k = torch.randn((num_pages * PAGE, HEAD_DIM), generator=gen)
+        k_fp8, k_scale = _quantize_rows(k)
+        buf = torch.empty((num_pages, PAGE * (HEAD_DIM + 4)), dtype=torch.uint8)
+        buf[:, : PAGE * HEAD_DIM] = k_fp8.view(torch.uint8).view(num_pages, -1)
+        buf[:, PAGE * HEAD_DIM :] = k_scale.view(num_pages, PAGE).view(torch.uint8)
+        self.buffer = buf
+        self.page_size = PAGE
+        self.index_page_size = PAGE
+        self.dtype = torch.float8_e4m3fn
+
+    def get_index_k_with_scale_buffer(self, layer_id: int) -> torch.Tensor:
+        assert layer_id == 0
+        return self.buffer
+
+
+class FusedVerifyMetadata:
+    """Plain-torch stand-in for the CUDA-only fused_dsa_target_verify_metadata.
+
+    Writes what the triton kernel writes on graph replay (per-request and
+    per-token lengths, page tables, and, when given, the SM100 [bs, next_n]
+    context lengths) and records the ``paged_mqa_ctx_lens_2d`` it was handed.
+    """
+
+    def __init__(self):
+        self.ctx_lens_args = []
+
+    def __call__(
+        self,
+        *,
+        seq_lens,
+        req_pool_indices,
+        req_to_token,
+        cache_seqlens,
+        cu_seqlens_k,
+        page_table_1,
+        seqlens_expanded,
+        dsa_cache_seqlens,
+        dsa_cu_seqlens_k,
+        real_page_table,
+        bs,
+        max_seqlen_k,
+        dsa_index_topk,
+        physical_page_size,
+        next_n,
+        paged_mqa_ctx_lens_2d=None,
+    ):
+        self.ctx_lens_args.append(paged_mqa_ctx_lens_2d)
+        lens = (seq_lens[:bs] + next_n).to(torch.int32)
+        cache_seqlens[:bs].copy_(lens)
+        cu_seqlens_k[0] = 0
+        cu_seqlens_k[1 : bs + 1].copy_(torch.cumsum(lens, 0))
+        rows = torch.repeat_interleave(req_to_token[req_pool_indices[:bs], :max_seqlen_k], next_n, dim=0)
+        page_table_1[: bs * next_n, :max_seqlen_k].copy_(rows)
+        expanded = torch.tensor(expected_token_lengths((lens - next_n).tolist(), next_n), dtype=torch.int32)
+        seqlens_expanded[: bs * next_n].copy_(expanded)
+        clipped = expanded.clamp(max=dsa_index_topk)
+        dsa_cache_seqlens[: bs * next_n].copy_(clipped)
+        dsa_cu_seqlens_k[0] = 0
+        dsa_cu_seqlens_k[1 : bs * next_n + 1].copy_(torch.cumsum(clipped, 0))
+        real = rows[:, ::physical_page_size] // physical_page_size
+        real_page_table[: bs * next_n, : real.shape[1]].copy_(real)
+        if paged_mqa_ctx_lens_2d is not None:
+            paged_mqa_ctx_lens_2d.copy_(lens.view(-1, 1).expand(-1, next_n))
+
+
+def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
+    """A DSA backend object for target_verify with next_n draft tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_per_req = MAX_CONTEXT // PAGE
+    num_pages = 1 + num_reqs * pages_per_req
+    perm = torch.randperm(num_pages - 1, generator=gen) + 1
+    req_to_token = torch.zeros((num_reqs + 1, MAX_CONTEXT + 8), dtype=torch.int32)
+    for r in range(num_reqs):
+        pages = perm[r * pages_per_req : (r + 1) * pages_per_req]
+        slots = (pages[:, None] * PAGE + torch.arange(PAGE)[None, :]).reshape(-1)
+        req_to_token[r + 1, :MAX_CONTEXT] = slots.to(torch.int32)
+
+    backend = object.__new__(backend_mod.DeepseekSparseAttnBackend)
+    backend.device = torch.device("cpu")
+    backend.physical_page_size = PAGE
+    backend.real_page_size = PAGE
+    backend.speculative_num_draft_tokens = next_n
+    backend.speculative_num_steps = max(next_n - 1, 0)
+    backend.speculative_step_id = 0
+    backend.topk = 1
+    backend.dsa_index_topk = INDEX_TOPK
+    backend.dsa_index_kpool = 1
+    backend.max_context_len = MAX_CONTEXT
+    backend.req_to_token_pool = types.SimpleNamespace(req_to_token=req_to_token)
+    backend.req_to_token = req_to_token
+    backend.token_to_kv_pool = IndexKPool(num_pages, seed=seed + 1)
+    backend.use_mha = False
+    backend.dsa_prefill_impl = "flashmla_sparse"
+    backend.dsa_decode_impl = "flashmla_sparse"
+    backend.enable_auto_select_prefill_impl = False
+    backend.dsa_kv_cache_store_fp8 = True
+    backend.dsa_topk_backend = topk_mod.DSATopKBackend.TORCH
+    backend._arange_buf = torch.arange(16384, dtype=torch.int32)
+    backend._kv_shard_pool = None
+    backend.hisparse_coordinator = None
+    backend.dcp_size, backend.dcp_rank = 1, 0
+    backend.num_splits = 0
+    backend.use_fused_topk = False
+    backend.dsa_drop_wide_page_table = False
+    backend.experimental_kpool_metadata_fusion = False
+    backend.device_capability = (0, 0)
+    backend.device_sm_major = 0
+    backend._is_in_breakable_cuda_graph = lambda: False
+    backend._is_in_tc_piecewise_cuda_graph = lambda: False
+    backend._get_device_sm = lambda: 90
+    backend._is_blackwell = lambda: False
+    backend.supports_mha_one_shot = False
+    backend._memory_saver_adapter = types.SimpleNamespace(region=lambda tag: contextlib.nullcontext())
+    backend._multi_ctas_kv_counter_buffer = None
+    backend._fused_verify_metadata = FusedVerifyMetadata()
+    return backend
+
+
+def make_forward_batch(mode, seq_lens, next_n: int, host_lengths: bool = True):
+    """The ForwardBatch fields the metadata and indexer paths read."""
+    seq_lens = torch.tensor(seq_lens, dtype=torch.int64)
+    bs = seq_lens.numel()
+    return types.SimpleNamespace(
+        forward_mode=mode,
+        batch_size=bs,
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.clone() if host_lengths else None,
+        seq_lens_sum=int(seq_lens.sum()),
+        req_pool_indices=torch.arange(1, bs + 1),
+        extend_seq_lens_cpu=None,
+        extend_seq_lens=None,
+        extend_prefix_lens_cpu=None,
+        global_num_tokens_cpu=None,
+        spec_info=None,
+        out_cache_loc=None,
+    )
+
+
+def make_indexer():
+    indexer = object.__new__(indexer_mod.Indexer)
+    indexer.index_topk = INDEX_TOPK
+    indexer.sm_count = 132
+    indexer.n_heads = NUM_HEADS
+    indexer.num_init_tokens = 0
+    indexer.num_local_tokens = 0
+    indexer.paged_mqa_logits_backend = import_sglang(
+        "sglang.srt.layers.attention.dsa.paged_mqa_logits_backend"
+    ).DSAPagedMQALogitsBackend.DEEPGEMM
+    return indexer
+
+
+def run_topk(backend, forward_batch, q_fp8, weights, metadata=None):
+    """Call the real Indexer._get_topk_paged under a real forward context."""
+    if metadata is None:
+        metadata = backend.get_indexer_metadata(0, forward_batch)
+    ctx = fctx.ForwardContext(attn_backend=backend)
+    with fctx.forward_context(ctx):
+        return make_indexer()._get_topk_paged(forward_batch, 0, q_fp8, weights, metadata)
+
+
+def expected_token_lengths(seq_lens, next_n):
+    """Keys each draft token sees: L - next_n + 1 + j with L = seq_len + next_n."""
+    out = []
+    for s in seq_lens:
+        total = s + next_n
+        out.extend(total - next_n + 1 + j for j in range(next_n))
+    return out
