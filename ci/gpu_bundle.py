@@ -15,8 +15,14 @@ output folder:
 plus MANIFEST.json (what went in, sizes, hashes).  Wheels are cached in .cache/gpu-bundle/ so the
 615 MB sglang-kernel wheel is fetched once.
 
+plus, per further series line (``--line v0.5.23``), OUT/<line>/sglang.tar.xz: that line's pristine
+sglang package from the wheel its patches/<line>/pin.json names (checked against the pin's
+sha256; every *.so dropped, they are cp311 builds the box's Python 3.12 cannot load), with its
+own MANIFEST.json.  The line's patches are applied on the box from patches/<line>/series.
+
 Usage:
   python ci/gpu_bundle.py --out .gpu-bundle            # download (cached), verify, pack
+  python ci/gpu_bundle.py --out .gpu-bundle --line v0.5.23   # only the per-line part of that line
   python ci/gpu_bundle.py --update-hashes              # after changing a pin: record the new hashes
   python ci/gpu_bundle.py --verify-only                # check cached wheels against the hashes
 
@@ -41,9 +47,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
 from sglpatch.errors import FatalError  # noqa: E402
+from sglpatch.pin import load_pin  # noqa: E402
 from sglpatch.series import SERIES_FILE, parse_series_text  # noqa: E402
+from sglpatch.wheels import (
+    fetch_wheel,  # noqa: E402
+    pip_download,  # noqa: E402
+)
 from sglpatch.wheels import file_sha256 as sha256_file  # noqa: E402
-from sglpatch.wheels import pip_download  # noqa: E402
 
 DEFAULT_CACHE = REPO / ".cache" / "gpu-bundle"
 # What goes in, with why each version: pinned and hashed in these files (one per target Python).
@@ -261,14 +271,15 @@ def pack_kernel(entry: dict, out: Path) -> dict:
     return info
 
 
-def pack_sglang(entry: dict, out: Path) -> dict:
+def pack_sglang(entry: dict, out: Path, drop_all_so: bool = False) -> dict:
     p = Packer(out / "sglang.tar.xz")
     dropped_bytes = 0
     for name, data, mode in wheel_members(entry["path"]):
         keep_dist = name.startswith("sglang-") and name.endswith(("METADATA", "top_level.txt"))
         if not (name.startswith("sglang/") or keep_dist):
             continue
-        if name.startswith(SGLANG_DROP_DIRS) or name.startswith(SGLANG_DROP_PREFIX):
+        cp311_so = drop_all_so and name.endswith(".so")
+        if name.startswith(SGLANG_DROP_DIRS) or name.startswith(SGLANG_DROP_PREFIX) or cp311_so:
             dropped_bytes += len(data)
             continue
         if name.endswith(".pyc") or "/__pycache__/" in name:
@@ -276,8 +287,39 @@ def pack_sglang(entry: dict, out: Path) -> dict:
         p.add("pkgs/" + name, data, mode)
     info = p.close()
     info["dropped_bytes"] = dropped_bytes
-    info["dropped"] = list(SGLANG_DROP_DIRS) + [SGLANG_DROP_PREFIX + "*.so"]
+    info["dropped"] = list(SGLANG_DROP_DIRS) + (["sglang/**/*.so"] if drop_all_so else [SGLANG_DROP_PREFIX + "*.so"])
     return info
+
+
+def build_line(line: str, out: Path) -> int:
+    """OUT/<line>/sglang.tar.xz from the wheel patches/<line>/pin.json pins (sha256-checked)."""
+    line_dir = REPO / "patches" / line
+    try:
+        pin = load_pin(line_dir)
+        wheel = fetch_wheel(pin.release, pin.wheel)  # the toolkit's cache; checked against the pin
+    except FatalError as exc:
+        raise SystemExit(str(exc)) from None
+    if sha256_file(wheel) != pin.wheel.sha256:
+        raise SystemExit(f"{wheel} does not match the sha256 in {line_dir / 'pin.json'}")
+    dest = out / line
+    dest.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    entry = dict(name="sglang", version=pin.release, filename=wheel.name, sha256=pin.wheel.sha256, path=wheel)
+    info = pack_sglang(entry, dest, drop_all_so=True)
+    manifest = {
+        "made_by": "ci/gpu_bundle.py --line " + line,
+        "line": line,
+        "pin": str((line_dir / "pin.json").relative_to(REPO)),
+        "wheel": {k: entry[k] for k in ("name", "version", "filename", "sha256")},
+        "archives": {"sglang": info},
+        "patches": f"patches/{line}/series (applied on the box, not staged)",
+    }
+    (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    log(
+        f"{line}/sglang.tar.xz {info['bytes'] / 2**20:.1f} MiB packed, {info['unpacked_bytes'] / 2**20:.1f} MiB "
+        f"unpacked, {info['files']} files ({time.time() - t0:.0f} s)"
+    )
+    return 0
 
 
 def stage_patches(sources: list[str], out: Path) -> list[str]:
@@ -316,6 +358,8 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
 
 
 def build(args) -> int:
+    if args.line:
+        return max(build_line(line, Path(args.out)) for line in args.line)
     if args.patches_only:
         stage_patches(args.patches, Path(args.out))
         return 0
@@ -388,6 +432,13 @@ def main(argv=None) -> int:
         "--patches-only",
         action="store_true",
         help="only (re)stage --patches into OUT/patches; leave the archives alone",
+    )
+    ap.add_argument(
+        "--line",
+        action="append",
+        metavar="LINE",
+        help="build only the per-line part OUT/LINE/sglang.tar.xz of a further series line "
+        "(e.g. v0.5.23: the pristine sglang of patches/LINE/pin.json); repeatable",
     )
     ap.add_argument(
         "--max-mib", type=float, default=45.0, help="fail if the three archives together exceed this (default 45)"

@@ -134,7 +134,8 @@ def test_every_row_identical_to_per_token_and_pristine(runs):
         assert sorted(r["compared_with"]) == ["chosen", "per_token", "pristine"], r
         assert sum(r["mismatch_rows"].values()) == 0, r
         explained = sum(r["explained_rows"].values())
-        assert r["topk_identical"] == (explained == 0), r
+        near = sum(r.get("near_tie_rows", {}).values())
+        assert r["topk_identical"] == (explained == 0 and near == 0), r
         # a few rows, not a pattern
         assert max(r["explained_rows"].values()) <= max(2, r["topk_rows"] // 100), r
         for e in r.get("explained", []):
@@ -144,7 +145,8 @@ def test_every_row_identical_to_per_token_and_pristine(runs):
 def test_logits_bit_identical_across_layouts(runs):
     """DeepGEMM's logits in the chosen layout equal per-token's bit for bit on every position
     each token may attend to, in every case, eager and CUDA graph."""
-    bad = [r for r in runs["doc"]["rows"] if r["logits_bit_identical"] is not True]
+    # the single-read kernel (patch 5) sums in another order: test_indexer_single_read.py
+    bad = [r for r in runs["doc"]["rows"] if r["logits_bit_identical"] is not True and r["layout"] != "single_read"]
     assert not bad, bad[:3]
 
 
@@ -172,10 +174,11 @@ def test_multi_token_layouts_reached_deepgemm(runs):
     for r in rows:
         assert r["kernel_q_per_token"][1] == 1, r  # forced per-token: one token per kernel row
         tokens = r["kernel_q_chosen"][1]
-        expected = {"per_token": 1, "native": r["next_n"], "paired": 2}[r["layout"]]
+        expected = {"per_token": 1, "native": r["next_n"], "paired": 2, "single_read": r["next_n"]}[r["layout"]]
         assert tokens == expected, r
         if r["next_n"] == 3:
-            assert r["layout"] == "per_token", r  # SM90 DeepGEMM takes at most 2 tokens per row
+            # SM90 DeepGEMM takes at most 2 tokens per row; patch 5's Triton kernel takes 3
+            assert r["layout"] in ("per_token", "single_read"), r
     layouts = {(r["next_n"], r["layout"]) for r in rows}
     assert (2, "native") in layouts and (4, "paired") in layouts, layouts
 

@@ -92,8 +92,13 @@ def _sm90_layout(monkeypatch, next_n, bs, seq_lens_cpu, num_sms=H200_SMS):
 )
 def test_sm90_layout_per_next_n(monkeypatch, next_n, layout):
     lens = torch.full((64,), 65536)
-    assert _sm90_layout(monkeypatch, next_n, 64, lens) is L(layout)
     assert _sm90_layout(monkeypatch, next_n, 64, None) is L(layout)
+    if next_n == 3:
+        # no DeepGEMM multi-token layout; from patch 5 on, long host lengths may
+        # run next_n=3 through the single-read kernel instead (its own tests)
+        assert _sm90_layout(monkeypatch, next_n, 64, lens) not in (L("native"), L("paired"))
+    else:
+        assert _sm90_layout(monkeypatch, next_n, 64, lens) is L(layout)
 
 
 @pytest.mark.parametrize(

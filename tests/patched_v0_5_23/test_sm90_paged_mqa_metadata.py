@@ -11,6 +11,8 @@ context lengths the indexer will pass (the DeepGEMM stand-in checks by value).
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 import support23 as S
@@ -285,3 +287,29 @@ def test_replay_from_precomputed_metadata(monkeypatch, arch, next_n, shape):
     else:
         assert ctx.reshape(-1).tolist() == expanded.tolist()
     assert torch.equal(backend.forward_metadata.paged_mqa_schedule_metadata[0], fake._fingerprint(ctx))
+
+
+H200_GRID = Path(__file__).resolve().parents[2] / "docs" / "results" / "paged_mqa_h200.json"
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["host_lengths", "graph"])
+def test_sm90_rule_never_below_095_on_the_h200_grid(monkeypatch, cuda_graph):
+    # the committed H200 kernel grid (bench/paged_mqa.py): where the rule takes
+    # two tokens per row, that was at least 0.95x of one token per row
+    grid = json.loads(H200_GRID.read_text())
+    assert grid["num_sms"] == 132
+    S.use_kernels(monkeypatch, S.FakeDeepGemm(num_sms=grid["num_sms"]))
+    rows = [r for r in grid["rows"] if "multi_us" in r]
+    if not cuda_graph:  # host lengths are exact for uniform rows only
+        rows = [r for r in rows if r["lengths"] == "uniform"]
+    assert len(rows) >= 40
+    chose_pairs = 0
+    for row in rows:
+        bs = row["batch_size"]
+        lens = None if cuda_graph else torch.full((bs,), row["ctx"])
+        with S.platform(monkeypatch, "sm90"):
+            tokens = S.make_backend(row["next_n"])._paged_mqa_tokens_per_row(TV, bs, lens)
+        speedup = row["per_token_us"] / row["multi_us"] if tokens == 2 else 1.0
+        assert speedup >= 0.95, (row["next_n"], bs, row["ctx"], row["lengths"], speedup)
+        chose_pairs += tokens == 2
+    assert chose_pairs >= len(rows) // 2

@@ -41,4 +41,5 @@ def test_project_groups_say_what_their_gpu_results_ran():
     for group in groups:
         notes = " ".join(group["accuracy_notes"])
         assert "What ran on an H200" in notes and "Not run on the GPU" in notes
-        assert "previous revision of this series" in notes  # the kit summary predates this revision
+        if group["accuracy"]:  # it cites the GPU CI summary, which predates this revision
+            assert "previous revision of this series" in notes

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The indexer-level GPU test of the v0.5.23 series line on an air-gapped GPU box, from the bundle
+# made by ci/gpu_bundle.py (its shared deps and sgl-kernel parts) plus its per-line part
+# (`ci/gpu_bundle.py --line v0.5.23`: .gpu-bundle/v0.5.23/sglang.tar.xz, pristine sglang 0.5.23).
+# Run from the repository root (the `run` tool's working directory), carrying .gpu-bundle.
+#
+#   bash ci/run_indexer_gpu_v0_5_23.sh [--grid smoke|full|tiny] [--out DIR] [--bundle DIR]
+#                                      [--work DIR] [-- PYTEST ARGS]
+#
+# Builds WORK/trees/pristine (sglang 0.5.23 as shipped) and WORK/trees/patched (the same with
+# patches/v0.5.23/series applied by ci/apply_series.py), then runs
+# tests/gpu/test_indexer_paged_mqa_v0_5_23.py (bench/indexer_step.py on both trees, compared).
+#
+# The shared deps were pinned for 0.5.14 (sgl-deep-gemm 0.1.5.post1, sglang-kernel 0.4.4,
+# flashinfer 0.6.12) and are what loads with the box's torch 2.11: 0.5.23's own pins
+# (sgl-deep-gemm 0.2.x, sglang-kernel 0.4.10 for torch 2.14.1) do not.  0.5.23's top-k picks
+# sglang's JIT top-k v2 kernel by default (SGLANG_OPT_USE_TOPK_V2=1); when that kernel does not
+# build here, the run falls back to 0.5.23's own switch SGLANG_OPT_USE_TOPK_V2=0 (sgl-kernel's
+# fast_topk_transform_fused), and says so in OUT/topk_v2_probe.log and the JSON's env.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/ci/gpu_box.sh"
+export SGLPATCH_RUN_COMMAND="bash ci/run_indexer_gpu_v0_5_23.sh $*"
+LINE=v0.5.23
+BUNDLE="$REPO/.gpu-bundle"
+GRID=smoke
+OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
+WORK=/tmp/sglpatch-gpu-v0_5_23
+PY="${PYTHON:-python3}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --grid) GRID="$2"; shift 2 ;;
+    --out) OUTDIR="$2"; shift 2 ;;
+    --bundle) BUNDLE="$2"; shift 2 ;;
+    --work) WORK="$2"; shift 2 ;;
+    --) shift; break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUTDIR"
+T0=$(date +%s)
+say() { echo "[run-indexer-gpu-$LINE +$(( $(date +%s) - T0 ))s] $*"; }
+say "box: $(nvidia-smi -L 2>/dev/null | head -1); python: $($PY -V 2>&1)"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+
+# 1. unpack: site/ (deps), pkgs/ (sgl_kernel), trees/{pristine,patched}/sglang (0.5.23)
+[ -f "$BUNDLE/$LINE/sglang.tar.xz" ] || { echo "missing $BUNDLE/$LINE/sglang.tar.xz (ci/gpu_bundle.py --line $LINE)" >&2; exit 3; }
+rm -rf "$WORK" && mkdir -p "$WORK/trees/pristine" "$WORK/trees/patched"
+"$PY" - "$BUNDLE" "$WORK" "$LINE" <<'PYEOF' || exit 3
+import sys, tarfile
+bundle, work, line = sys.argv[1:4]
+for name in ("deps", "sgl-kernel"):
+    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
+        t.extractall(work, filter="data")
+with tarfile.open(f"{bundle}/{line}/sglang.tar.xz") as t:  # members are pkgs/sglang/...
+    t.extractall(f"{work}/line", filter="data")
+PYEOF
+mv "$WORK/line/pkgs/sglang" "$WORK/trees/pristine/sglang"
+cp -a "$WORK/trees/pristine/sglang" "$WORK/trees/patched/sglang"
+say "unpacked into $WORK"
+
+# 2. the line's series onto the patched tree
+"$PY" "$REPO/ci/apply_series.py" "$REPO/patches/$LINE/series" --root "$WORK/trees/patched" \
+  --record "$OUTDIR/applied_series_v0_5_23.json" || { echo "patch series did not apply" >&2; exit 4; }
+grep -q _sm90_paged_mqa_tokens_per_row "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
+  || { echo "series reported applied but dsa_backend.py has no _sm90_paged_mqa_tokens_per_row" >&2; exit 4; }
+
+# 3. environment (no sglang in pkgs/: each run imports its own tree)
+use_bundle_env "$BUNDLE" "$WORK"
+export SGLPATCH_SGLANG_TREE_V0_5_23="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE_V0_5_23="$WORK/trees/pristine"
+export SGLPATCH_INDEXER_GRID="$GRID"
+export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_h200_v0_5_23.json"
+"$PY" -c "import torch, deep_gemm, sgl_kernel; from importlib.metadata import version as v; \
+print('torch', torch.__version__, torch.cuda.get_device_name(), 'deep_gemm', v('sgl-deep-gemm'), 'sgl-kernel', v('sglang-kernel'))" \
+  || say "imports failed (the tests will skip with the reason)"
+
+# 4. 0.5.23's default top-k (sglang's JIT top-k v2): does it build and load here?
+( cd "$WORK/trees/pristine" && timeout 300 "$PY" -c "
+import torch
+from sglang.kernels.ops.attention.dsv4 import topk
+topk._jit_topk_v2_module()
+print('top-k v2 JIT module built and loaded')
+" ) >"$OUTDIR/topk_v2_probe.log" 2>&1
+if [ $? -ne 0 ]; then
+  export SGLANG_OPT_USE_TOPK_V2=0
+  say "top-k v2 JIT module did not build/load (tail below); running with SGLANG_OPT_USE_TOPK_V2=0"
+  tail -5 "$OUTDIR/topk_v2_probe.log"
+else
+  say "$(tail -1 "$OUTDIR/topk_v2_probe.log")"
+fi
+
+# 5. the test
+say "pytest (grid $GRID)"
+"$PY" -m pytest -v -rA -p no:cacheprovider --junitxml "$OUTDIR/gpu_tests_v0_5_23.xml" \
+  "$REPO/tests/gpu/test_indexer_paged_mqa_v0_5_23.py" "$@"
+rc=$?
+say "pytest exit $rc"
+exit $rc
