@@ -431,7 +431,8 @@ def test_the_whole_picture_comes_before_the_stop_and_is_drifts(sglpatch, checkou
     assert printed == [
         f"{name}: {c['outcome']}" + (f" ({c['detail']})" if c["detail"] else "") for name, c in cells.items()
     ]
-    assert [line.split(": ")[1].split(" ")[0] for line in printed] == ["conflict", "conflict", "upstream", "upstream"]
+    kinds = [line.split(": ")[1].split(" ")[0] for line in printed]
+    assert kinds[:4] == ["conflict", "conflict", "upstream", "upstream"]  # patches 3-4 are #29787, in 0.5.15
     assert rebase(sglpatch, checkout, project_series, tmp_path, "--abort")[0] == 0
 
 
@@ -455,8 +456,9 @@ def test_extends_pr_never_marks_a_patch_upstream_nor_does_a_revert(sglpatch, cha
     )
     assert code == 0, err
     assert "upstream" not in " ".join(picture_lines(out)) and "dropped" not in out
-    assert git.run("rev-list", "--count", "upstream..HEAD") == "4"
-    assert [p.trailer("extends-pr") for p in load_series(project_series).patches[:2]] == ["27166", "27166"]
+    series = load_series(project_series).patches
+    assert git.run("rev-list", "--count", "upstream..HEAD") == str(len(series))
+    assert [p.trailer("extends-pr") for p in series[:2]] == ["27166", "27166"]
 
 
 def test_a_reverted_upstream_pr_is_not_upstream(sglpatch, chain, patches, tmp_path):
