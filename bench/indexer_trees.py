@@ -48,6 +48,9 @@ class Tree:
     decode_impl: str | None = None
     act_quant = "sglang.srt.layers.attention.dsa.triton_kernel:act_quant"
     extra_watch: tuple[str, ...] = ()
+    # Watched functions whose return value is the step's whole logits (taken over the last
+    # kernel call's output, which is one chunk when the tree splits the rows over calls).
+    logits_outputs: tuple[str, ...] = ()
     # Read from the patched tree's source: does it carry the line's patch?
     patch_marks = {"srt/layers/attention/dsa_backend.py": "paged_mqa_layout"}
 
@@ -104,6 +107,12 @@ class Tree0523(Tree):
         "sglang.kernels.ops.attention.dsv4.topk:topk_transform_paged_v2",
         "sglang.kernels.ops.attention.dsv4.topk:plan_topk_v2",
         "sglang.kernels.ops.quantization.act_quant_triton:act_quant",
+    )
+    # 0.5.23's _get_topk_paged runs DeepGEMM in chunks of at most num_sms rows (per-token
+    # B * next_n > 132 on an H200) and concatenates them inside these helpers.
+    logits_outputs = (
+        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
+        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
     )
     patch_marks = {
         "srt/layers/attention/dsa_backend.py": "_sm90_paged_mqa_tokens_per_row",
