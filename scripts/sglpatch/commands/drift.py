@@ -11,7 +11,7 @@ from sglpatch.drift import render_json, render_markdown, render_png
 from sglpatch.output import plural, progress, say
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import published_releases, release_commit, releases_repo
-from sglpatch.replay import carry_series, series_commits
+from sglpatch.replay import carry_series, history_between, series_commits
 from sglpatch.wheels import cache_dir, fetch_wheel
 
 
@@ -42,7 +42,8 @@ def run(args) -> int:
     try:
         for number, release in enumerate(releases, 1):
             progress(f"[{number}/{len(releases)}] carrying the series onto {release}")
-            matrix[release] = carry_series(commits, series, tips[release])[0]
+            history = history_between(repo, commits.base, tips[release])
+            matrix[release] = carry_series(commits, series, tips[release], history)[0]
     finally:
         commits.workspace.close()
     seconds = time.monotonic() - started
