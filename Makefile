@@ -71,8 +71,8 @@ lines: $(VENV)/.tool-stamp ## list the series lines (patches/<tag>/): patches, d
 status: $(VENV)/.tool-stamp ## names the line; per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
 	$(SGLPATCH) status $(TARGET_ARG)
 
-rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
-	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,--onto $(call q,$(ONTO)))) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
+rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 / DROP=N (leave patch N out) after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
+	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,$(if $(ONTO),--onto $(call q,$(ONTO)),))) $(if $(DROP),--drop $(call q,$(DROP)),) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
 
 drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
 	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)

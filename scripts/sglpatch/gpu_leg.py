@@ -242,6 +242,7 @@ def series_record(patch_dir: Path) -> dict:
                 "sha256": sha256_hex(p.data),
                 "patch_group": p.trailer("Patch-Group"),
                 "upstream_pr": p.trailer("Upstream-PR"),
+                "extends_pr": p.trailer("Extends-PR"),
             }
             for p in series.patches
         ],

@@ -14,6 +14,10 @@ APPLY = "`make apply`"
 RECOVER = "`make recover`"
 
 
+def drop_rebase(number: int) -> str:
+    return f"`make rebase DROP={number}`"
+
+
 def recover(root: Path | str) -> str:
     return f"`sglpatch recover --sglang {root}` (make recover SGLANG={root})"
 

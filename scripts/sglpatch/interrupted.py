@@ -14,7 +14,7 @@ def interrupted_state(target: Target) -> str | None:
     if target.is_git:
         git_dir = target.git.git_dir()
         rebase = rebase_store.load(rebase_store.state_dir(target.git))
-        if rebase is not None and not rebase.get("stopped"):
+        if rebase is not None and not rebase.stopped:
             return "rebase"
         if (git_dir / f"{STATE_FILE}.tmp").exists():
             return "start"

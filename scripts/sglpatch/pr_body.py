@@ -59,7 +59,7 @@ def render_body(
     for patch in group.patches:
         why = _unwrap(note(patch, "Why"))
         lines += [why[:1].upper() + why[1:], ""]
-    upstream = sorted({p.trailer("upstream-pr") for p in group.patches if p.trailer("upstream-pr")})
+    upstream = sorted({n for p in group.patches for n in p.related_prs})
     if upstream:
         lines += ["Related: " + ", ".join(f"#{n}" for n in upstream), ""]
     lines += stack

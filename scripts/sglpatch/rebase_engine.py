@@ -30,9 +30,9 @@ from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
-from sglpatch.rebase_store import REPLAYING, SERIES_REF, Stop, StopKind, save, series_out_dir, stop_of
+from sglpatch.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
 from sglpatch.releases import release_commit, release_date, release_of
-from sglpatch.replay import Landing, land, series_commits
+from sglpatch.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
 from sglpatch.series_digest import series_digest
 from sglpatch.series_writer import render_series
@@ -42,6 +42,7 @@ from sglpatch.write_states import WriteState
 
 MERGED = "merged with changes"
 RESOLVED = "conflict, resolved by hand"
+LEFT_OUT = "left out by hand"
 
 
 class Stopped(FatalError):
@@ -61,6 +62,7 @@ class Request:
     report_dir: Path
     drop_upstreamed: bool
     check_imports: bool
+    drop: str | None = None  # patches to leave out: numbers or names, comma-separated
     lines_root: Path | None = None  # the source is a line: write the result as the line patches/v<release>/
 
 
@@ -87,15 +89,15 @@ def _stopped_on_error(target: Target, folder: Path):
         raise
     except Exception as exc:  # noqa: BLE001 - any failure mid-replay: stop rather than leave it unsettled
         state = rebase_store.load(folder)
-        if not state or state["phase"] != REPLAYING or state.get("stopped"):
+        if not (state and state.begun) or state.phase != REPLAYING or state.stopped:
             raise  # settled already, or a refusal of --continue: the rebase is as it was before this run
         why = str(exc) if isinstance(exc, FatalError) else f"{type(exc).__name__}: {exc}"
-        index, checked = state["next"], state.get("checked", state["next"])
+        index, checked = state.next, state.next if state.checked is None else state.checked
         recheck = checked < index  # the last patch was recorded, but its check had not passed yet
-        names = state["patches"] + ["the end (writing the result)"]
+        names = state.patches + ["the end (writing the result)"]
         name = names[index - 1] if recheck else names[index]
         head = target.git.run("rev-parse", "HEAD")
-        state["stopped"] = Stop(StopKind.ERROR, name, head, problem=why, recheck=recheck).to_json()
+        state.stopped = Stop(StopKind.ERROR, name, head, problem=why, recheck=recheck)
         with write_phase():
             save(folder, state)
         raise Stopped(
@@ -105,7 +107,7 @@ def _stopped_on_error(target: Target, folder: Path):
 
 
 @contextmanager
-def _rolled_back_on_failure(target: Target, folder: Path, state: dict):
+def _rolled_back_on_failure(target: Target, folder: Path, state: RebaseState):
     """Around the first writes: whatever stops them (a signal, a failed checkout) undoes them."""
     try:
         yield
@@ -125,42 +127,19 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     if git.run("status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
     onto, release = _resolve_onto(git, request.onto, request.release)
-    patch_dir = request.patch_dir.resolve()
-    out_dir = _new_line_dir(request, release, patch_dir)
+    _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
     commits = series_commits(git, base, series.patches)
-    head = git.run("rev-parse", "HEAD")
-    backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
-    state = {
-        "phase": REPLAYING,
-        "original": git.current_branch() or head,
-        "original_head": head,
-        "backup": backup,
-        "backup_made": git.rev_parse(backup) is None,
-        "onto": onto,
-        "onto_name": request.onto,
-        "release": release,
-        "base": base,
-        "patch_dir": str(patch_dir),
-        "report_dir": str(request.report_dir.resolve()),
-        "drop_upstreamed": request.drop_upstreamed,
-        "check_imports": request.check_imports,
-        "series_digest": series_digest(patch_dir),
-        "out_dir": str(out_dir),
-        "out_digest": series_digest(out_dir),
-        "patches": [patch.name for patch in series.patches],
-        "commits": commits.commits,
-        "next": 0,
-        "outcomes": [],
-    }
     try:
+        _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
+        state = _new_state(git, request, series, base, onto, release, commits.commits)
         with _rolled_back_on_failure(target, folder, state), write_phase():
             folder.mkdir()
             save(folder, state)
             fault_point("rebase: state saved")
             commits.workspace.copy_commit_to(commits.commits[-1], git, SERIES_REF)
             fault_point("rebase: series ref made")
-            git.run("update-ref", backup, head)
+            git.run("update-ref", state.backup, state.original_head)
             fault_point("rebase: HEAD backed up")
             status, _, err = git.try_run("checkout", "-q", "--detach", onto)
             if status != 0:
@@ -168,11 +147,44 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             fault_point("rebase: ONTO checked out")
         with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
             progress(
-                f"rebasing {len(series.patches)} patches onto {request.onto} ({onto[:12]}); HEAD saved at {backup}"
+                f"rebasing {len(series.patches)} patches onto {request.onto} ({onto[:12]}); "
+                f"HEAD saved at {state.backup}"
             )
             return _replay(target, folder, state, series)
     finally:
         commits.workspace.close()
+
+
+def _new_state(
+    git: Git, request: Request, series: Series, base: str, onto: str, release: str | None, commits: list[str]
+) -> RebaseState:
+    head = git.run("rev-parse", "HEAD")
+    backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
+    patch_dir = request.patch_dir.resolve()
+    out_dir = _new_line_dir(request, release, patch_dir)
+    return RebaseState(
+        original=git.current_branch() or head,
+        original_head=head,
+        backup=backup,
+        onto=onto,
+        onto_name=request.onto,
+        phase=REPLAYING,
+        backup_made=git.rev_parse(backup) is None,
+        release=release,
+        base=base,
+        patch_dir=str(patch_dir),
+        report_dir=str(request.report_dir.resolve()),
+        series_digest=series_digest(patch_dir),
+        drop_upstreamed=request.drop_upstreamed,
+        check_imports=request.check_imports,
+        patches=[patch.name for patch in series.patches],
+        commits=commits,
+        next=0,
+        outcomes=[],
+        dropped=patches_named(request.drop, [patch.name for patch in series.patches]) if request.drop else [],
+        out_dir=str(out_dir),
+        out_digest=series_digest(out_dir),
+    )
 
 
 def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Path:
@@ -188,6 +200,14 @@ def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Pat
     return out_dir
 
 
+def _show_picture(commits, series: Series, onto: str, name: str, history: tuple[str, str] | None) -> None:
+    """Every patch's state on ONTO before the first pick, from the replay drift makes (the same engine)."""
+    outcomes = picture(commits, series, onto, history)
+    say(f"the series on {name} ({onto[:12]}), patch by patch (as `make drift` classifies it):")
+    for outcome in outcomes:
+        say(f"  {describe(outcome)}")
+
+
 def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | None]:
     commit = git.rev_parse(ref)
     named = release or release_of(ref)
@@ -201,18 +221,22 @@ def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | N
 # -- the replay loop ---------------------------------------------------------------
 
 
-def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
+def _replay(target: Target, folder: Path, state: RebaseState, series: Series) -> int:
     git = target.git
     scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
-    history = (state["base"], state["onto"]) if git.is_ancestor(state["base"], state["onto"]) else None
-    while state["next"] < len(state["commits"]):
-        index = state["next"]
-        patch, commit = series.patches[index], state["commits"][index]
+    history = history_between(git, state.base, state.onto)
+    while state.next < len(state.commits):
+        index = state.next
+        patch, commit = series.patches[index], state.commits[index]
+        if patch.name in state.dropped:
+            _record(folder, state, patch.name, DROPPED, LEFT_OUT)
+            state.checked = state.next
+            continue
         head = git.run("rev-parse", "HEAD")
-        step = land(scratch, head, patch, commit, history, merge_upstream=not state["drop_upstreamed"])
+        step = land(scratch, head, patch, commit, history, merge_upstream=not state.drop_upstreamed)
         if step.kind == Landing.UPSTREAM:
             _record(folder, state, patch.name, Landing.UPSTREAM, f"{step.upstream}; dropped")
-            state["checked"] = state["next"]
+            state.checked = state.next
             continue
         with write_phase():
             status, _, _ = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
@@ -225,45 +249,46 @@ def _replay(target: Target, folder: Path, state: dict, series: Series) -> int:
     return _finish(target, folder, state, series)
 
 
-def _stop_at_conflict(git: Git, folder: Path, state: dict, name: str, upstream: str | None) -> None:
+def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, upstream: str | None) -> None:
     files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
-    hint = f" ({upstream}: consider --abort, then --drop-upstreamed)" if upstream else ""
+    hint = f" (upstream already has it: {upstream})" if upstream else ""
     head = git.run("rev-parse", "HEAD")
-    state["stopped"] = Stop(StopKind.CONFLICT, name, head, files, upstream).to_json()
+    state.stopped = Stop(StopKind.CONFLICT, name, head, files, upstream)
     save(folder, state)
     raise Stopped(
         f"{name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
-        f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
+        f"then {hints.CONTINUE_REBASE}, or {hints.drop_rebase(state.patches.index(name) + 1)} to leave it out, "
+        f"or {hints.ABORT_REBASE} to put everything back"
     )
 
 
-def _record(folder: Path, state: dict, name: str, kind: str, detail: str) -> None:
+def _record(folder: Path, state: RebaseState, name: str, kind: str, detail: str) -> None:
     label = {Landing.THREE_WAY: MERGED}.get(kind, str(kind))
-    state["outcomes"].append({"patch": name, "outcome": label, "detail": detail})
-    state["next"] += 1
-    state.pop("stopped", None)
+    state.outcomes.append(PatchResult(name, label, detail))
+    state.next += 1
+    state.stopped = None
     with write_phase():
         save(folder, state)
         fault_point(f"rebase: {name} recorded")
     say(f"  {name}: {label}{f' ({detail})' if detail else ''}")
 
 
-def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
+def _check_prefix(git: Git, folder: Path, state: RebaseState, name: str) -> None:
     """Each prefix of the series must byte-compile (and, with --check-imports, import) what it touched."""
     changed = git.run("diff", "--name-only", "--diff-filter=AMR", "HEAD~1", "HEAD", "--", "*.py").splitlines()
     problem = compile_error(git.workdir, changed)
-    if problem is None and state.get("check_imports"):
+    if problem is None and state.check_imports:
         progress(f"importing the modules {name} touched (CPU)")
         problem = import_error(git.workdir, changed)
     if problem:
         head = git.run("rev-parse", "HEAD~1")  # what the patch went onto: an amended commit still sits on it
-        state["stopped"] = Stop(StopKind.CHECK, name, head, changed, problem=problem).to_json()
+        state.stopped = Stop(StopKind.CHECK, name, head, changed, problem=problem)
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
             f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE}"
         )
-    state["checked"] = state["next"]
+    state.checked = state.next
     with write_phase():
         save(folder, state)
         fault_point(f"rebase: {name} checked")
@@ -272,27 +297,16 @@ def _check_prefix(git: Git, folder: Path, state: dict, name: str) -> None:
 # -- continue / abort ----------------------------------------------------------------
 
 
-def resume(target: Target, folder: Path, state: dict | None) -> int:
+def resume(target: Target, folder: Path, state: RebaseState | None) -> int:
     """Go on with a rebase stopped for the user, once they resolved the conflict or fixed the cause."""
     git = target.git
     if state is None:
         raise FatalError("no rebase in progress here")
-    stopped = stop_of(state)
-    if stopped is None:
-        rebase_store.refuse_in_progress(target)
-    rebase_store.check_can_go_on(state, folder)
-    _refuse_moved_since_stop(git, state, stopped)
-    patch_dir = Path(state["patch_dir"])
-    if series_digest(patch_dir) != state["series_digest"]:
-        raise FatalError(
-            f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
-            f"or {hints.ABORT_REBASE} and start again"
-        )
-    series = load_series(patch_dir)
+    stopped, series = _stopped_rebase(target, folder, state)
     with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
         if stopped.kind != StopKind.CONFLICT:  # the user fixed it: amended the commit, or the cause
-            state.pop("stopped")
-            state["resolved_by_hand"] = state.get("resolved_by_hand") or stopped.kind == StopKind.CHECK
+            state.stopped = None
+            state.resolved_by_hand = state.resolved_by_hand or stopped.kind == StopKind.CHECK
             with write_phase():
                 save(folder, state)
             if stopped.kind == StopKind.CHECK or stopped.recheck:
@@ -304,19 +318,104 @@ def resume(target: Target, folder: Path, state: dict | None) -> int:
         return _replay(target, folder, state, series)
 
 
-def _refuse_moved_since_stop(git: Git, state: dict, stopped: Stop) -> None:
+def _stopped_rebase(target: Target, folder: Path, state: RebaseState | None) -> tuple[Stop, Series]:
+    """Why the rebase waits (and its series), once sure it can go on from here; FatalError otherwise."""
+    if state is None:
+        raise FatalError("no rebase in progress here")
+    stopped = state.stopped
+    if stopped is None:
+        rebase_store.refuse_in_progress(target)
+    rebase_store.check_can_go_on(state, folder)
+    _refuse_moved_since_stop(target.git, state, stopped)
+    patch_dir = Path(state.patch_dir)
+    if series_digest(patch_dir) != state.series_digest:
+        raise FatalError(
+            f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
+            f"or {hints.ABORT_REBASE} and start again"
+        )
+    return stopped, load_series(patch_dir)
+
+
+# -- drop ------------------------------------------------------------------------------
+
+
+def patches_named(spec: str, names: list[str]) -> list[str]:
+    """The patches `spec` names, comma-separated: a number in the series (`2`, `0002`), a file name, or the
+    start of one (`0002-DSA`); FatalError for one that names no patch or several."""
+    chosen = []
+    for item in (part.strip() for part in spec.split(",")):
+        if item.isdigit():
+            found = [names[int(item) - 1]] if 1 <= int(item) <= len(names) else []
+        else:
+            found = [n for n in names if n == item] or [n for n in names if n.startswith(item)]
+        if len(found) != 1:
+            raise FatalError(
+                f"--drop {item!r} names {'no' if not found else 'more than one'} patch of the series "
+                f"(1 to {len(names)}, or a name: {', '.join(names)})"
+            )
+        chosen += [n for n in found if n not in chosen]
+    return chosen
+
+
+def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> int:
+    """While the rebase is stopped, leave patches out: the one it stopped at (then go on, as `git rebase
+    --skip` does) or later ones (left out when the rebase gets there). What earlier patches became, hand
+    resolutions included, stays: they are in HEAD's history, which dropping never rewrites."""
+    stopped, series = _stopped_rebase(target, folder, state)
+    names = patches_named(spec, state.patches)
+    here = state.patches.index(stopped.patch) if stopped.patch in state.patches else len(state.patches)
+    done = [n for n in names if state.patches.index(n) < here]
+    if done:
+        raise FatalError(
+            f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} already rebased (the rebase is stopped at "
+            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.ABORT_REBASE} and start "
+            f"again with DROP="
+        )
+    later = [n for n in names if n != stopped.patch and n not in state.dropped]
+    with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
+        if later:
+            state.dropped = state.dropped + later
+            with write_phase():
+                save(folder, state)
+            say(f"will leave out {', '.join(later)} when the rebase gets there")
+        if stopped.patch not in names:
+            say(f"{stopped.describe()}: resolve it, then {hints.CONTINUE_REBASE}")
+            return 0
+        _drop_stopped_patch(target.git, folder, state, stopped)
+        return _replay(target, folder, state, series)
+
+
+def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Stop) -> None:
+    """Undo what the rebase did for the patch it stopped at (a conflicted pick, or its recorded commit), back
+    to the commit it went onto, and record it as left out. Safe to run again after a kill."""
+    recorded = stopped.kind == StopKind.CHECK or stopped.recheck
+    before = git.run("rev-parse", f"{stopped.head}~1") if stopped.kind == StopKind.ERROR and recorded else stopped.head
+    with write_phase():
+        if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+            git.run("cherry-pick", "--quit")
+        git.run("reset", "-q", "--hard", before)
+        fault_point(f"rebase: {stopped.patch} taken out")
+    if recorded:
+        state.outcomes = [o for o in state.outcomes if o.patch != stopped.patch]
+        state.next = state.patches.index(stopped.patch)
+    state.dropped = state.dropped + [stopped.patch] if stopped.patch not in state.dropped else state.dropped
+    _record(folder, state, stopped.patch, DROPPED, LEFT_OUT)
+    state.checked = state.next
+
+
+def _refuse_moved_since_stop(git: Git, state: RebaseState, stopped: Stop) -> None:
     """--continue builds on HEAD: it must still be the detached rebase, on ONTO and on where it stopped."""
     branch = git.current_branch()
     head = git.run("rev-parse", "HEAD")
-    where = stopped.head or state["onto"]
-    if branch is not None or not (git.is_ancestor(state["onto"], head) and git.is_ancestor(where, head)):
+    where = stopped.head or state.onto
+    if branch is not None or not (git.is_ancestor(state.onto, head) and git.is_ancestor(where, head)):
         raise FatalError(
             f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
             f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.ABORT_REBASE}"
         )
 
 
-def _commit_resolution(git: Git, folder: Path, state: dict, stopped: Stop) -> None:
+def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop) -> None:
     """Commit the resolved conflict, unless the user (or a run killed right after) already did."""
     if not (git.git_dir() / "CHERRY_PICK_HEAD").exists():
         if git.run("rev-parse", "HEAD") == stopped.head:
@@ -324,12 +423,12 @@ def _commit_resolution(git: Git, folder: Path, state: dict, stopped: Stop) -> No
                 f"the cherry-pick of {stopped.patch} is gone and nothing was committed for it; "
                 f"run {hints.ABORT_REBASE} and start again"
             )
-        state["resolved_by_hand"] = True
+        state.resolved_by_hand = True
         return
     unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
     if unmerged:
         raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
-    state["resolved_by_hand"] = True
+    state.resolved_by_hand = True
     with write_phase():
         save(folder, state)
         status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
@@ -340,14 +439,14 @@ def _commit_resolution(git: Git, folder: Path, state: dict, stopped: Stop) -> No
         )
 
 
-def abort(target: Target, folder: Path, state: dict | None) -> int:
+def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
     """Put the checkout back as it was before the rebase began."""
     if state is None:
         raise FatalError("no rebase in progress here")
     with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
         rebase_settle.roll_back(target.git, folder, state)
     head = target.git.run("rev-parse", "HEAD")[:12]
-    where = f"back on {state['original']} at {head}" if "original" in state else "nothing had changed"
+    where = f"back on {state.original} at {head}" if state.begun else "nothing had changed"
     say(f"rebase aborted: {where}")
     return 0
 
@@ -355,52 +454,59 @@ def abort(target: Target, folder: Path, state: dict | None) -> int:
 # -- finishing -------------------------------------------------------------------------
 
 
-def _finish(target: Target, folder: Path, state: dict, series: Series) -> int:
+def _finish(target: Target, folder: Path, state: RebaseState, series: Series) -> int:
     """Stage the result (new series files, range-diff, checkout record), then install it."""
     git = target.git
-    name = state["release"] or state["onto"][:12]
-    branch = f"sglpatch/v{name}" if state["release"] else f"sglpatch/onto-{name}"
+    name = state.release or state.onto[:12]
+    branch = f"sglpatch/v{name}" if state.release else f"sglpatch/onto-{name}"
     if git.rev_parse(f"refs/heads/{branch}"):
         branch = f"{branch}-{time.strftime('%Y%m%d-%H%M%S')}"
-    kept = int(git.run("rev-list", "--count", f"{state['onto']}..HEAD"))
+    kept = int(git.run("rev-list", "--count", f"{state.onto}..HEAD"))
     files: dict[str, bytes] = {}
     report = None
-    if state["release"]:
-        report = _range_diff(git, state, Path(state["report_dir"]))
+    if state.release:
+        report = _range_diff(git, state, Path(state.report_dir))
         if kept:
-            new_pin = _pin_for(state["release"], load_pin(Path(state["patch_dir"])))
-            files = render_series(git, state["onto"], "HEAD", new_pin)
+            new_pin = _pin_for(state.release, load_pin(Path(state.patch_dir)))
+            files = render_series(git, state.onto, "HEAD", new_pin)
     record = _checkout_record(target, state, branch)
     with write_phase():
         rebase_settle.stage(folder, state, files, report, record)
     with write_phase(f"the rebase is finished: {target.root} is fully patched (branch {branch})"):
         rebase_settle.install(target, folder, state)
-    say(f"rebased onto {state['onto_name']}: branch {branch}, {kept} of {len(series.patches)} patches kept")
-    patch_dir, out_dir = state["patch_dir"], series_out_dir(state)
+    say(f"rebased onto {state.onto_name}: branch {branch}, {kept} of {len(series.patches)} patches kept")
+    if left_out := [o.patch for o in state.outcomes if o.outcome == DROPPED]:
+        say(
+            f"left out by hand, so the rebased series omits {'it' if len(left_out) == 1 else 'them'}: "
+            + ", ".join(left_out)
+        )
+    patch_dir, out_dir = state.patch_dir, state.series_out_dir
     if files and str(out_dir) != patch_dir:
-        say(f"wrote the line {out_dir} against sglang {state['release']} ({patch_dir} is as it was)")
+        say(f"wrote the line {out_dir} against sglang {state.release} ({patch_dir} is as it was)")
         say(f"  range-diff for review: {report[0]}; add its pr-groups.json (and upstream.json) by hand")
     elif files:
-        say(f"rewrote {patch_dir} against sglang {state['release']}; range-diff for review: {report[0]}")
+        say(f"rewrote {patch_dir} against sglang {state.release}; range-diff for review: {report[0]}")
+    elif report and not left_out:
+        say(f"every patch is upstream at {state.release}: {patch_dir} left as it was; range-diff: {report[0]}")
     elif report:
-        say(f"every patch is upstream at {state['release']}: {patch_dir} left as it was; range-diff: {report[0]}")
+        say(f"no patch is left on {state.release}: {patch_dir} left as it was; range-diff: {report[0]}")
     else:
         say("ONTO is not a named release: patches/ left as it was (pass --release X to regenerate it)")
     return 0
 
 
-def _checkout_record(target: Target, state: dict, branch: str) -> CheckoutRecord:
+def _checkout_record(target: Target, state: RebaseState, branch: str) -> CheckoutRecord:
     """What `apply` would have recorded for the rebased branch; the record it replaces is kept inside."""
     git = target.git
-    touched = git.run("diff", "--name-only", "--no-renames", state["onto"], "HEAD").splitlines()
+    touched = git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines()
     return CheckoutRecord(
         state=WriteState.APPLIED,
         branch=branch,
-        previous=state["original"],
+        previous=state.original,
         head=git.run("rev-parse", "HEAD"),
-        patches=[o["patch"] for o in state["outcomes"] if "dropped" not in o["detail"]],
+        patches=[o.patch for o in state.outcomes if o.kept],
         touched=sorted(touched),
-        rebased_onto=state["onto_name"],
+        rebased_onto=state.onto_name,
         before=read_state(target),
     )
 
@@ -408,20 +514,18 @@ def _checkout_record(target: Target, state: dict, branch: str) -> CheckoutRecord
 def _pin_for(release: str, old: Pin) -> Pin:
     wheel_path = fetch_wheel(release)
     wheel = Wheel(wheel_path.name, file_sha256(wheel_path), old.wheel.python_version, old.wheel.platform)
-    return Pin(release, f"v{release}", release_date(wheel_path), wheel, old.blobs)
+    return Pin(release, f"v{release}", release_date(wheel_path, release), wheel, old.blobs)
 
 
-def _range_diff(git: Git, state: dict, report_dir: Path) -> tuple[str, str]:
+def _range_diff(git: Git, state: RebaseState, report_dir: Path) -> tuple[str, str]:
     """(path, text) of the range-diff between the old and the new series, for reviewers."""
-    old_name = git.run("describe", "--tags", "--always", state["base"])
-    path = report_dir / f"range-diff-{old_name}-to-v{state['release']}.txt"
-    if git.run("rev-parse", "HEAD") == state["onto"]:
-        diff = "(no patch is left on the new base: every patch was dropped as upstream)\n"
+    old_name = git.run("describe", "--tags", "--always", state.base)
+    path = report_dir / f"range-diff-{old_name}-to-v{state.release}.txt"
+    if git.run("rev-parse", "HEAD") == state.onto:
+        diff = "(no patch is left on the new base: every patch was dropped, as listed above)\n"
     else:
-        old, new = f"{state['base']}..{SERIES_REF}", f"{state['onto']}..HEAD"
+        old, new = f"{state.base}..{SERIES_REF}", f"{state.onto}..HEAD"
         diff = git.run("range-diff", "--no-color", "--creation-factor=95", old, new, strip=False)
-    lines = [f"# git range-diff of the series: {old_name} -> v{state['release']}", ""]
-    lines += [
-        f"# {o['patch']}: {o['outcome']}{' (' + o['detail'] + ')' if o['detail'] else ''}" for o in state["outcomes"]
-    ]
+    lines = [f"# git range-diff of the series: {old_name} -> v{state.release}", ""]
+    lines += [f"# {o.line()}" for o in state.outcomes]
     return str(path), "\n".join(lines) + "\n\n" + diff

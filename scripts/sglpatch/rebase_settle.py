@@ -25,9 +25,10 @@ from sglpatch.rebase_store import (
     SERIES_REF,
     STAGED_REPORT,
     STAGED_SERIES,
+    InstallPlan,
+    RebaseState,
     remove_state_folder,
     save,
-    series_out_dir,
 )
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_digest import folder_digest, folder_files, series_digest
@@ -35,15 +36,13 @@ from sglpatch.series_writer import write_series_files
 from sglpatch.target import Target
 
 
-def finish_or_roll_back(target: Target, folder: Path, state: dict) -> str:
+def finish_or_roll_back(target: Target, folder: Path, state: RebaseState) -> str:
     """Finish or undo an interrupted rebase, with SIGINT/SIGTERM held; returns what was done and where it is."""
-    if state.get("phase") == INSTALLING:
-        branch = state["install"]["record"]["branch"]
+    if state.phase == INSTALLING:
+        branch = state.install.record.branch
         with write_phase(f"the rebase was finished: {target.root} is fully patched (branch {branch})"):
             install(target, folder, state)
-        return (
-            f"finished the interrupted rebase; it is fully patched (branch {branch}, rebased onto {state['onto_name']})"
-        )
+        return f"finished the interrupted rebase; it is fully patched (branch {branch}, rebased onto {state.onto_name})"
     with write_phase():
         note = keep_hand_resolutions(target.git, state)
     with write_phase(f"the rebase was rolled back{note}: {target.root} is as it was"):
@@ -51,10 +50,10 @@ def finish_or_roll_back(target: Target, folder: Path, state: dict) -> str:
     return f"rolled back the interrupted rebase{note}; it is as it was"
 
 
-def keep_hand_resolutions(git: Git, state: dict) -> str:
+def keep_hand_resolutions(git: Git, state: RebaseState) -> str:
     """Conflicts the user resolved (or commits amended after a failing check) are their work: before a
     rollback, keep the commit that holds them."""
-    if not state.get("resolved_by_hand") or "original" not in state:
+    if not state.resolved_by_hand or not state.begun:
         return ""
     head = git.run("rev-parse", "HEAD")
     kept = f"refs/sglpatch/backup/resolved-{head[:12]}"
@@ -62,19 +61,19 @@ def keep_hand_resolutions(git: Git, state: dict) -> str:
     return f" (the work you did by hand is kept at {kept})"
 
 
-def roll_back(git: Git, folder: Path, state: dict) -> None:
+def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     """Undo a rebase that had not finished: back on the original branch, the refs it made gone.
 
     The original branch is checked out as it is now: had the user moved it meanwhile, that stays."""
-    if state.get("phase") == INSTALLING:
+    if state.phase == INSTALLING:
         raise FatalError(f"the rebase had finished and was writing its result: {hints.RECOVER} completes it")
-    if "original" in state:
+    if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.try_run("cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
-        git.run("checkout", "-q", "-f", state["original"])
+        git.run("checkout", "-q", "-f", state.original)
         fault_point("rebase rollback: back on the original branch")
-        made = [SERIES_REF] + ([state["backup"]] if state.get("backup_made") else [])
+        made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
         for ref in made:
             if git.rev_parse(ref):
                 git.run("update-ref", "-d", ref)
@@ -83,7 +82,11 @@ def roll_back(git: Git, folder: Path, state: dict) -> None:
 
 
 def stage(
-    folder: Path, state: dict, series_files: dict[str, bytes], report: tuple[str, str] | None, record: CheckoutRecord
+    folder: Path,
+    state: RebaseState,
+    series_files: dict[str, bytes],
+    report: tuple[str, str] | None,
+    record: CheckoutRecord,
 ):
     """Write the result under staged/ (durably), then mark the rebase as installing: from here on it goes
     forward. `report` is (path, text) of the range-diff; `record` the checkout record of the rebased branch."""
@@ -95,13 +98,13 @@ def stage(
         write_durably(folder / STAGED_REPORT, report[1].encode(), fault_points=False)
     for made in (staged.parent, folder):
         fsync_dir(made)
-    state["install"] = {
-        "files": list(series_files),
-        "series_digest": folder_digest(_after_install(series_out_dir(state), series_files)),
-        "report": report[0] if report else None,
-        "record": record.to_json(),
-    }
-    state["phase"] = INSTALLING
+    state.install = InstallPlan(
+        files=list(series_files),
+        series_digest=folder_digest(_after_install(state.series_out_dir, series_files)),
+        report=report[0] if report else None,
+        record=record,
+    )
+    state.phase = INSTALLING
     save(folder, state)
     fault_point("rebase: result staged")
 
@@ -114,31 +117,31 @@ def _after_install(patch_dir: Path, series_files: dict[str, bytes]) -> dict[str,
     return {**kept, **series_files}
 
 
-def install(target: Target, folder: Path, state: dict) -> None:
+def install(target: Target, folder: Path, state: RebaseState) -> None:
     """Put the staged result in place: branch, series folder, range-diff, checkout record. Safe to rerun."""
-    git, plan = target.git, state["install"]
-    patch_dir = series_out_dir(state)
-    _refuse_moved_head(git, plan["record"])
-    if plan["files"] and not (patch_dir / REWRITE_MARKER).exists():
-        _refuse_changed_series(patch_dir, (state.get("out_digest", state["series_digest"]), plan.get("series_digest")))
+    git, plan = target.git, state.install
+    patch_dir = state.series_out_dir
+    _refuse_moved_head(git, plan.record)
+    if plan.files and not (patch_dir / REWRITE_MARKER).exists():
+        _refuse_changed_series(patch_dir, (state.out_digest or state.series_digest, plan.series_digest))
         patch_dir.mkdir(parents=True, exist_ok=True)  # a new line's folder
         (patch_dir / REWRITE_MARKER).write_text(f"{target.root}\n")
         fault_point("rebase install: series folder marked")
-    branch = plan["record"]["branch"]
+    branch = plan.record.branch
     if git.current_branch() != branch:
         git.run("checkout", "-q", *(() if git.rev_parse(f"refs/heads/{branch}") else ("-b",)), branch)
         fault_point("rebase install: branch made")
-    if plan["files"]:
+    if plan.files:
         staged = folder / STAGED_SERIES
-        write_series_files(patch_dir, {name: (staged / name).read_bytes() for name in plan["files"]})
-    if plan["report"]:
-        report = Path(plan["report"])
+        write_series_files(patch_dir, {name: (staged / name).read_bytes() for name in plan.files})
+    if plan.report:
+        report = Path(plan.report)
         report.parent.mkdir(parents=True, exist_ok=True)
         write_durably(report, (folder / STAGED_REPORT).read_bytes(), fault_points=False)
         fault_point("rebase install: range-diff written")
-    write_state(target, CheckoutRecord.from_json(plan["record"]))
+    write_state(target, plan.record)
     fault_point(f"rebase install: {STATE_FILE} written")
-    if plan["files"]:
+    if plan.files:
         (patch_dir / REWRITE_MARKER).unlink(missing_ok=True)
         fault_point("rebase install: series folder unmarked")
     if git.rev_parse(SERIES_REF):
@@ -157,10 +160,10 @@ def _refuse_changed_series(patch_dir: Path, expected: tuple[str, str | None]) ->
         )
 
 
-def _refuse_moved_head(git: Git, record: dict) -> None:
+def _refuse_moved_head(git: Git, record: CheckoutRecord) -> None:
     """On a kill after staging, HEAD is detached at the rebased commit, or on the rebased branch made from
     it; anywhere else, someone moved it since, and finishing would build on the wrong commit."""
-    branch, head = record["branch"], record["head"]
+    branch, head = record.branch, record.head
     if git.current_branch() == branch:
         return
     if git.run("rev-parse", "HEAD") != head or git.rev_parse(f"refs/heads/{branch}") not in (None, head):

@@ -6,14 +6,16 @@ which way an interrupted rebase goes (rebase_settle.py): "replaying" rolls back,
 for the user (a conflict, a failing check, an error such as a failed download) has
 "stopped" set: only `--continue` or `--abort` settle it. Every file is written
 durably, and the folder is renamed away before it is deleted, so a half-deleted
-one is never read. The schema checks say what each reader needs.
+one is never read. `RebaseState` is the file's one type: `load` checks it (what
+rolling back needs, or the file is corrupt; what going on needs, or --continue is
+refused) and `save` writes it.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
@@ -77,48 +79,181 @@ class Stop:
         return f"a rebase is stopped at {self.patch} ({why})"
 
 
-def stop_of(state: dict) -> Stop | None:
-    """Why the rebase in `state` waits for the user; None when it does not (it runs, or was interrupted)."""
-    return Stop.from_json(state["stopped"]) if state.get("stopped") else None
-
-
-def state_dir(git: Git) -> Path:
-    return git.git_dir() / STATE_DIR
-
-
-def save(folder: Path, state: dict) -> None:
-    write_durably(folder / "state.json", json.dumps(state, indent=2).encode(), fault_points=False)
-
-
-def remove_state_folder(folder: Path) -> None:
-    """Rename, then delete: a kill inside the delete leaves DELETING, which nothing reads."""
-    gone = folder.with_name(DELETING)
-    if gone.exists():
-        shutil.rmtree(gone)
-    folder.rename(gone)
-    shutil.rmtree(gone)
-
-
-def load(folder: Path) -> dict | None:
-    """The state of the rebase in progress; None when there is none. A folder without state.json was cut
-    short before its first save, so nothing else was written yet: an empty state says so."""
-    if not folder.is_dir():
-        return None
-    path = folder / "state.json"
-    if not path.is_file():
-        return {}
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        _check_shape(state)
-        return state
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FatalError(
-            f"{path} is corrupt ({exc}); check out your branch by hand (its HEAD is also under "
-            f"refs/sglpatch/backup/), then delete {folder}"
-        ) from None
-
-
 OUTCOME_KEYS = ("patch", "outcome", "detail")
+DROPPED = "dropped"  # the outcome of a patch the user left out (--drop)
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """What the rebase did with one patch: the state's "outcomes" entries, in series order."""
+
+    patch: str
+    outcome: str  # clean / merged with changes / conflict, resolved by hand / upstream / dropped
+    detail: str = ""
+
+    @property
+    def kept(self) -> bool:
+        """Whether the rebased series holds the patch (an upstream patch dropped on request, or one the user
+        dropped, is not in it)."""
+        return self.outcome != DROPPED and not self.detail.endswith("; dropped")
+
+    def line(self) -> str:
+        return f"{self.patch}: {self.outcome}" + (f" ({self.detail})" if self.detail else "")
+
+    @classmethod
+    def from_json(cls, data) -> PatchResult:
+        if not (isinstance(data, dict) and all(isinstance(data.get(k), str) for k in OUTCOME_KEYS)):
+            raise ValueError("an outcome is not a patch record")
+        return cls(data["patch"], data["outcome"], data["detail"])
+
+    def to_json(self) -> dict:
+        return {"patch": self.patch, "outcome": self.outcome, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """The staged result a rebase in phase "installing" puts in place (the state's "install" object)."""
+
+    files: list[str]  # the series folder's new files, staged under staged/series/
+    series_digest: str | None  # the series folder's digest once they are in place
+    report: str | None  # where the range-diff goes (its text is staged/report.txt)
+    record: CheckoutRecord  # the checkout record of the rebased branch
+
+    @classmethod
+    def from_json(cls, plan) -> InstallPlan:
+        if not isinstance(plan, dict) or not isinstance(plan.get("files"), list):
+            raise ValueError("install has no file list")
+        if not all(isinstance(n, str) and n and Path(n).name == n and not n.startswith(".") for n in plan["files"]):
+            raise ValueError("install names a file that is not a plain name")
+        record = plan.get("record")
+        if not (isinstance(record, dict) and isinstance(record.get("head"), str)):
+            raise ValueError("install has no checkout record")
+        if not (plan.get("report") is None or isinstance(plan["report"], str)):
+            raise ValueError("install's report is not a path")
+        digest = plan.get("series_digest")
+        return cls(
+            plan["files"],
+            digest if isinstance(digest, str) else None,
+            plan.get("report"),
+            CheckoutRecord.from_json(record),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "files": self.files,
+            "series_digest": self.series_digest,
+            "report": self.report,
+            "record": self.record.to_json(),
+        }
+
+
+@dataclass
+class RebaseState:
+    """`state.json`: one rebase in progress. Loaded, checked and saved only here (`load`, `save`).
+
+    The first five fields are what rolling back reads; they are None only in a state cut short before its
+    first save (`begun` is False: nothing else was written yet). The fields from `base` on are what
+    --continue and finishing read; `unfit` says why a state (one an older sglpatch wrote, say) lacks them."""
+
+    original: str | None = None  # the branch (or commit) the rebase began on
+    original_head: str | None = None
+    backup: str | None = None  # the ref HEAD is saved under
+    onto: str | None = None  # ONTO's commit
+    onto_name: str | None = None  # ONTO as the user named it
+    phase: str = REPLAYING
+    backup_made: bool = False  # whether this rebase made the backup ref (rolling back deletes it then)
+    release: str | None = None  # the sglang release ONTO is (None: not a named release)
+    base: str | None = None  # the pinned base the series was made into commits on
+    patch_dir: str | None = None
+    report_dir: str | None = None
+    series_digest: str | None = None  # the series folder when the rebase began
+    drop_upstreamed: bool | None = None
+    check_imports: bool = False
+    patches: list[str] | None = None  # the series' patch names, in order
+    commits: list[str] | None = None  # each patch as a commit on `base`
+    next: int | None = None  # the index of the next patch to replay
+    checked: int | None = None  # patches before this index passed their prefix check
+    outcomes: list[PatchResult] | None = None
+    dropped: list[str] = field(default_factory=list)  # patches the user asked to leave out (--drop)
+    stopped: Stop | None = None  # why the rebase waits for the user; None while it runs
+    resolved_by_hand: bool = False  # a conflict was resolved (or a commit amended) by the user
+    install: InstallPlan | None = None  # the staged result, once phase is "installing"
+    out_dir: str | None = None  # a line's rebase writes the new line here (None: rewrite patch_dir)
+    out_digest: str | None = None  # out_dir when the rebase began (empty: a new line)
+    unfit: str | None = None  # why --continue cannot go on from this state (not saved)
+
+    @property
+    def begun(self) -> bool:
+        return self.original is not None
+
+    @property
+    def series_out_dir(self) -> Path:
+        """Where the rebased series is written: a new line's folder, else the source folder itself."""
+        return Path(self.out_dir or self.patch_dir)
+
+    def describe_stop(self) -> str:
+        return self.stopped.describe()
+
+    @classmethod
+    def from_json(cls, data) -> RebaseState:
+        """Raise ValueError unless `data` has what rolling back (and, once installing, finishing) reads."""
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        _check_fields(data, _REQUIRED)
+        phase = data.get("phase", REPLAYING)  # states written before phases existed were replaying
+        if phase not in (REPLAYING, INSTALLING):
+            raise ValueError(f"unknown phase {phase!r}")
+        stopped = Stop.from_json(data["stopped"]) if data.get("stopped") else None
+        install = None
+        if phase == INSTALLING:
+            _check_fields(data, {"patch_dir": str, "series_digest": str})
+            install = InstallPlan.from_json(data.get("install"))
+        unfit = _why_not_continuable(data)
+
+        def typed(key: str, kind: type, default=None):
+            value = data.get(key, default)
+            return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else default
+
+        return cls(
+            **{key: data[key] for key in _REQUIRED},
+            phase=phase,
+            backup_made=typed("backup_made", bool, False),
+            release=typed("release", str),
+            base=typed("base", str),
+            patch_dir=typed("patch_dir", str),
+            report_dir=typed("report_dir", str),
+            series_digest=typed("series_digest", str),
+            drop_upstreamed=typed("drop_upstreamed", bool),
+            check_imports=typed("check_imports", bool, False),
+            patches=typed("patches", list),
+            commits=typed("commits", list),
+            next=typed("next", int),
+            checked=typed("checked", int),
+            outcomes=None if unfit else [PatchResult.from_json(o) for o in data["outcomes"]],
+            dropped=[n for n in typed("dropped", list, []) if isinstance(n, str)],
+            stopped=stopped,
+            resolved_by_hand=typed("resolved_by_hand", bool, False),
+            install=install,
+            out_dir=typed("out_dir", str),
+            out_digest=typed("out_digest", str),
+            unfit=unfit,
+        )
+
+    def to_json(self) -> dict:
+        """The saved object: unset fields (None, and the flags and lists at their defaults) are left out."""
+        data: dict = {}
+        for name in _SAVED:
+            value = getattr(self, name)
+            if value is None or (name in ("dropped", "resolved_by_hand") and not value):
+                continue
+            if name == "outcomes":
+                value = [o.to_json() for o in value]
+            elif name in ("stopped", "install"):
+                value = value.to_json()
+            data[name] = value
+        return data
+
+
 # What rolling back reads; a state missing anything else can still be aborted or recovered.
 _REQUIRED = {"original": str, "original_head": str, "backup": str, "onto": str, "onto_name": str}
 # What --continue and finishing read.
@@ -133,63 +268,71 @@ _REQUIRED_TO_GO_ON = {
     "outcomes": list,
     "drop_upstreamed": bool,
 }
+_SAVED = [f.name for f in fields(RebaseState) if f.name != "unfit"]
 
 
-def series_out_dir(state: dict) -> Path:
-    """Where the rebased series is written: a new line's folder (`out_dir`), else the source folder itself."""
-    return Path(state.get("out_dir") or state["patch_dir"])
+def state_dir(git: Git) -> Path:
+    return git.git_dir() / STATE_DIR
 
 
-def _check_shape(state) -> None:
-    """Raise ValueError unless `state` has what rolling back (and, once installing, finishing) reads."""
-    if not isinstance(state, dict):
-        raise ValueError("not a JSON object")
-    state.setdefault("phase", REPLAYING)  # states written before phases existed were replaying
-    _check_fields(state, _REQUIRED)
-    if state["phase"] not in (REPLAYING, INSTALLING):
-        raise ValueError(f"unknown phase {state['phase']!r}")
-    if "stopped" in state:
-        Stop.from_json(state["stopped"])
-    if state["phase"] == INSTALLING:
-        _check_fields(state, {"patch_dir": str, "series_digest": str})
-        _check_install_plan(state.get("install"))
+def save(folder: Path, state: RebaseState) -> None:
+    write_durably(folder / "state.json", json.dumps(state.to_json(), indent=2).encode(), fault_points=False)
 
 
-def check_can_go_on(state: dict, folder: Path) -> None:
-    """Refuse --continue on a state that lacks what the replay reads (e.g. one written by an older sglpatch)."""
+def remove_state_folder(folder: Path) -> None:
+    """Rename, then delete: a kill inside the delete leaves DELETING, which nothing reads."""
+    gone = folder.with_name(DELETING)
+    if gone.exists():
+        shutil.rmtree(gone)
+    folder.rename(gone)
+    shutil.rmtree(gone)
+
+
+def load(folder: Path) -> RebaseState | None:
+    """The state of the rebase in progress; None when there is none. A folder without state.json was cut
+    short before its first save, so nothing else was written yet: a state that has not `begun` says so."""
+    if not folder.is_dir():
+        return None
+    path = folder / "state.json"
+    if not path.is_file():
+        return RebaseState()
     try:
-        _check_fields(state, _REQUIRED_TO_GO_ON)
-        if not (state.get("release") is None or isinstance(state["release"], str)):
-            raise ValueError("release is not a version")
-        if len(state["patches"]) != len(state["commits"]) or not 0 <= state["next"] <= len(state["commits"]):
-            raise ValueError("patches, commits and next do not agree")
-        for outcome in state["outcomes"]:
-            if not (isinstance(outcome, dict) and all(isinstance(outcome.get(k), str) for k in OUTCOME_KEYS)):
-                raise ValueError("an outcome is not a patch record")
-    except ValueError as exc:
+        return RebaseState.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, UnicodeDecodeError) as exc:
         raise FatalError(
-            f"{folder / 'state.json'} cannot be continued ({exc}); {hints.ABORT_REBASE} and start again"
+            f"{path} is corrupt ({exc}); check out your branch by hand (its HEAD is also under "
+            f"refs/sglpatch/backup/), then delete {folder}"
         ) from None
 
 
-def _check_fields(state: dict, fields: dict) -> None:
-    for key, kind in fields.items():
+def _why_not_continuable(data: dict) -> str | None:
+    """What --continue would lack in `data` (e.g. a state written by an older sglpatch), or None."""
+    try:
+        _check_fields(data, _REQUIRED_TO_GO_ON)
+        if not (data.get("release") is None or isinstance(data["release"], str)):
+            raise ValueError("release is not a version")
+        if len(data["patches"]) != len(data["commits"]) or not 0 <= data["next"] <= len(data["commits"]):
+            raise ValueError("patches, commits and next do not agree")
+        for outcome in data["outcomes"]:
+            PatchResult.from_json(outcome)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_can_go_on(state: RebaseState, folder: Path) -> None:
+    """Refuse --continue on a state that lacks what the replay reads (e.g. one written by an older sglpatch)."""
+    if state.unfit:
+        raise FatalError(
+            f"{folder / 'state.json'} cannot be continued ({state.unfit}); {hints.ABORT_REBASE} and start again"
+        )
+
+
+def _check_fields(state: dict, expected: dict) -> None:
+    for key, kind in expected.items():
         value = state.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ValueError(f"{key} is missing or not a {kind.__name__}")
-
-
-def _check_install_plan(plan) -> None:
-    if not isinstance(plan, dict) or not isinstance(plan.get("files"), list):
-        raise ValueError("install has no file list")
-    if not all(isinstance(n, str) and n and Path(n).name == n and not n.startswith(".") for n in plan["files"]):
-        raise ValueError("install names a file that is not a plain name")
-    record = plan.get("record")
-    if not (isinstance(record, dict) and isinstance(record.get("head"), str)):
-        raise ValueError("install has no checkout record")
-    CheckoutRecord.from_json(record)
-    if not (plan.get("report") is None or isinstance(plan["report"], str)):
-        raise ValueError("install's report is not a path")
 
 
 def refuse_in_progress(target: Target) -> None:
@@ -197,15 +340,11 @@ def refuse_in_progress(target: Target) -> None:
     state = load(state_dir(target.git))
     if state is None:
         return
-    if state.get("stopped"):
+    if state.stopped:
         raise FatalError(
-            f"{describe_stop(state)} in {target.root}; finish it ({hints.CONTINUE_REBASE}) "
+            f"{state.describe_stop()} in {target.root}; finish it ({hints.CONTINUE_REBASE}) "
             f"or undo it ({hints.ABORT_REBASE}) first"
         )
     raise FatalError(
         f"a rebase of {target.root} was interrupted; run {hints.recover(target.root)} to finish or undo it"
     )
-
-
-def describe_stop(state: dict) -> str:
-    return stop_of(state).describe()

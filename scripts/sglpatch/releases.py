@@ -23,7 +23,7 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
 from sglpatch.output import progress, show_path
 from sglpatch.series import PACKAGE_PREFIX
-from sglpatch.wheels import cache_dir, fetch_wheel
+from sglpatch.wheels import cache_dir, fetch_wheel, pypi_upload_day
 
 BASE_IDENTITY = {"name": "sglang release (PyPI wheel)", "email": "sglpatch@localhost"}
 _RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
@@ -79,7 +79,9 @@ def _write_fast_import(stream, wheel_path: Path, tag: str, day: str | None, pare
     except zipfile.BadZipFile:
         raise FatalError(f"{wheel_path}: not a valid wheel (bad zip)") from None
     with archive:
-        stamp = _epoch(day or _release_day(archive))
+        # the import commit's own timestamp: the release day where the wheel says it, else the epoch (it is
+        # never written as the release's date: that is release_date's job)
+        stamp = _epoch(day or _release_day(archive) or "1970-01-01")
         message = f"sglang {tag} from PyPI\n\nWheel: {wheel_path.name}\n".encode()
         ident = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}> {stamp} +0000"
         stream.write(f"commit refs/tags/{tag}\nauthor {ident}\ncommitter {ident}\n".encode())
@@ -105,23 +107,26 @@ def _package_members(archive: zipfile.ZipFile, wheel_path: Path) -> list[zipfile
     return members
 
 
-def _release_day(archive: zipfile.ZipFile) -> str:
-    """The release day (YYYY-MM-DD) from setuptools-scm's record in the wheel; the epoch when it has none."""
+def _release_day(archive: zipfile.ZipFile) -> str | None:
+    """The release day (YYYY-MM-DD) from setuptools-scm's record in the wheel; None when it has none."""
     for name in archive.namelist():
         if name.endswith(".dist-info/scm_version.json"):
             day = json.loads(archive.read(name)).get("node_date")
             if isinstance(day, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
                 return day
-    return "1970-01-01"
+    return None
 
 
 def _epoch(day: str) -> int:
     return int(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp())
 
 
-def release_date(wheel_path: Path) -> str:
+def release_date(wheel_path: Path, release: str) -> str:
+    """The day `release` was made (YYYY-MM-DD), for pin.json: setuptools-scm's record in the wheel, else the
+    day PyPI received the wheel. Never a made-up date: when neither can be had (offline), FatalError."""
     with zipfile.ZipFile(wheel_path) as archive:
-        return _release_day(archive)
+        day = _release_day(archive)
+    return day or pypi_upload_day(release, wheel_path.name)
 
 
 def published_releases(since: str) -> list[str]:

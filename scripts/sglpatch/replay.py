@@ -5,14 +5,17 @@ borrows the base's objects). Then, on a new base, each patch in order is
 classified by `land`, the one place that decides it:
 - upstream, when the new base already has it: the patch reverse-applies there,
   or a marker it declares (`Upstream-Marker: TEXT in PATH`) is found there, or
-  its `Upstream-PR: N` is named by a `(#N)` commit between the old and new base;
+  the patch is the local carry of a PR (`Upstream-PR: N`) that landed between the
+  old and new base: a commit whose subject ends with `(#N)`, not reverted since.
+  `Extends-PR: N` only cites a PR the patch builds on: it never marks it upstream;
 - clean, when `git apply` takes it as it is;
 - 3-way, when a merge of the patch commit onto the new base (with rename
   detection) succeeds;
 - conflict otherwise, naming the files.
 Drift replays the whole series without a work tree (`carry_series`: a patch
-that landed is committed on top so the next patch sees it); rebase asks `land`
-for each patch, then cherry-picks it in the checkout.
+that landed is committed on top so the next patch sees it); rebase prints that
+same replay (`picture`) before it starts, then asks `land` for each patch and
+cherry-picks it in the checkout.
 """
 
 from __future__ import annotations
@@ -96,14 +99,31 @@ def upstream_reason(git: Git, rev: str, patch: Patch, history: tuple[str, str] |
         if status == 0:
             return f"marker {match.group('text')!r} found in {match.group('path')}"
     number = patch.trailer("upstream-pr")
-    if history and number and number.isdigit():
-        old, new = history
-        found = git.run("log", "--format=%h %s", "--fixed-strings", f"--grep=(#{number})", f"{old}..{new}")
-        if found:
-            return f"upstream PR #{number} is in {found.splitlines()[0]}"
+    if history and number and number.isdigit() and (landed := landed_pr_commit(git, number, history)):
+        return f"upstream PR #{number} is in {landed}"
     git.run("read-tree", rev)
     status, _, _ = git.try_run("apply", "--cached", "--check", "-R", str(patch.path))
     return "its change is already there (reverse-applies)" if status == 0 else None
+
+
+def landed_pr_commit(git: Git, number: str, history: tuple[str, str]) -> str | None:
+    """The commit ("<short id> <subject>") by which PR #`number` landed between history's old and new base,
+    or None: the newest commit naming the PR must be its landing (subject ending in `(#N)`), not a revert
+    (`Revert "... (#N)" (#M)`), which never marks anything upstream and undoes a landing before it."""
+    old, new = history
+    log = git.run("log", "--format=%h %s", "--fixed-strings", f"--grep=(#{number})", f"{old}..{new}")
+    for line in log.splitlines():
+        subject = line.split(" ", 1)[1] if " " in line else ""
+        if subject.startswith('Revert "') and f"(#{number})" in subject:
+            return None
+        if subject.endswith(f"(#{number})"):
+            return line
+    return None
+
+
+def history_between(git: Git, base: str, onto: str) -> tuple[str, str] | None:
+    """(base, onto) when onto descends from base (a real upstream history to search for PRs), else None."""
+    return (base, onto) if git.is_ancestor(base, onto) else None
 
 
 def land(
@@ -142,6 +162,16 @@ def carry_series(
             detail = "merged with changes" if step.kind == Landing.THREE_WAY else ""
             outcomes.append(Outcome(patch, step.kind, detail))
     return outcomes, current
+
+
+def picture(commits: SeriesCommits, series: Series, onto: str, history: tuple[str, str] | None) -> list[Outcome]:
+    """Every patch's state on `onto`, the series replayed there as drift does: what a rebase prints first."""
+    return carry_series(commits, series, onto, history)[0]
+
+
+def describe(outcome: Outcome) -> str:
+    """One patch's state as one line: `NAME: KIND (why)`; drift's JSON holds the same kind and detail."""
+    return f"{outcome.patch.name}: {outcome.kind}" + (f" ({outcome.detail})" if outcome.detail else "")
 
 
 def merge_onto(git: Git, current: str, commit: str) -> tuple[str | None, list[str]]:

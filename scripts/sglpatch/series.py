@@ -79,6 +79,12 @@ class Patch:
         return self.trailers.get(key.lower())
 
     @property
+    def related_prs(self) -> list[str]:
+        """The sglang PRs it cites: the one it carries (`Upstream-PR`, which rebase and drift look for
+        upstream) and the one it only extends (`Extends-PR`, informational), in that order."""
+        return [n for n in (self.trailer("upstream-pr"), self.trailer("extends-pr")) if n]
+
+    @property
     def tests(self) -> list[str]:
         """The test files its `Tests:` trailer names, in order."""
         return [t.strip() for t in (self.trailer("tests") or "").split(",") if t.strip()]

@@ -7,10 +7,13 @@ $XDG_CACHE_HOME/sglpatch, else ~/.cache/sglpatch.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from sglpatch.errors import FatalError
@@ -76,6 +79,47 @@ def verify_wheel(path: Path, wheel: Wheel) -> None:
     digest = file_sha256(path)
     if digest != wheel.sha256:
         raise FatalError(f"checksum mismatch for {path.name}: pin says {wheel.sha256[:12]}…, file is {digest[:12]}…")
+
+
+PYPI_JSON = "https://pypi.org/pypi/sglang"
+
+
+def pypi_upload_day(release: str, filename: str) -> str:
+    """The day (YYYY-MM-DD, UTC) PyPI received the wheel `filename` of sglang `release` (the release's
+    earliest file when PyPI lists no such name), from PyPI's JSON API; FatalError when PyPI cannot say."""
+    files, why = _pypi_files(release)
+    days = {f.get("filename"): str(f.get("upload_time", ""))[:10] for f in files if isinstance(f, dict)}
+    day = days.get(filename) or min((d for d in days.values() if d), default=None)
+    if day is None or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
+        raise FatalError(
+            f"the wheel of sglang {release} does not say when it was released, and PyPI could not either "
+            f"({why or 'no upload time listed'}); pin.json needs that date: retry where PyPI is reachable"
+        )
+    return day
+
+
+def _pypi_files(release: str) -> tuple[list, str]:
+    """The release's files as PyPI's JSON API lists them (its version page, else the project page), and why
+    neither answered when the list is empty."""
+    why = ""
+    for url, pick in (
+        (f"{PYPI_JSON}/{release}/json", lambda data: data.get("urls")),
+        (f"{PYPI_JSON}/json", lambda data: data.get("releases", {}).get(release)),
+    ):
+        try:
+            files = pick(pypi_json(url))
+        except (OSError, ValueError, AttributeError) as exc:
+            why = f"{url}: {exc}"
+            continue
+        if isinstance(files, list) and files:
+            return files, ""
+    return [], why
+
+
+def pypi_json(url: str) -> dict:
+    """One GET of PyPI's JSON API (the only place the toolkit asks PyPI something other than pip does)."""
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - a fixed https URL
+        return json.load(response)
 
 
 def pip_download(

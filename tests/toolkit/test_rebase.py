@@ -12,10 +12,11 @@ import sys
 import pytest
 
 from sglpatch.git import Git, init_repo
+from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
-from testing.sglang_trees import OVERLAP, SECOND, fingerprint, make_series
+from testing.sglang_trees import BACKEND, OVERLAP, SECOND, fingerprint, make_series
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
@@ -71,6 +72,7 @@ def test_clean_rebase_regenerates_the_series_and_writes_a_range_diff(sglpatch, c
     assert all(word in out for word in ("0001-", "0002-")) and "conflict" not in out
     pin = json.loads((patches / "pin.json").read_text())
     assert pin["sglang"]["release"] == "0.5.16" and pin["wheel"]["filename"].startswith("sglang-0.5.16-")
+    assert pin["sglang"]["date"] == "2026-07-25"  # 0.5.16's wheel has no scm record: PyPI's upload day
     for path, blob in pin["blobs"].items():
         at_base = git.try_run("rev-parse", f"v0.5.16:{path}")
         assert (at_base[1] if at_base[0] == 0 else "") == blob  # "" = a file the series creates
@@ -429,3 +431,173 @@ def test_a_lines_rebase_writes_the_line_for_the_new_base_and_leaves_its_own(
     code, _, err = sglpatch("rebase", "--sglang", chain, "--onto", "v0.5.16", "--line", "v0.5.14")
     assert code == 2 and "v0.5.16 already holds a series line" in err and "nothing was changed" in err
     assert Git(chain).run("rev-parse", "HEAD") == head and Git(chain).current_branch() == "work"
+
+
+@pytest.fixture
+def project_series(tmp_path):
+    """A private copy of the project's own series (a rebase that finishes rewrites it)."""
+    dest = tmp_path / "project-series"
+    shutil.copytree(default_patch_dir(), dest)
+    return dest
+
+
+def picture_lines(out):
+    return [line.strip() for line in out.splitlines() if line.startswith("  ") and ".patch: " in line]
+
+
+def test_the_whole_picture_comes_before_the_stop_and_is_drifts(sglpatch, checkout, project_series, tmp_path):
+    """0.5.15 from v0.5.14: every patch's state is printed before the rebase stops at the first conflict,
+    and it is exactly what drift says for the same base and release (one replay engine)."""
+    code, out, err = rebase(sglpatch, checkout, project_series, tmp_path, "--onto", "0.5.15")
+    assert code == 1 and "0001-" in err and "conflicts in" in err
+    printed = picture_lines(out)
+    code, _, err = sglpatch("drift", "--patches", project_series, "--releases", "0.5.15", "--out", tmp_path / "drift")
+    assert code == 0, err
+    cells = json.loads((tmp_path / "drift" / "drift.json").read_text())["releases"]["0.5.15"]
+    assert printed == [
+        f"{name}: {c['outcome']}" + (f" ({c['detail']})" if c["detail"] else "") for name, c in cells.items()
+    ]
+    kinds = [line.split(": ")[1].split(" ")[0] for line in printed]
+    assert kinds[:4] == ["conflict", "conflict", "upstream", "upstream"]  # patches 3-4 are #29787, in 0.5.15
+    assert rebase(sglpatch, checkout, project_series, tmp_path, "--abort")[0] == 0
+
+
+def commit_upstream(git, chain, subjects):
+    """Commits with these subjects on a branch `upstream` off v0.5.14 (each edits a notes file only)."""
+    git.run("checkout", "-q", "-b", "upstream", "v0.5.14")
+    for number, subject in enumerate(subjects):
+        (chain / "python/sglang/NOTES.md").write_text(f"upstream work {number}\n")
+        git.run("add", "-A")
+        git.run("commit", "-qm", subject)
+    git.run("checkout", "-q", "work")
+
+
+def test_extends_pr_never_marks_a_patch_upstream_nor_does_a_revert(sglpatch, chain, project_series, tmp_path):
+    """Patches 1-2 extend #27166: neither its landing nor a revert naming it makes them upstream."""
+    git = Git(chain)
+    landed = "[DSA] DeepGEMM-native target_verify on SM100 (#27166)"
+    commit_upstream(git, chain, [landed, f'Revert "{landed}" (#30500)'])
+    code, out, err = rebase(
+        sglpatch, chain, project_series, tmp_path, "--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed"
+    )
+    assert code == 0, err
+    assert "upstream" not in " ".join(picture_lines(out)) and "dropped" not in out
+    series = load_series(project_series).patches
+    assert git.run("rev-list", "--count", "upstream..HEAD") == str(len(series))
+    assert [p.trailer("extends-pr") for p in series[:2]] == ["27166", "27166"]
+
+
+def test_a_reverted_upstream_pr_is_not_upstream(sglpatch, chain, patches, tmp_path):
+    """The second test patch carries #29787 (Upstream-PR): landed, then reverted, it is not upstream."""
+    git = Git(chain)
+    landed = "[Spec] FutureMap seed relay (#29787)"
+    commit_upstream(git, chain, [landed, f'Revert "{landed}" (#30501)'])
+    code, out, err = rebase(
+        sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed"
+    )
+    assert code == 0, err
+    assert "upstream PR" not in out and git.run("rev-list", "--count", "upstream..HEAD") == "2"
+
+
+@pytest.fixture(scope="module")
+def three_patch_template(tmp_path_factory, base_repo, project_pin, release_chain):
+    """Patches 1 and 2 edit lines upstream rewrote in 0.5.15 (each conflicts), patch 3 a file it kept."""
+    tmp = tmp_path_factory.mktemp("three")
+    first, second = changed_line(release_chain, OVERLAP), changed_line(release_chain, BACKEND)
+    return make_series(
+        base_repo,
+        tmp / "dev",
+        tmp / "three",
+        project_pin,
+        [
+            ("[Spec] Touch the overlap line\n\nWhy: to conflict.\n", [(OVERLAP, first, first + "  # ours")]),
+            ("[DSA] Touch the backend line\n\nWhy: to conflict.\n", [(BACKEND, second, second + "  # ours too")]),
+            (
+                "[Spec] Mark the global config\n\nWhy: lands clean.\n",
+                [(SECOND, "class GlobalConfig", "# kept\nclass GlobalConfig")],
+            ),
+        ],
+    )
+
+
+@pytest.fixture
+def three_patches(tmp_path, three_patch_template):
+    dest = tmp_path / "three"
+    shutil.copytree(three_patch_template, dest)
+    return dest
+
+
+def test_drop_mid_rebase_keeps_earlier_resolutions_and_the_series_omits_it(sglpatch, chain, three_patches, tmp_path):
+    names = [p.name for p in load_series(three_patches).patches]
+    git = Git(chain)
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")
+    assert code == 1 and names[0] in err and "DROP=1" in err
+    git.run("checkout", "--theirs", "--", OVERLAP)  # the hand resolution of patch 1
+    git.run("add", OVERLAP)
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
+    assert code == 1 and f"{names[1]} conflicts" in err and "DROP=2" in err
+    code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "2")
+    assert code == 0, err
+    assert f"{names[1]}: dropped (left out by hand" in out and f"series omits it: {names[1]}" in out
+    assert git.current_branch() == "sglpatch/v0.5.15" and git.run("rev-list", "--count", "v0.5.15..HEAD") == "2"
+    assert "  # ours" in (chain / OVERLAP).read_text() and "# ours too" not in (chain / BACKEND).read_text()
+    assert [p.subject for p in load_series(three_patches).patches] == [
+        "[Spec] Touch the overlap line",
+        "[Spec] Mark the global config",
+    ]
+    report = (tmp_path / "report" / "range-diff-v0.5.14-to-v0.5.15.txt").read_text()
+    assert f"# {names[1]}: dropped" in report
+
+
+def test_drop_a_later_patch_by_name_while_stopped_and_refuse_an_earlier_one(sglpatch, chain, three_patches, tmp_path):
+    names = [p.name for p in load_series(three_patches).patches]
+    git = Git(chain)
+    assert rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")[0] == 1
+    code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", names[2].removesuffix(".patch"))
+    assert code == 0 and f"will leave out {names[2]}" in out and f"stopped at {names[0]}" in out, err
+    assert "<<<<<<<" in (chain / OVERLAP).read_text()  # still stopped, the conflict as it was
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    assert rebase(sglpatch, chain, three_patches, tmp_path, "--continue")[0] == 1  # patch 2 conflicts
+    before = fingerprint(chain)
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "1")
+    assert code == 2 and f"{names[0]} is already rebased" in err and "ABORT=1" in err
+    code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "7")
+    assert code == 2 and "names no patch" in err
+    assert fingerprint(chain) == before
+    git.run("checkout", "--theirs", "--", BACKEND)
+    git.run("add", BACKEND)
+    code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
+    assert code == 0 and f"{names[2]}: dropped" in out, err
+    assert git.run("rev-list", "--count", "v0.5.15..HEAD") == "2" and len(load_series(three_patches).patches) == 2
+
+
+def test_drop_the_patch_whose_prefix_does_not_compile(sglpatch, chain, tmp_path, base_repo, project_pin):
+    """A failing check stops after the pick: dropping that patch takes its commit out again and goes on."""
+    message = "[Spec] Break the syntax\n\nWhy: check test.\n"
+    patches = make_series(
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "broken",
+        project_pin,
+        [(message, [(SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")])],
+    )
+    assert rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")[0] == 1
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--drop", "0001")
+    assert code == 0 and "0 of 1 patches kept" in out and "no patch is left on 0.5.16" in out, err
+    git = Git(chain)
+    assert git.run("rev-parse", "HEAD") == git.run("rev-parse", "v0.5.16^{commit}")
+
+
+def test_the_state_file_loads_and_saves_back_byte_for_byte(sglpatch, chain, three_patches, tmp_path):
+    """One type for state.json: what a stopped rebase wrote loads as a RebaseState and saves back unchanged."""
+    from sglpatch import rebase_store
+
+    assert rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15", "--drop", "3")[0] == 1
+    folder = rebase_store.state_dir(Git(chain))
+    written = (folder / "state.json").read_bytes()
+    state = rebase_store.load(folder)
+    assert state.stopped.kind == rebase_store.StopKind.CONFLICT and state.next == 0 and state.unfit is None
+    assert state.dropped == [load_series(three_patches).patches[2].name]
+    rebase_store.save(folder, state)
+    assert (folder / "state.json").read_bytes() == written

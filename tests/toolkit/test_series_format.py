@@ -12,7 +12,7 @@ from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series, parse_patch, parse_series_text
 
 PROJECT_PATCHES = default_patch_dir()
-REQUIRED_TRAILERS = ("upstream-pr", "patch-group", "drop-when")
+REQUIRED_TRAILERS = ("patch-group", "drop-when")
 
 
 def test_project_series_loads_with_checksums_and_notes():
@@ -24,7 +24,9 @@ def test_project_series_loads_with_checksums_and_notes():
             assert patch.trailer(key), f"{patch.name} has no {key} trailer"
         for section in ("Why:", "What:", "Drop when:"):
             assert section in patch.body, f"{patch.name} has no {section!r} paragraph"
-        assert patch.trailer("upstream-pr").isdigit()
+        cited = [patch.trailer("upstream-pr"), patch.trailer("extends-pr")]
+        assert any(cited), f"{patch.name} has neither an Upstream-PR nor an Extends-PR trailer"
+        assert all(n.isdigit() for n in cited if n), f"{patch.name}: a PR trailer is not a PR number"
         assert set(patch.touched_paths) <= set(pin.blobs), f"{patch.name} touches files the pin does not record"
 
 

@@ -15,7 +15,7 @@ from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import published_releases, release_commit, releases_repo
-from sglpatch.replay import carry_series, series_commits
+from sglpatch.replay import carry_series, history_between, series_commits
 from sglpatch.series import Series
 from sglpatch.wheels import cache_dir, fetch_wheel
 
@@ -66,7 +66,8 @@ def _drift(series: Series, pin: Pin, args, out: Path) -> int:
     try:
         for number, release in enumerate(releases, 1):
             progress(f"[{number}/{len(releases)}] carrying the series onto {release}")
-            matrix[release] = carry_series(commits, series, tips[release])[0]
+            history = history_between(repo, commits.base, tips[release])
+            matrix[release] = carry_series(commits, series, tips[release], history)[0]
     finally:
         commits.workspace.close()
     seconds = time.monotonic() - started

@@ -15,10 +15,16 @@ from sglpatch.target import target_lock
 def add_arguments(parser) -> None:
     add_target_option(parser)
     add_series_options(parser)
-    action = parser.add_mutually_exclusive_group(required=True)
+    action = parser.add_mutually_exclusive_group()
     action.add_argument("--onto", metavar="REF", help="tag, commit, or sglang release version (fetched from PyPI)")
     action.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict")
     action.add_argument("--abort", action="store_true", help="put everything back as it was before the rebase")
+    parser.add_argument(
+        "--drop",
+        metavar="PATCHES",
+        help="leave patches out (numbers or names, comma-separated): with --onto from the start; "
+        "alone, while the rebase is stopped (the patch it stopped at: skip it and go on)",
+    )
     parser.add_argument("--drop-upstreamed", action="store_true", help="drop patches upstream already has")
     parser.add_argument(
         "--check-imports",
@@ -38,10 +44,16 @@ def run(args) -> int:
     with guarded("rebase", str(target.root)), target_lock(target):
         folder = rebase_store.state_dir(target.git)
         state = rebase_store.load(folder)
+        if args.drop is not None and (args.abort or args.resume):
+            raise FatalError("--drop goes on by itself (no --continue needed), and --abort drops nothing")
         if args.abort:
             return rebase_engine.abort(target, folder, state)
         if args.resume:
             return rebase_engine.resume(target, folder, state)
+        if args.onto is None and args.drop is not None:
+            return rebase_engine.drop(target, folder, state, args.drop)
+        if args.onto is None:
+            raise FatalError("say what to do: --onto REF, --continue, --abort, or --drop PATCHES while stopped")
         rebase_store.refuse_in_progress(target)
         line = chosen_line(args, target)
         series, pin = load_line(args, line)
@@ -52,6 +64,7 @@ def run(args) -> int:
             report_dir=args.report_dir,
             drop_upstreamed=args.drop_upstreamed,
             check_imports=args.check_imports,
+            drop=args.drop,
             lines_root=line.directory.parent if line else None,
         )
         return rebase_engine.start(target, folder, request, series, pin)

@@ -56,9 +56,9 @@ def _recover_checkout(target: Target) -> None:
     folder = rebase_store.state_dir(git)
     rebase = rebase_store.load(folder)
     if rebase is not None:
-        if rebase.get("stopped"):
+        if rebase.stopped:
             raise FatalError(
-                f"{rebase_store.describe_stop(rebase)} in {target.root}, waiting for you (not an interruption): "
+                f"{rebase.describe_stop()} in {target.root}, waiting for you (not an interruption): "
                 f"resolve, then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE} to put everything back"
             )
         _refuse_unexplained_changes(target, rebase)
@@ -93,13 +93,13 @@ def _recover_checkout(target: Target) -> None:
         say(f"nothing to recover: the series is applied on branch {branch}, which {target.root} is not on")
 
 
-def _refuse_unexplained_changes(target: Target, rebase: dict) -> None:
+def _refuse_unexplained_changes(target: Target, rebase: rebase_store.RebaseState) -> None:
     """Rolling a rebase back discards work-tree changes: only when its own steps explain them.
 
     Between its steps a rebase leaves the work tree clean, and a kill inside `git cherry-pick` leaves
     CHERRY_PICK_HEAD; anything else (a kill inside `git checkout`, or an edit since) is not guessed at."""
     git = target.git
-    if rebase.get("phase") == rebase_store.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+    if rebase.phase == rebase_store.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
         return
     changed = git.run("diff", "--name-only", "HEAD").splitlines()
     if changed:

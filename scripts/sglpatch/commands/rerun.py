@@ -31,7 +31,7 @@ def run(args) -> int:
     groups = group_patches(series.patches)
     for number, (group, patches) in enumerate(groups, 1):
         plan = plan_reruns(patches, rerun_map)
-        prs = sorted({p.trailer("Upstream-PR") for p in patches if p.trailer("Upstream-PR")})
+        prs = sorted({n for p in patches for n in p.related_prs})
         upstream = f"; upstream #{', #'.join(prs)}" if prs else ""
         names = ", ".join(p.name.split("-", 1)[0] for p in patches)
         say(f"== PR {number}/{len(groups)}: {group} (patches {names}{upstream})")

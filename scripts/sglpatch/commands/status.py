@@ -21,8 +21,8 @@ def run(args) -> int:
         say(f"line:   {line.name} ({line.directory})" if line else f"series: {series.directory}")
         if interrupted := interrupted_state(target):
             say(f"NOTE:   an sglpatch {interrupted} was cut short here; {hints.recover_short(target.root)} settles it")
-        elif target.is_git and (rebase := rebase_store.load(rebase_store.state_dir(target.git))):
-            say(f"NOTE:   {rebase_store.describe_stop(rebase)}; {hints.CONTINUE_REBASE} or {hints.ABORT_REBASE}")
+        elif target.is_git and (rebase := rebase_store.load(rebase_store.state_dir(target.git))) and rebase.stopped:
+            say(f"NOTE:   {rebase.describe_stop()}; {hints.CONTINUE_REBASE} or {hints.ABORT_REBASE}")
         if plan.drift:
             say(
                 f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"
