@@ -34,7 +34,7 @@ def line_0516(tmp_path_factory, project_pin) -> Path:
     pin = Pin(
         "0.5.16",
         "v0.5.16",
-        release_date(wheel),
+        release_date(wheel, "0.5.16"),
         Wheel(wheel.name, file_sha256(wheel), project_pin.wheel.python_version, project_pin.wheel.platform),
         {SECOND: ""},
     )
