@@ -7,6 +7,7 @@ PY     := $(VENV)/bin/python
 SGLPATCH := $(VENV)/bin/sglpatch$(if $(V), -v,)
 
 SGLANG   ?=
+LINE     ?=
 ONTO     ?=
 BRANCH   ?=
 FROM     ?=
@@ -22,7 +23,10 @@ SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_T
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
 # Every value a user gives goes to the shell single-quoted, so paths with spaces (or $, ;) stay one argument.
 q = '$(subst ','\'',$(1))'
-TARGET_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
+SGLANG_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
+TARGET_ARG = $(SGLANG_ARG) $(LINE_ARG)
+# LINE=v0.5.23 picks a series line (patches/<line>/); default: the one matching SGLANG's version, or the default line
+LINE_ARG = $(if $(LINE),--line $(call q,$(LINE)),)
 
 # A .venv made by a Python older than 3.11 (say a first `make apply PYTHON=python3.10`) can never work,
 # and its stamp would keep it: it is removed here, so the next target rebuilds it with $(PYTHON).
@@ -34,7 +38,7 @@ endif
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help apply revert status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
+.PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -55,20 +59,23 @@ $(VENV)/.sglang-cpu-stamp: $(VENV)/.tool-stamp ci/requirements-sglang-cpu.txt
 	$(PY) -m pip install --progress-bar off -r ci/requirements-sglang-cpu.txt
 	touch $@
 
-apply: $(VENV)/.tool-stamp ## apply the series (SGLANG=PATH: a checkout or installed package; default: pinned base in build/sglang)
+apply: $(VENV)/.tool-stamp ## apply the line matching SGLANG=PATH (a checkout or installed package; LINE= overrides); default: the pinned base in build/sglang, or LINE's in build/sglang-<line>
 	$(SGLPATCH) apply $(TARGET_ARG) $(if $(THREEWAY),--3way,) $(if $(BRANCH),--branch $(call q,$(BRANCH)),)
 
 revert: $(VENV)/.tool-stamp ## take the series back out of SGLANG=PATH (every byte restored)
 	$(SGLPATCH) revert $(TARGET_ARG)
 
-status: $(VENV)/.tool-stamp ## per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
+lines: $(VENV)/.tool-stamp ## list the series lines (patches/<tag>/): patches, default base, CPU tests folder, patches upstream
+	$(SGLPATCH) lines
+
+status: $(VENV)/.tool-stamp ## names the line; per patch: applied / applies cleanly / conflicts, and whether SGLANG=PATH is at the pin
 	$(SGLPATCH) status $(TARGET_ARG)
 
 rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 / DROP=N (leave patch N out) after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
 	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,$(if $(ONTO),--onto $(call q,$(ONTO)),))) $(if $(DROP),--drop $(call q,$(DROP)),) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
 
-drift: $(VENV)/.tool-stamp ## patch x release table (markdown + png in build/drift; DOCS=1: update docs/drift); RELEASES=a,b,c (default: every release since the pin)
-	$(SGLPATCH) drift $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
+drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
+	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
 
 pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in build/pr, gh commands; FORK=remote-or-url, SUBMIT=1 to push and open
 	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(call q,$(ONTO)),) $(if $(FORK),--fork $(call q,$(FORK)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(call q,$(OUT)),)
@@ -81,26 +88,39 @@ test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at e
 	$(SET_TMP_ASIDE)
 	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 
-test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules)
+# Each line but the default one has its CPU tests in tests/patched_<line>/, run in a pytest process of its own
+# (two sglang versions cannot share one): `sglpatch lines --test-folders` prints "<line> <folder>" for each.
+APPLY_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
+	echo "$$lines" | while read -r line folder; do [ -z "$$line" ] || $(SGLPATCH) apply --line "$$line" || exit 2; done
+TEST_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
+	echo "$$lines" | while read -r line folder; do [ -z "$$line" ] && continue; \
+	echo "make: line $$line: $$folder in a pytest process of its own"; \
+	$(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))-"$$line" $(1) "$$folder" || exit 1; done
+
+test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules; each line's own tests in its own process)
 	$(SGLPATCH) apply
+	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(PYTEST) -n 2 --dist loadfile -ra $(PYTEST_ARGS) --ignore=tests/gpu tests
+	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
 	PIP_NO_INDEX=1 $(SGLPATCH) apply
+	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS) --ignore=tests/gpu tests
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
-	$(SGLPATCH) check
+	$(SGLPATCH) check $(LINE_ARG)
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer path and seeded draft loop, DeepGEMM (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu
 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
-	$(SGLPATCH) gpu-leg $(TARGET_ARG) $(if $(LEG),--leg $(call q,$(LEG)),) $(if $(OUT),--out $(call q,$(OUT)),) $(if $(GPU_PYTHON),--python $(call q,$(GPU_PYTHON)),)
+	$(SGLPATCH) gpu-leg $(SGLANG_ARG) $(if $(LEG),--leg $(call q,$(LEG)),) $(if $(OUT),--out $(call q,$(OUT)),) $(if $(GPU_PYTHON),--python $(call q,$(GPU_PYTHON)),)
 
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
 	$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle

@@ -1,12 +1,20 @@
 """Series lines: one series per supported sglang base, each in `patches/<tag>/`.
 
 A line is a folder under patches/ that holds `series` and `pin.json`; its name is the
-pinned tag (`v0.5.14`). Lines are ordered by release; the oldest is the default line
-(what `make apply` with no argument puts into build/sglang).
+pinned tag (`v0.5.14`), and its pin must say so. Lines are ordered by release:
+- the oldest is the default line: `make apply` with no argument builds its base in
+  build/sglang, and its CPU tests are tests/patched/ (tree: $SGLPATCH_SGLANG_TREE);
+- every other line's default base is build/sglang-<tag>, and its CPU tests are
+  tests/patched_<tag, dots as underscores>/ (tree: $SGLPATCH_SGLANG_TREE_<TAG>), run in
+  a pytest process of their own (two sglang versions cannot share one process);
+- the newest line is the one PRs are built on.
+
+Which line fits a target is decided by its sglang version (`line_for_version`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,18 +22,63 @@ from packaging.version import InvalidVersion, Version
 
 from sglpatch import project
 from sglpatch.errors import FatalError
-from sglpatch.pin import PIN_FILE
+from sglpatch.pin import PIN_FILE, Pin, load_pin
 from sglpatch.series import SERIES_FILE
+from sglpatch.target import Target
+
+UPSTREAM_FILE = "upstream.json"
+TREE_ENV = "SGLPATCH_SGLANG_TREE"
 
 
 @dataclass(frozen=True)
 class Line:
     name: str  # the pinned tag, e.g. v0.5.14
     directory: Path
+    is_default: bool = False
 
     @property
     def release(self) -> str:
         return self.name.removeprefix("v")
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace(".", "_")
+
+    def pin(self) -> Pin:
+        pin = load_pin(self.directory)
+        if pin.tag != self.name:
+            raise FatalError(
+                f"{self.directory / PIN_FILE} pins {pin.tag}, but a line's folder is named after its pin's tag"
+            )
+        return pin
+
+    @property
+    def default_base(self) -> Path:
+        build = project.PROJECT_ROOT / "build"
+        return build / "sglang" if self.is_default else build / f"sglang-{self.name}"
+
+    @property
+    def tests_dir(self) -> Path:
+        tests = project.PROJECT_ROOT / "tests"
+        return tests / "patched" if self.is_default else tests / f"patched_{self.slug}"
+
+    @property
+    def tree_env(self) -> str:
+        """The variable that points this line's CPU tests at a tree (the `python/` folder of one)."""
+        return TREE_ENV if self.is_default else f"{TREE_ENV}_{self.slug.upper()}"
+
+    def upstreamed(self) -> list[dict]:
+        """upstream.json: patches of an earlier line that upstream has on this one ({patch, upstream_pr, ...})."""
+        path = self.directory / UPSTREAM_FILE
+        if not path.is_file():
+            return []
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(records, list) or not all(isinstance(r, dict) and "patch" in r for r in records):
+                raise ValueError("expected a list of objects with a 'patch' field")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FatalError(f"{path} is not a valid upstream list ({exc})") from None
+        return records
 
 
 def _version_of(name: str) -> Version | None:
@@ -36,22 +89,84 @@ def _version_of(name: str) -> Version | None:
 
 
 def all_lines(root: Path | None = None) -> list[Line]:
-    """Every line under patches/, oldest release first."""
+    """Every line under patches/, oldest release first (the first is the default line)."""
     root = root or project.patches_root()
-    found = [
-        Line(folder.name, folder)
-        for folder in (sorted(root.iterdir()) if root.is_dir() else [])
+    folders = [
+        folder
+        for folder in (root.iterdir() if root.is_dir() else [])
         if folder.is_dir()
         and (folder / SERIES_FILE).is_file()
         and (folder / PIN_FILE).is_file()
         and _version_of(folder.name) is not None
     ]
-    return sorted(found, key=lambda line: _version_of(line.name))
+    folders.sort(key=lambda folder: _version_of(folder.name))
+    return [Line(folder.name, folder, is_default=(n == 0)) for n, folder in enumerate(folders)]
+
+
+def names(lines: list[Line]) -> str:
+    return ", ".join(line.name for line in lines) or "none"
 
 
 def default_line(root: Path | None = None) -> Line:
+    return _some_lines(root)[0]
+
+
+def newest_line(root: Path | None = None) -> Line:
+    return _some_lines(root)[-1]
+
+
+def _some_lines(root: Path | None) -> list[Line]:
     lines = all_lines(root)
     if not lines:
         where = root or project.patches_root()
         raise FatalError(f"{where} holds no series line (a folder like v0.5.14/ with series and pin.json)")
-    return lines[0]
+    return lines
+
+
+def line_named(name: str, root: Path | None = None) -> Line:
+    wanted = name if name.startswith("v") else f"v{name}"
+    lines = all_lines(root)
+    for line in lines:
+        if line.name == wanted:
+            return line
+    raise FatalError(f"no series line {name!r}; the lines are: {names(lines)}")
+
+
+def line_for_version(version: str, root: Path | None = None) -> Line | None:
+    """The line for an sglang version: the same release (X.Y.Z), a `.postN` or `+local` suffix ignored.
+
+    A pre-release or development version (`0.5.15rc1`, `0.5.15.dev3+g1234`) names a release not yet
+    made, so it matches no line here: the caller places it by the checkout's release tag, or refuses.
+    """
+    parsed = _version_of(version)
+    if parsed is None or parsed.is_prerelease:
+        return None
+    for line in all_lines(root):
+        if _version_of(line.name).release == parsed.release:
+            return line
+    return None
+
+
+def line_for_target(target: Target) -> Line:
+    """The line matching the target's sglang version; a development version in a checkout goes by its
+    nearest release tag. Refuses, listing the lines, when none matches."""
+    version = target.sglang_version()
+    line = line_for_version(version) if version else None
+    tag = None
+    if line is None and (version is None or _is_development(version)):
+        tag = target.nearest_release_tag()
+        line = line_for_version(tag.removeprefix("v")) if tag else None
+    if line is not None:
+        return line
+    said = f"sglang {version}" if version else "an sglang that names no version"
+    if tag:
+        said += f" (nearest release tag {tag})"
+    raise FatalError(
+        f"{target.root} holds {said}, which matches no series line (lines: {names(all_lines())}); "
+        "pass LINE=<line> (--line) to choose one"
+    )
+
+
+def _is_development(version: str) -> bool:
+    parsed = _version_of(version)
+    return parsed is None or parsed.is_prerelease

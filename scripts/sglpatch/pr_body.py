@@ -35,6 +35,7 @@ class Group:
     accuracy: list[str] = field(default_factory=list)  # GPU CI summary files, project-relative
     benchmark: str | None = None  # benchmark JSON, project-relative
     accuracy_notes: list[str] = field(default_factory=list)  # what each GPU result ran, and what it did not
+    speed_notes: list[str] = field(default_factory=list)  # said instead of a table when there is no benchmark
 
 
 def note(patch: Patch, section: str) -> str:
@@ -128,6 +129,8 @@ def _tests_of(summary: dict) -> list[tuple[str, str, str]]:
 
 
 def speed_section(group: Group, project: Path) -> list[str]:
+    if not group.benchmark and group.speed_notes:
+        return [line for paragraph in group.speed_notes for line in (paragraph, "")][:-1]
     if not group.benchmark:
         return ["No speed change is claimed for this group; it changes what the draft loop computes, not a kernel."]
     data = _load_json(project / group.benchmark)

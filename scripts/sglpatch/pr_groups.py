@@ -54,6 +54,7 @@ def load_groups(series: Series) -> dict:
                 raw.get("accuracy", []),
                 raw.get("benchmark"),
                 raw.get("accuracy_notes", []),
+                raw.get("speed_notes", []),
             )
         )
     if by_group:

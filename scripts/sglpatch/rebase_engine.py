@@ -63,6 +63,7 @@ class Request:
     drop_upstreamed: bool
     check_imports: bool
     drop: str | None = None  # patches to leave out: numbers or names, comma-separated
+    lines_root: Path | None = None  # the source is a line: write the result as the line patches/v<release>/
 
 
 @contextmanager
@@ -126,6 +127,7 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     if git.run("status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
     onto, release = _resolve_onto(git, request.onto, request.release)
+    _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
     commits = series_commits(git, base, series.patches)
     try:
@@ -159,6 +161,7 @@ def _new_state(
     head = git.run("rev-parse", "HEAD")
     backup = f"refs/sglpatch/backup/rebase-{head[:12]}"
     patch_dir = request.patch_dir.resolve()
+    out_dir = _new_line_dir(request, release, patch_dir)
     return RebaseState(
         original=git.current_branch() or head,
         original_head=head,
@@ -179,7 +182,22 @@ def _new_state(
         next=0,
         outcomes=[],
         dropped=patches_named(request.drop, [patch.name for patch in series.patches]) if request.drop else [],
+        out_dir=str(out_dir),
+        out_digest=series_digest(out_dir),
     )
+
+
+def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Path:
+    """A line's rebase writes a new line, patches/v<release>/, and leaves its own folder as it is."""
+    if request.lines_root is None or release is None:
+        return patch_dir
+    out_dir = (request.lines_root / f"v{release}").resolve()
+    if out_dir.exists():
+        raise FatalError(
+            f"{out_dir} already holds a series line; a rebase writes the line for its new base, so move that "
+            "folder away first (or rebase with --patches DIR to rewrite a folder in place); nothing was changed"
+        )
+    return out_dir
 
 
 def _show_picture(commits, series: Series, onto: str, name: str, history: tuple[str, str] | None) -> None:
@@ -462,8 +480,11 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
             f"left out by hand, so the rebased series omits {'it' if len(left_out) == 1 else 'them'}: "
             + ", ".join(left_out)
         )
-    patch_dir = state.patch_dir
-    if files:
+    patch_dir, out_dir = state.patch_dir, state.series_out_dir
+    if files and str(out_dir) != patch_dir:
+        say(f"wrote the line {out_dir} against sglang {state.release} ({patch_dir} is as it was)")
+        say(f"  range-diff for review: {report[0]}; add its pr-groups.json (and upstream.json) by hand")
+    elif files:
         say(f"rewrote {patch_dir} against sglang {state.release}; range-diff for review: {report[0]}")
     elif report and not left_out:
         say(f"every patch is upstream at {state.release}: {patch_dir} left as it was; range-diff: {report[0]}")

@@ -100,7 +100,7 @@ def stage(
         fsync_dir(made)
     state.install = InstallPlan(
         files=list(series_files),
-        series_digest=folder_digest(_after_install(Path(state.patch_dir), series_files)),
+        series_digest=folder_digest(_after_install(state.series_out_dir, series_files)),
         report=report[0] if report else None,
         record=record,
     )
@@ -120,10 +120,11 @@ def _after_install(patch_dir: Path, series_files: dict[str, bytes]) -> dict[str,
 def install(target: Target, folder: Path, state: RebaseState) -> None:
     """Put the staged result in place: branch, series folder, range-diff, checkout record. Safe to rerun."""
     git, plan = target.git, state.install
-    patch_dir = Path(state.patch_dir)
+    patch_dir = state.series_out_dir
     _refuse_moved_head(git, plan.record)
     if plan.files and not (patch_dir / REWRITE_MARKER).exists():
-        _refuse_changed_series(patch_dir, (state.series_digest, plan.series_digest))
+        _refuse_changed_series(patch_dir, (state.out_digest or state.series_digest, plan.series_digest))
+        patch_dir.mkdir(parents=True, exist_ok=True)  # a new line's folder
         (patch_dir / REWRITE_MARKER).write_text(f"{target.root}\n")
         fault_point("rebase install: series folder marked")
     branch = plan.record.branch

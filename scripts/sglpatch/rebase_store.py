@@ -178,11 +178,18 @@ class RebaseState:
     stopped: Stop | None = None  # why the rebase waits for the user; None while it runs
     resolved_by_hand: bool = False  # a conflict was resolved (or a commit amended) by the user
     install: InstallPlan | None = None  # the staged result, once phase is "installing"
+    out_dir: str | None = None  # a line's rebase writes the new line here (None: rewrite patch_dir)
+    out_digest: str | None = None  # out_dir when the rebase began (empty: a new line)
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
     @property
     def begun(self) -> bool:
         return self.original is not None
+
+    @property
+    def series_out_dir(self) -> Path:
+        """Where the rebased series is written: a new line's folder, else the source folder itself."""
+        return Path(self.out_dir or self.patch_dir)
 
     def describe_stop(self) -> str:
         return self.stopped.describe()
@@ -227,6 +234,8 @@ class RebaseState:
             stopped=stopped,
             resolved_by_hand=typed("resolved_by_hand", bool, False),
             install=install,
+            out_dir=typed("out_dir", str),
+            out_digest=typed("out_digest", str),
             unfit=unfit,
         )
 

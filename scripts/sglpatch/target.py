@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir
 
 GIT_CHECKOUT = "git checkout"
+_VERSION_LITERAL = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.MULTILINE)
 PACKAGE_FOLDER = "package folder"
 
 
@@ -64,6 +66,30 @@ class Target:
 
     def describe(self) -> str:
         return f"{self.root} ({self.kind})"
+
+    def sglang_version(self) -> str | None:
+        """The version the tree says it is, read without importing it (None when it does not say).
+
+        `version.py` or the generated `_version.py` when either holds a literal `__version__`; else,
+        for a package folder, the `sglang-*.dist-info` beside it.
+        """
+        package = self.local_path(PACKAGE_PREFIX + "__init__.py").parent
+        for name in ("version.py", "_version.py"):
+            path = package / name
+            if path.is_file() and (match := _VERSION_LITERAL.search(path.read_text(errors="replace"))):
+                return match.group(1)
+        if not self.is_git:
+            for metadata in sorted(package.parent.glob("sglang-*.dist-info/METADATA")):
+                if match := re.search(r"^Version: (\S+)$", metadata.read_text(errors="replace"), re.MULTILINE):
+                    return match.group(1)
+        return None
+
+    def nearest_release_tag(self) -> str | None:
+        """A checkout's nearest `vX.Y.Z` tag at or below HEAD (what a development version grew from)."""
+        if not self.is_git:
+            return None
+        status, tag, _ = self.git.try_run("describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", "HEAD")
+        return tag if status == 0 and tag else None
 
 
 def open_target(path: str | Path) -> Target:

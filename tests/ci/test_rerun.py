@@ -110,7 +110,7 @@ def test_local_commands(rerun_map):
 
 
 def test_rerun_command_prints_every_group(capsys):
-    assert main(["rerun", "--sglang", "/src/sglang"]) == 0
+    assert main(["rerun", "--line", "v0.5.14", "--sglang", "/src/sglang"]) == 0
     out = capsys.readouterr().out.splitlines()
     headers = [line for line in out if line.startswith("== ")]
     assert headers == [
@@ -126,7 +126,7 @@ def test_rerun_command_reports_unmapped_paths(tmp_path, capsys):
     data["rules"] = [r for r in data["rules"] if "overlap_utils" not in r["glob"]]
     reduced = tmp_path / "map.json"
     reduced.write_text(json.dumps(data))
-    assert main(["rerun", "--map", str(reduced)]) == 2
+    assert main(["rerun", "--line", "v0.5.14", "--map", str(reduced)]) == 2
     captured = capsys.readouterr()
     assert "unmapped: python/sglang/srt/managers/overlap_utils.py" in captured.err
     assert "== PR 1/2: sm90-dg-native" in captured.out  # the mapped group is still printed

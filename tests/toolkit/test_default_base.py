@@ -31,7 +31,8 @@ def test_first_run_builds_the_base_then_applies(sglpatch, project, project_pin):
     )
     assert git.run("rev-list", "--count", "v0.5.14..HEAD") == "2"
     for path, blob in project_pin.blobs.items():
-        assert git.run("rev-parse", f"v0.5.14:{path}") == blob
+        status, found, _ = git.try_run("rev-parse", f"v0.5.14:{path}")
+        assert (found if status == 0 else "") == blob  # "": a file the series creates
     assert "downloading" not in err  # the session's wheel is already cached
 
 
@@ -39,7 +40,7 @@ def test_second_run_is_a_no_op(sglpatch, project):
     assert sglpatch("apply")[0] == 0
     head = Git(project / "build" / "sglang").run("rev-parse", "HEAD")
     code, out, err = sglpatch("apply")
-    assert code == 0 and out.startswith("already applied")
+    assert code == 0 and out.splitlines()[-1].startswith("already applied")
     assert Git(project / "build" / "sglang").run("rev-parse", "HEAD") == head
 
 
@@ -65,7 +66,7 @@ def test_an_earlier_series_on_the_default_base_is_taken_out_first(sglpatch, proj
     assert "carries an earlier version of the series: taking it out first" in out
     assert "second patch, revised" in (project / "build" / "sglang" / "python/sglang/global_config.py").read_text()
     assert base.run("rev-list", "--count", "v0.5.14..HEAD") == "2"
-    assert sglpatch("apply")[1].startswith("already applied")
+    assert sglpatch("apply")[1].splitlines()[-1].startswith("already applied")
 
 
 def test_the_base_commit_is_the_same_on_every_machine(sglpatch, project, base_repo):

@@ -25,7 +25,7 @@ def report(tmp_path_factory):
 
 def test_the_expected_truth_for_the_real_releases(report):
     """#29787 (in 0.5.15) is upstream's version of patches 3-4; nothing upstream runs SM90 native."""
-    data = json.loads((report / "drift.json").read_text())["releases"]
+    data = json.loads((report / "v0.5.14" / "drift.json").read_text())["releases"]
     names = [p.name for p in load_series(default_patch_dir()).patches]
     assert all(data["0.5.14"][n]["outcome"] == "clean" for n in names)
     carried = names[2:4]  # patches 3-4 carry #29787; the others (1, 2, 5) only extend #27166
@@ -36,10 +36,10 @@ def test_the_expected_truth_for_the_real_releases(report):
 
 
 def test_markdown_and_picture_are_written(report):
-    markdown = (report / "drift.md").read_text()
+    markdown = (report / "v0.5.14" / "drift.md").read_text()
     header = next(line for line in markdown.splitlines() if line.startswith("| patch |"))
     assert header == "| patch | 0.5.14 | 0.5.15 | 0.5.16 |"
     rows = [line for line in markdown.splitlines() if line.startswith("| 000")]
     assert len(rows) == len(load_series(default_patch_dir()).patches)
-    png = (report / "drift.png").read_bytes()
+    png = (report / "v0.5.14" / "drift.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

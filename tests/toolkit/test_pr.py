@@ -184,3 +184,70 @@ def test_bodies_leak_no_token_home_or_local_path(sglpatch, checkout, tmp_path, b
     for body in (tmp_path / "bodies").glob("*.md"):
         text = body.read_text()
         assert "ghp_" not in text and "/work/" not in text and str(tmp_path) not in text
+
+
+def test_dry_run_prints_the_push_and_the_head_it_would_use(sglpatch, checkout, tmp_path, base_repo, project_pin, fork):
+    patches = _series(base_repo, tmp_path, project_pin, "series")
+    Git(checkout).run("remote", "add", "alice", "https://github.com/alice/sglang.git")
+    code, out, err = pr(sglpatch, checkout, patches, tmp_path, "--fork", "alice")
+    assert code == 0, err
+    push = next(line for line in out.splitlines() if "it would push:" in line).split("it would push: ")[1]
+    assert shlex.split(push)[3:] == [
+        "push",
+        "--force-with-lease",
+        "-q",
+        "alice",
+        "sglpatch-pr/test-first-group:refs/heads/test-first-group",
+    ]
+    command = shlex.split(next(line for line in out.splitlines() if "gh pr create" in line).split("to open it: ")[1])
+    assert command[command.index("--head") + 1] == "alice:test-first-group"
+    code, out, err = pr(sglpatch, checkout, patches, tmp_path)
+    assert code == 0 and "--head OWNER:test-first-group" in out and "FORK=<remote or URL>" in out, err
+    assert Git(fork).run("for-each-ref") == ""  # a dry run pushes nothing
+
+
+@pytest.fixture
+def line_project(tmp_path, base_repo, project_pin, monkeypatch):
+    """A project whose one line (v0.5.14) is the PR test series; bodies from the ci_summary folder."""
+    root = tmp_path / "project"
+    line = root / "patches" / "v0.5.14"
+    shutil.copytree(_series(base_repo, tmp_path, project_pin, "series"), line)
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
+    return line
+
+
+def test_pr_builds_the_lines_default_base_when_missing(sglpatch, line_project, tmp_path):
+    code, out, err = sglpatch("pr", "--out", tmp_path / "bodies")
+    assert code == 0, err
+    base = Git(line_project.parents[1] / "build" / "sglang")
+    assert "line v0.5.14: 2 PR groups" in out
+    assert base.run("log", "--format=%s", "v0.5.14..sglpatch-pr/test-first-group") == "[DSA] Add a verbosity default"
+
+
+def test_no_pr_for_a_patch_the_line_records_as_upstream(sglpatch, line_project, checkout, tmp_path):
+    first = next(p.name for p in line_project.glob("0001-*.patch"))
+    record = {
+        "patch": first,
+        "upstream_pr": 27166,
+        "release": "0.5.15",
+        "now_in": ["python/sglang/global_config.py"],
+        "note": "merged",
+    }
+    (line_project / "upstream.json").write_text(json.dumps([record]))
+    code, out, err = sglpatch("pr", "--sglang", checkout, "--out", tmp_path / "bodies")
+    assert code == 0, err
+    assert f"base-group: no PR: {first} is upstream (#27166) since sglang 0.5.15, as upstream.json records" in out
+    assert "stacked-group: no PR: it stacks on base-group, left out" in out
+    assert Git(checkout).run("for-each-ref", "refs/heads/sglpatch-pr/") == ""
+    assert not (tmp_path / "bodies" / "base-group.md").exists()
+
+
+def test_no_pr_for_a_patch_the_upstream_ref_already_has(sglpatch, checkout, tmp_path, base_repo, project_pin):
+    patches = _series(base_repo, tmp_path, project_pin, "series")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0  # upstream = the series applied
+    index = (Git(checkout).git_dir() / "index").read_bytes()
+    code, out, err = pr(sglpatch, checkout, patches, tmp_path, "--onto", "sglpatch/v0.5.14")
+    assert code == 0, err
+    assert "base-group: no PR:" in out and "already upstream at" in out and "reverse-applies" in out
+    assert Git(checkout).run("for-each-ref", "refs/heads/sglpatch-pr/") == ""
+    assert (Git(checkout).git_dir() / "index").read_bytes() == index  # the checkout's index is not used

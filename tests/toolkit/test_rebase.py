@@ -407,6 +407,32 @@ def test_check_imports_stops_at_the_patch_whose_module_fails_to_import(
     assert rebase(sglpatch, chain, patches, tmp_path, "--abort")[0] == 0
 
 
+def test_a_lines_rebase_writes_the_line_for_the_new_base_and_leaves_its_own(
+    sglpatch, chain, series_dir, tmp_path, monkeypatch
+):
+    project = tmp_path / "project"
+    source = project / "patches" / "v0.5.14"
+    shutil.copytree(series_dir, source)
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", project)
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    code, out, err = sglpatch("rebase", "--sglang", chain, "--onto", "v0.5.16", "--report-dir", tmp_path / "report")
+    assert code == 0, err
+    new_line = project / "patches" / "v0.5.16"
+    assert f"wrote the line {new_line} against sglang 0.5.16" in out
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+    assert json.loads((new_line / "pin.json").read_text())["sglang"]["tag"] == "v0.5.16"
+    assert [p.name.split("-")[0] for p in load_series(new_line).patches] == ["0001", "0002"]
+    assert not (new_line / ".sglpatch-rewriting").exists()
+    code, out, _ = sglpatch("lines")
+    assert "v0.5.14 (default): 2 patches" in out and "v0.5.16: 2 patches" in out
+    # a second rebase onto the same release would overwrite that line: refused before anything moves
+    assert sglpatch("revert", "--sglang", chain)[0] == 0
+    head = Git(chain).run("rev-parse", "HEAD")
+    code, _, err = sglpatch("rebase", "--sglang", chain, "--onto", "v0.5.16", "--line", "v0.5.14")
+    assert code == 2 and "v0.5.16 already holds a series line" in err and "nothing was changed" in err
+    assert Git(chain).run("rev-parse", "HEAD") == head and Git(chain).current_branch() == "work"
+
+
 @pytest.fixture
 def project_series(tmp_path):
     """A private copy of the project's own series (a rebase that finishes rewrites it)."""

@@ -7,8 +7,7 @@ import time
 from sglpatch import hints, journal
 from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, read_state, write_state
 from sglpatch.checkout_undo import undo_checkout
-from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
-from sglpatch.default_base import ensure_default_base
+from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
 from sglpatch.interrupted import refuse_interrupted
@@ -16,7 +15,6 @@ from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
-from sglpatch.project import default_base_dir
 from sglpatch.series import Series
 from sglpatch.target import Target, target_lock
 from sglpatch.write_check import checkout_mismatch, move_checkout, package_mismatch
@@ -37,10 +35,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     started = time.monotonic()
-    series, pin = load_inputs(args)
-    if args.sglang is None:
-        ensure_default_base(pin, default_base_dir())
-    target = resolve_target(args)
+    target, line, series, pin = open_with_line(args, build_base=True)
+    if line is not None:
+        say(f"line {line.name} ({len(series.patches)} patches, pinned at sglang {pin.release})")
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with guarded("apply", str(target.root)), target_lock(target):

@@ -1,11 +1,13 @@
-"""Options and loading shared by the commands."""
+"""Options and loading shared by the commands: the target, and which series line goes with it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from sglpatch.default_base import ensure_default_base
+from sglpatch.lines import Line, default_line, line_for_target, line_named
 from sglpatch.pin import Pin, load_pin
-from sglpatch.project import default_base_dir, default_patch_dir
+from sglpatch.project import default_base_dir
 from sglpatch.series import Series, load_series
 from sglpatch.target import Target, open_target
 
@@ -14,18 +16,68 @@ def add_target_option(parser) -> None:
     parser.add_argument(
         "--sglang",
         metavar="PATH",
-        help="a git checkout of sglang or an installed sglang package folder (default: build/sglang, the pinned base)",
+        help="a git checkout of sglang or an installed sglang package folder "
+        "(default: the line's own base, build/sglang for the default line)",
+    )
+
+
+def add_line_option(parser) -> None:
+    parser.add_argument(
+        "--line",
+        metavar="TAG",
+        help="the series line, e.g. v0.5.23 (default: the one matching the target's sglang version; "
+        "without --sglang, the default line)",
     )
 
 
 def add_series_options(parser) -> None:
-    parser.add_argument("--patches", type=Path, default=None, metavar="DIR", help="series folder (default: patches/)")
+    parser.add_argument(
+        "--patches", type=Path, default=None, metavar="DIR", help="a series folder to use instead of a line"
+    )
+    add_line_option(parser)
 
 
-def load_inputs(args) -> tuple[Series, Pin]:
-    patch_dir = args.patches or default_patch_dir()
-    return load_series(patch_dir), load_pin(patch_dir)
+def chosen_line(args, target: Target | None = None) -> Line | None:
+    """--line; else the line matching the target's version; else the default line. None with --patches."""
+    if getattr(args, "patches", None):
+        return None
+    if args.line:
+        return line_named(args.line)
+    return line_for_target(target) if target is not None else default_line()
+
+
+def load_line(args, line: Line | None) -> tuple[Series, Pin]:
+    if line is None:
+        return load_series(args.patches), load_pin(args.patches)
+    pin = line.pin()
+    return load_series(line.directory), pin
+
+
+def load_inputs(args, target: Target | None = None) -> tuple[Series, Pin]:
+    return load_line(args, chosen_line(args, target))
+
+
+def base_dir(args) -> Path:
+    """The default base of --line (or of the default line) when no --sglang is given."""
+    if getattr(args, "patches", None) and not args.line:
+        return default_base_dir()
+    return (line_named(args.line) if args.line else default_line()).default_base
 
 
 def resolve_target(args) -> Target:
-    return open_target(args.sglang or default_base_dir())
+    return open_target(args.sglang or base_dir(args))
+
+
+def open_with_line(args, build_base: bool = False) -> tuple[Target, Line | None, Series, Pin]:
+    """The target and its line's series. Without --sglang: the line's default base, built from its pin
+    when `build_base` and missing. With --sglang: the line matching the target (or --line)."""
+    if args.sglang:
+        target = open_target(args.sglang)
+        line = chosen_line(args, target)
+        return (target, line, *load_line(args, line))
+    line = chosen_line(args)
+    series, pin = load_line(args, line)
+    where = line.default_base if line else default_base_dir()
+    if build_base:
+        ensure_default_base(pin, where)
+    return open_target(where), line, series, pin

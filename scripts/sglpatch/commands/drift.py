@@ -1,4 +1,4 @@
-"""`sglpatch drift`: does each patch still apply to each sglang release?"""
+"""`sglpatch drift`: does each patch of each line still apply to each sglang release from the line's base on?"""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ import shlex
 import time
 from pathlib import Path
 
-from sglpatch.commands.common import add_series_options, load_inputs
+from packaging.version import Version
+
+from sglpatch.commands.common import add_series_options, load_line
 from sglpatch.drift import render_json, render_markdown, render_png
+from sglpatch.lines import all_lines, line_named
 from sglpatch.output import plural, progress, say
+from sglpatch.pin import Pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import published_releases, release_commit, releases_repo
 from sglpatch.replay import carry_series, history_between, series_commits
+from sglpatch.series import Series
 from sglpatch.wheels import cache_dir, fetch_wheel
 
 
@@ -22,15 +27,34 @@ def add_arguments(parser) -> None:
         "--out",
         type=Path,
         default=PROJECT_ROOT / "build" / "drift",
-        help="report folder (default build/drift; `make drift DOCS=1` writes the committed docs/drift)",
+        help="report folder, one subfolder per line (default build/drift; `make drift DOCS=1` writes docs/drift)",
     )
 
 
 def run(args) -> int:
+    """Each line (--line: one; --patches: that folder) against the releases from its base on."""
+    if args.patches:
+        series, pin = load_line(args, None)
+        return _drift(series, pin, args, args.out)
+    lines = [line_named(args.line)] if args.line else all_lines()
+    for line in lines:
+        say(f"== line {line.name}")
+        series, pin = load_line(args, line)
+        _drift(series, pin, args, args.out / line.name)
+    return 0
+
+
+def _drift(series: Series, pin: Pin, args, out: Path) -> int:
     started = time.monotonic()
-    series, pin = load_inputs(args)
     wheels_before = _cached_wheels()
-    releases = args.releases.split(",") if args.releases else published_releases(pin.release)
+    floor = Version(pin.release)
+    if args.releases:
+        releases = [r for r in args.releases.split(",") if Version(r) >= floor]
+        if not releases:
+            say(f"none of {args.releases} is sglang {pin.release} or later: no report for this line")
+            return 0
+    else:
+        releases = published_releases(pin.release)
     repo = releases_repo()
     release_commit(pin.release, repo, fetch_wheel(pin.release, pin.wheel))
     tips = {}
@@ -47,16 +71,16 @@ def run(args) -> int:
     finally:
         commits.workspace.close()
     seconds = time.monotonic() - started
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     command = "sglpatch drift" + (f" --releases {shlex.quote(args.releases)}" if args.releases else "")
     downloaded = len(_cached_wheels() - wheels_before)
     wheels = f"{plural(downloaded, 'wheel')} downloaded from PyPI" if downloaded else "no wheel downloaded"
     markdown = render_markdown(matrix, seconds, pin.release, wheels)
-    (args.out / "drift.md").write_text(markdown)
-    (args.out / "drift.json").write_text(render_json(matrix, seconds, command))
-    render_png(matrix, args.out / "drift.png", f"series pinned at sglang {pin.release}: drift across releases")
+    (out / "drift.md").write_text(markdown)
+    (out / "drift.json").write_text(render_json(matrix, seconds, command))
+    render_png(matrix, out / "drift.png", f"series pinned at sglang {pin.release}: drift across releases")
     say(markdown)
-    say(f"wrote {args.out / 'drift.md'}, drift.json and drift.png")
+    say(f"wrote {out / 'drift.md'}, drift.json and drift.png")
     return 0
 
 

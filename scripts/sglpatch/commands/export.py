@@ -22,7 +22,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--base", required=True, help="the commit the series sits on (the pinned release)")
     parser.add_argument("--head", default="HEAD", help="last commit of the series (default HEAD)")
     parser.add_argument(
-        "--patches", type=Path, default=None, metavar="DIR", help="series folder to write (default: patches/)"
+        "--patches",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="series folder to write (default: the default line, patches/<oldest tag>/)",
     )
 
 

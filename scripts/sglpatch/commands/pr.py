@@ -1,6 +1,9 @@
 """`sglpatch pr`: one upstream pull request per PR group of the series.
 
-For each group in patches/pr-groups.json: build its branch on the upstream ref
+On the newest series line (--line to pick another), for each group in its
+pr-groups.json: a group with a patch upstream already has (the line's
+upstream.json records it, or the upstream ref has its change or marker) is left
+out, saying why. Build each other group's branch on the upstream ref
 (one commit per patch, authorship kept; a stacked group on top of the group it
 depends on), check the touched files with sglang's formatters and linters, write
 the PR body, and print the exact `gh` command. Dry run by default: nothing
@@ -15,18 +18,23 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
-from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.commands.common import add_series_options, add_target_option, base_dir, load_line
+from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.hygiene import check_hygiene
+from sglpatch.lines import Line, line_named, newest_line
 from sglpatch.output import say
 from sglpatch.pr_body import Group, render_body
 from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.replay import series_commits
+from sglpatch.replay import series_commits, upstream_reason
 from sglpatch.rerun import rerun_comment_lines
+from sglpatch.series import Patch
+from sglpatch.target import open_target
 
 RECORD_FILE = "sglpatch-prs.json"
 BRANCH_PREFIX = "sglpatch-pr/"
@@ -44,8 +52,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    series, pin = load_inputs(args)
-    target = resolve_target(args)
+    line = None if args.patches else (line_named(args.line) if args.line else newest_line())
+    series, pin = load_line(args, line)
+    if args.sglang is None:  # the line's own base, built from its pin when missing
+        where = line.default_base if line else base_dir(args)
+        target = open_target(ensure_default_base(pin, where))
+    else:
+        target = open_target(args.sglang)
     if not target.is_git:
         raise FatalError("pr needs a git checkout of sglang to build branches in")
     git = target.git
@@ -57,6 +70,9 @@ def run(args) -> int:
     onto = git.rev_parse(args.onto or pin.tag)
     if onto is None:
         raise FatalError(f"{args.onto or pin.tag} is not a commit in {target.root}")
+    if line is not None:
+        say(f"line {line.name}: {len(groups)} PR groups, on {args.onto or pin.tag}")
+    groups = _not_upstream(groups, config, line, git, onto)
     records = _load_records(git)
     for number in args.existing:
         group_id, _, pr = number.partition("=")
@@ -74,6 +90,40 @@ def run(args) -> int:
         tips[group.id] = _prepare(git, group, base, onto, records, config, fork, args)
     _save_records(git, records)
     return 0
+
+
+def _not_upstream(groups: list[Group], config: dict, line: Line | None, git: Git, onto: str) -> list[Group]:
+    """The groups to prepare: a group with a patch upstream already has (or one it stacks on) is left out."""
+    recorded = {_title_of(r["patch"]): r for r in (line.upstreamed() if line else [])}
+    left_out: set[str] = set()
+    kept = []
+    for group in groups:
+        reasons = [why for patch in group.patches if (why := _upstream_why(patch, recorded, git, onto))]
+        blocked = [dep for dep in group.depends_on if dep in left_out]
+        if reasons or blocked:
+            left_out.add(group.id)
+            because = reasons[0] if reasons else f"it stacks on {blocked[0]}, left out"
+            say(f"{group.id}: no PR: {because}")
+            continue
+        kept.append(group)
+    return kept
+
+
+def _upstream_why(patch: Patch, recorded: dict, git: Git, onto: str) -> str | None:
+    if record := recorded.get(_title_of(patch.name)):
+        pr_number = f" (#{record['upstream_pr']})" if record.get("upstream_pr") else ""
+        since = f" since sglang {record['release']}" if record.get("release") else ""
+        return f"{patch.name} is upstream{pr_number}{since}, as upstream.json records"
+    with tempfile.TemporaryDirectory(prefix="sglpatch-pr-") as scratch:  # never the checkout's own index
+        why = upstream_reason(git.with_env(GIT_INDEX_FILE=str(Path(scratch) / "index")), onto, patch)
+    if why:
+        return f"{patch.name} is already upstream at {git.run('describe', '--tags', '--always', onto)}: {why}"
+    return None
+
+
+def _title_of(patch_name: str) -> str:
+    """A patch file name without its number: the same patch keeps it from line to line."""
+    return patch_name.split("-", 1)[-1]
 
 
 def _prepare(git: Git, group: Group, base: str, onto: str, records: dict, config: dict, fork, args) -> str:
@@ -98,10 +148,14 @@ def _prepare(git: Git, group: Group, base: str, onto: str, records: dict, config
         f"{group.id}: branch {branch} ({len(group.patches)} commits on {git.run('describe', '--tags', '--always', base)})"
     )
     say(f"  body: {body_path}")
+    push = ["push", "--force-with-lease", "-q", fork["push"] if fork else "FORK", f"{branch}:refs/heads/{group.branch}"]
     if not args.submit:
+        say(f"  dry run, nothing pushed; it would push: {shlex.join(['git', '-C', str(git.workdir), *push])}")
+        if not fork:
+            say("  (FORK=<remote or URL> names your fork; gh then gets --head <its owner>:<branch>)")
         say(f"  dry run, nothing pushed; to open it: {shlex.join(command)}")
         return tip
-    git.run("push", "--force-with-lease", "-q", fork["push"], f"{branch}:refs/heads/{group.branch}")
+    git.run(*push)
     record.update(head=tip, branch=group.branch, base=onto)
     say(f"  pushed {group.branch} to {fork['label']}")
     _run_gh(command, record)
@@ -157,7 +211,11 @@ def _owner_of(url: str) -> str | None:
 def gh_command(group: Group, upstream: str, fork: dict | None, body: Path, number: int | None) -> list[str]:
     if number:
         return ["gh", "pr", "edit", str(number), "--repo", upstream, "--title", group.title, "--body-file", str(body)]
-    head = f"{fork['owner']}:{group.branch}" if fork and fork.get("owner") else group.branch
+    head = (
+        f"{fork['owner']}:{group.branch}"
+        if fork and fork.get("owner")
+        else (group.branch if fork else f"OWNER:{group.branch}")
+    )
     return [
         "gh",
         "pr",

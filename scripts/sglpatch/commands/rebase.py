@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import rebase_engine, rebase_store
-from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.commands.common import add_series_options, add_target_option, chosen_line, load_line, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded
-from sglpatch.project import PROJECT_ROOT, default_patch_dir
+from sglpatch.project import PROJECT_ROOT
 from sglpatch.target import target_lock
 
 
@@ -55,14 +55,16 @@ def run(args) -> int:
         if args.onto is None:
             raise FatalError("say what to do: --onto REF, --continue, --abort, or --drop PATCHES while stopped")
         rebase_store.refuse_in_progress(target)
-        series, pin = load_inputs(args)
+        line = chosen_line(args, target)
+        series, pin = load_line(args, line)
         request = rebase_engine.Request(
             onto=args.onto,
             release=args.release,
-            patch_dir=Path(args.patches or default_patch_dir()),
+            patch_dir=series.directory,
             report_dir=args.report_dir,
             drop_upstreamed=args.drop_upstreamed,
             check_imports=args.check_imports,
             drop=args.drop,
+            lines_root=line.directory.parent if line else None,
         )
         return rebase_engine.start(target, folder, request, series, pin)

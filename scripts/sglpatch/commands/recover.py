@@ -15,7 +15,7 @@ import shutil
 from sglpatch import hints, journal, rebase_settle, rebase_store
 from sglpatch.checkout_record import STATE_FILE, read_state
 from sglpatch.checkout_undo import undo_checkout
-from sglpatch.commands.common import add_target_option, resolve_target
+from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
@@ -30,6 +30,7 @@ PATCHED = "fully patched"
 
 def add_arguments(parser) -> None:
     add_target_option(parser)
+    add_line_option(parser)  # without --sglang: that line's default base
     parser.add_argument(
         "--force", action="store_true", help="package folders: roll back even files edited after the interruption"
     )

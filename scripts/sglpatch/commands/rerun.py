@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from sglpatch.commands.common import add_series_options
+from sglpatch.lines import line_named, newest_line
 from sglpatch.output import say
 from sglpatch.pr_groups import group_patches
-from sglpatch.project import default_patch_dir
 from sglpatch.rerun import load_rerun_map, local_commands, plan_reruns, rerun_comment_lines
 from sglpatch.series import load_series
 
@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    series = load_series(args.patches or default_patch_dir())
+    series = load_series(args.patches or (line_named(args.line) if args.line else newest_line()).directory)
     rerun_map = load_rerun_map(args.map)
     unmapped_total: list[str] = []
     groups = group_patches(series.patches)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sglpatch import journal, rebase_store
 from sglpatch.checkout_record import STATE_FILE, read_state
 from sglpatch.checkout_undo import undo_checkout
-from sglpatch.commands.common import add_target_option, resolve_target
+from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
@@ -17,6 +17,7 @@ from sglpatch.write_states import INTERRUPTED
 
 def add_arguments(parser) -> None:
     add_target_option(parser)
+    add_line_option(parser)  # without --sglang: that line's default base
     parser.add_argument("--force", action="store_true", help="package folders: restore even files edited since apply")
 
 

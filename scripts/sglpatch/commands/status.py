@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglpatch import hints, rebase_store
-from sglpatch.commands.common import add_series_options, add_target_option, load_inputs, resolve_target
+from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.interrupted import interrupted_state
 from sglpatch.output import plural, say
 from sglpatch.plan import CONFLICTS, make_plan
@@ -15,10 +15,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    series, pin = load_inputs(args)
-    target = resolve_target(args)
+    target, line, series, pin = open_with_line(args)
     with make_plan(target, series, pin) as plan:
         say(f"target: {target.describe()}")
+        say(f"line:   {line.name} ({line.directory})" if line else f"series: {series.directory}")
         if interrupted := interrupted_state(target):
             say(f"NOTE:   an sglpatch {interrupted} was cut short here; {hints.recover_short(target.root)} settles it")
         elif target.is_git and (rebase := rebase_store.load(rebase_store.state_dir(target.git))) and rebase.stopped:
