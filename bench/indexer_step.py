@@ -179,6 +179,8 @@ class Calls:
                 q, ctx = args[0], args[3]
                 self.logits_calls.append(dict(q=list(q.shape), ctx=list(ctx.shape)))
                 self.last_logits = out
+            elif name in TREE.logits_outputs:  # a tree's helper around chunked kernel calls
+                self.last_logits = out
             return out
 
         return wrapper
@@ -246,6 +248,7 @@ class Fixture:
             runner_batch_size=max_bs,
             fp8_kv_cache=True,
         )
+        decode_impl = decode_impl or TREE.decode_impl  # the indexer reads no FlashMLA metadata
         if decode_impl:  # CPU rehearsal only: FlashMLA's metadata needs sgl-kernel
             TREE.set_decode_impl(self.runner, decode_impl)
         # One backend per (next_n, forced per-token): the layout is fixed when a CUDA-graph batch

@@ -44,14 +44,21 @@ class Tree:
     """sglang 0.5.14 (and any tree without a more specific adapter)."""
 
     release = "0.5.14"
+    # The DSA decode impl the kit's mock runner is switched to (None: the kit's own choice).
+    decode_impl: str | None = None
     act_quant = "sglang.srt.layers.attention.dsa.triton_kernel:act_quant"
     extra_watch: tuple[str, ...] = ()
+    # Watched functions whose return value is the step's whole logits (taken over the last
+    # kernel call's output, which is one chunk when the tree splits the rows over calls).
+    logits_outputs: tuple[str, ...] = ()
     # Read from the patched tree's source: does it carry the line's patch?
     patch_marks = {"srt/layers/attention/dsa_backend.py": "paged_mqa_layout"}
 
     def __init__(self, version: str):
         self.version = version
         self.notes: list[str] = []
+        if self.decode_impl:
+            self.notes.append(f"dsa_decode_backend={self.decode_impl} (see bench/indexer_trees.py)")
 
     def import_act_quant(self):
         mod, name = self.act_quant.split(":")
@@ -78,6 +85,11 @@ class Tree0523(Tree):
     """sglang 0.5.23: the v0.5.23 series line's base."""
 
     release = "0.5.23"
+    # The kit's default decode impl, flashmla_kv, makes init_cuda_graph_state build FlashMLA's
+    # tile-scheduler metadata through the separate `flash_mla` package (sgl-flash-mla, pinned
+    # with torch 2.14 and not on the GPU box).  That metadata feeds the sparse attention after
+    # the top-k, which this step does not run; flashmla_sparse builds none.
+    decode_impl = "flashmla_sparse"
     act_quant = "sglang.kernels.ops.quantization.act_quant_triton:act_quant"
     extra_watch = (
         # the patch: row width per batch, its SM90 rule, the captured width at replay
@@ -95,6 +107,12 @@ class Tree0523(Tree):
         "sglang.kernels.ops.attention.dsv4.topk:topk_transform_paged_v2",
         "sglang.kernels.ops.attention.dsv4.topk:plan_topk_v2",
         "sglang.kernels.ops.quantization.act_quant_triton:act_quant",
+    )
+    # 0.5.23's _get_topk_paged runs DeepGEMM in chunks of at most num_sms rows (per-token
+    # B * next_n > 132 on an H200) and concatenates them inside these helpers.
+    logits_outputs = (
+        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
+        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
     )
     patch_marks = {
         "srt/layers/attention/dsa_backend.py": "_sm90_paged_mqa_tokens_per_row",
