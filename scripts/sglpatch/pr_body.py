@@ -148,7 +148,7 @@ def _indexer_step_table(data: dict, source: str) -> list[str]:
         f"The whole paged indexer step of one TARGET_VERIFY forward (DeepGEMM logits plus the fused top-k "
         f"transform, replayed in a CUDA graph) through the patched `DeepseekSparseAttnBackend` and "
         f"`Indexer._get_topk_paged`, on **{data['device']}**, DeepGEMM {data['deep_gemm']}, torch {data['torch']}, "
-        f"context {longest // 1024}k; per-token is v0.5.14's SM90 path (`SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1`), "
+        f"context {longest // 1024}k; per-token is v{data.get('sglang', '0.5.14')}'s SM90 path (`SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1`), "
         "chosen is the layout the patched code picked for that CUDA-graph batch size.",
         "",
         *_speed_rows(rows, layout_key="layout"),
