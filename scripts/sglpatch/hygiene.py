@@ -3,6 +3,10 @@
 black, isort (black profile), ruff and codespell run on every Python file the
 branch touches, at the branch and at its base. The branch is refused when it
 adds findings; what upstream already had in those files is not ours to fix.
+
+ruff runs with the rules sglang's pre-commit selects (F401, unused imports) plus
+F821 (undefined names, always a bug), not ruff's defaults: those flag sglang's own
+style (`Optional[...]`, import order that isort owns) in every file it touches.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git
 
 TOOLS = ("black", "isort", "ruff", "codespell")
+RUFF_RULES = "F401,F821"
 
 
 def check_hygiene(git: Git, base: str, tip: str, label: str) -> None:
@@ -56,7 +61,18 @@ def _run_tool(tool: str, path: Path) -> list[str]:
     commands = {
         "black": ["-m", "black", "--check", "--quiet", str(path)],
         "isort": ["-m", "isort", "--check-only", "--profile", "black", "--quiet", str(path)],
-        "ruff": ["-m", "ruff", "check", "--isolated", "--no-cache", "--output-format", "concise", str(path)],
+        "ruff": [
+            "-m",
+            "ruff",
+            "check",
+            "--isolated",
+            "--no-cache",
+            "--select",
+            RUFF_RULES,
+            "--output-format",
+            "concise",
+            str(path),
+        ],
         "codespell": ["-m", "codespell_lib", str(path)],
     }
     result = subprocess.run([sys.executable, *commands[tool]], capture_output=True, text=True, check=False)

@@ -31,8 +31,7 @@ def run(args) -> int:
     groups = group_patches(series.patches)
     for number, (group, patches) in enumerate(groups, 1):
         plan = plan_reruns(patches, rerun_map)
-        prs = sorted({n for p in patches for n in p.related_prs})
-        upstream = f"; upstream #{', #'.join(prs)}" if prs else ""
+        upstream = _cited_prs(patches)
         names = ", ".join(p.name.split("-", 1)[0] for p in patches)
         say(f"== PR {number}/{len(groups)}: {group} (patches {names}{upstream})")
         if plan.unmapped:
@@ -52,3 +51,11 @@ def run(args) -> int:
         )
         return 2
     return 0
+
+
+def _cited_prs(patches) -> str:
+    """'; upstream #N' for the PRs the group carries, '; extends #N' for those it only extends."""
+    carried = sorted({p.trailer("upstream-pr") for p in patches} - {None})
+    extended = sorted({p.trailer("extends-pr") for p in patches} - {None})
+    parts = [f"upstream #{', #'.join(carried)}" if carried else "", f"extends #{', #'.join(extended)}" if extended else ""]
+    return "".join(f"; {part}" for part in parts if part)
