@@ -114,7 +114,7 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
-	$(SGLPATCH) check $(LINE_ARG)
+	$(SGLPATCH) check-patches $(LINE_ARG)
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer path and seeded draft loop, DeepGEMM (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu

@@ -1,7 +1,7 @@
 """The JSON summary of one GPU CI leg, and the check of a leg against its expectations.
 
 `sglpatch gpu-leg` (`make ci-gpu`) writes one summary per leg; docs/ci/gpu-leg-summary.md
-documents the schema. Readers (the PR generator, `sglpatch ci-check`) load it with
+documents the schema. Readers (the PR generator, `sglpatch leg-verdict`) load it with
 `load_leg_summary`, which validates it and raises FatalError on anything malformed.
 
 A leg passes when:

@@ -8,11 +8,11 @@ import sys
 from sglpatch import __version__
 from sglpatch.commands import (
     apply,
-    check,
-    ci_check,
+    check_patches,
     drift,
     export,
     gpu_leg,
+    leg_verdict,
     lines,
     pr,
     rebase,
@@ -30,7 +30,7 @@ COMMANDS = {
     "recover": (recover, "finish or undo an interrupted apply or revert; say which state the target is in"),
     "lines": (lines, "list the series lines (patches/<tag>/): base, CPU tests, patches upstream"),
     "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
-    "check": (check, "each patch's own tests fail without it and pass with it, on real trees"),
+    "check-patches": (check_patches, "each patch's own tests fail without it and pass with it, on real trees"),
     "rebase": (rebase, "carry the series onto a newer sglang (3-way, rename detection, --continue/--abort)"),
     "drift": (drift, "patch x release table: clean / 3-way / conflict / already upstream"),
     "pr": (pr, "build upstream PR branches and bodies per PR group; dry run unless --submit"),
@@ -40,7 +40,7 @@ COMMANDS = {
         gpu_leg,
         "one GPU CI leg: apply, run upstream's test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary",
     ),
-    "ci-check": (ci_check, "check a GPU CI leg's JSON summary against ci/leg-expectations.json"),
+    "leg-verdict": (leg_verdict, "pass or fail a GPU CI leg's JSON summary against ci/leg-expectations.json"),
 }
 
 

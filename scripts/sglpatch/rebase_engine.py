@@ -24,12 +24,12 @@ from pathlib import Path
 
 from sglpatch import hints, rebase_settle, rebase_store
 from sglpatch.checkout_record import CheckoutRecord, read_state
-from sglpatch.checks import compile_error, import_error
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
+from sglpatch.prefix_checks import compile_error, import_error
 from sglpatch.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
 from sglpatch.releases import release_commit, release_date, release_of
 from sglpatch.replay import Landing, describe, history_between, land, picture, series_commits

@@ -249,21 +249,21 @@ def test_load_rejects_non_json(tmp_path):
 # -- the command -----------------------------------------------------------------------------
 
 
-def test_ci_check_command(tmp_path, capsys):
-    assert main(["ci-check", str(DATA / "leg_h100_good.json"), "--leg", "h100"]) == 0
+def test_leg_verdict_command(tmp_path, capsys):
+    assert main(["leg-verdict", str(DATA / "leg_h100_good.json"), "--leg", "h100"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "leg h100: passed"
 
     summary = load("leg_h100_good.json")
     summary["tests"] = [t for t in summary["tests"] if not t["nodeid"].startswith(LAYOUTS)]
-    assert main(["ci-check", str(write(tmp_path, summary))]) == 1
+    assert main(["leg-verdict", str(write(tmp_path, summary))]) == 1
     out = capsys.readouterr().out
     assert f"  FAIL required test missing: {LAYOUTS}test_sm90_refuses_native_next_n_4" in out
     assert out.splitlines()[-1] == "leg h100: FAILED"
 
     (tmp_path / "bad.json").write_text("[]")
-    assert main(["ci-check", str(tmp_path / "bad.json")]) == 2
+    assert main(["leg-verdict", str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("sglpatch ci-check: error:") and "\n" not in err
+    assert err.startswith("sglpatch leg-verdict: error:") and "\n" not in err
 
 
 # -- junit -------------------------------------------------------------------------------------

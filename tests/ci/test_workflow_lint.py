@@ -52,6 +52,6 @@ def test_workflow_shape():
     assert [leg["leg"] for leg in job["strategy"]["matrix"]["include"]] == ["h100", "b200"]
     assert job["strategy"]["fail-fast"] is False
     runs = " ".join(step.get("run", "") for step in job["steps"])
-    assert "make ci-gpu" in runs and "sglpatch ci-check" in runs
+    assert "make ci-gpu" in runs and "sglpatch leg-verdict" in runs
     uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
     assert uploads and uploads[0]["if"] == "always()"

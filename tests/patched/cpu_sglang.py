@@ -49,14 +49,8 @@ Stand-ins, and what each one stands for (only GPU-only or CPU-broken
 packages get one):
 
 ``torchvision``
-    Stands for the real torchvision package.  PyPI torchvision does not load
-    next to the CPU torch build used in CI ("operator torchvision::nms does
-    not exist"), and an unpinned install swaps torch for a CUDA build.
-    sglang imports ``torchvision.io.decode_jpeg`` at module level and
-    transformers probes whether torchvision is installed, so the stand-in is
-    a real module object with a spec, a version, and the ``io`` /
-    ``transforms`` submodules; every function on it raises if called,
-    because no test may decode images.
+    ``sglpatch.cpu_standins.install_torchvision_standin`` (the product's, shared with
+    the rebase import check; its docstring says why): no test may decode images.
 
 Nothing else is faked: ``sgl_kernel``, ``flashinfer`` and ``deep_gemm`` are
 imported by sglang only behind ``is_cuda()`` or ``try/except``, so on a CPU
@@ -74,6 +68,8 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from sglpatch.cpu_standins import install_torchvision_standin
 
 SGLANG_TREE_ENV = "SGLPATCH_SGLANG_TREE"
 
@@ -98,88 +94,6 @@ def sglang_tree() -> Path:
     return tree
 
 
-def _unusable(name: str) -> Callable[..., Any]:
-    def _raise(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
-            f"{name} belongs to the torchvision stand-in of the CPU test " "harness and cannot be used in tests"
-        )
-
-    _raise.__name__ = name.rsplit(".", 1)[-1]
-    return _raise
-
-
-def _new_module(name: str, is_package: bool) -> types.ModuleType:
-    module = types.ModuleType(name)
-    spec = importlib.machinery.ModuleSpec(name, loader=None, is_package=is_package, origin="cpu-test stand-in")
-    if is_package:
-        spec.submodule_search_locations = []
-        module.__path__ = []
-    module.__spec__ = spec
-    module.__file__ = None
-    return module
-
-
-def _install_torchvision_standin() -> None:
-    """Register an import-level torchvision stand-in (see module docstring)."""
-    existing = sys.modules.get("torchvision")
-    if existing is not None and getattr(existing, "_sglpatch_standin", False):
-        return
-    root = _new_module("torchvision", is_package=True)
-    root.__version__ = "0.0.0+cpu-test-standin"
-    root._sglpatch_standin = True
-
-    io_mod = _new_module("torchvision.io", is_package=False)
-    for fn in ("decode_jpeg", "decode_image", "read_image", "read_video"):
-        setattr(io_mod, fn, _unusable(f"torchvision.io.{fn}"))
-
-    class ImageReadMode:
-        """Names of the image read modes transformers refers to."""
-
-        UNCHANGED = 0
-        GRAY = 1
-        GRAY_ALPHA = 2
-        RGB = 3
-        RGB_ALPHA = 4
-
-    io_mod.ImageReadMode = ImageReadMode
-
-    transforms = _new_module("torchvision.transforms", is_package=True)
-
-    class InterpolationMode:
-        """Names of the interpolation modes some processors refer to."""
-
-        NEAREST = "nearest"
-        NEAREST_EXACT = "nearest-exact"
-        BILINEAR = "bilinear"
-        BICUBIC = "bicubic"
-        BOX = "box"
-        HAMMING = "hamming"
-        LANCZOS = "lanczos"
-
-    transforms.InterpolationMode = InterpolationMode
-    functional = _new_module("torchvision.transforms.functional", is_package=False)
-    functional.InterpolationMode = InterpolationMode
-    for fn in ("resize", "normalize", "to_tensor", "pil_to_tensor"):
-        setattr(functional, fn, _unusable(f"torchvision.transforms.functional.{fn}"))
-    transforms.functional = functional
-    v2 = _new_module("torchvision.transforms.v2", is_package=True)
-    v2_functional = _new_module("torchvision.transforms.v2.functional", False)
-    v2_functional.InterpolationMode = InterpolationMode
-    for fn in ("resize", "normalize", "pil_to_tensor", "to_dtype", "center_crop"):
-        setattr(v2_functional, fn, _unusable(f"torchvision.transforms.v2.{fn}"))
-    v2.functional = v2_functional
-    transforms.v2 = v2
-
-    root.io = io_mod
-    root.transforms = transforms
-    sys.modules["torchvision"] = root
-    sys.modules["torchvision.io"] = io_mod
-    sys.modules["torchvision.transforms"] = transforms
-    sys.modules["torchvision.transforms.functional"] = functional
-    sys.modules["torchvision.transforms.v2"] = v2
-    sys.modules["torchvision.transforms.v2.functional"] = v2_functional
-
-
 def install() -> Path:
     """Put the selected tree first on sys.path and install the stand-ins."""
     global _installed_tree
@@ -199,7 +113,7 @@ def install() -> Path:
                 f"sglang was imported from {origin} before the harness ran; " f"expected it under {tree}"
             )
 
-    _install_torchvision_standin()
+    install_torchvision_standin()
     tree_str = str(tree)
     if tree_str in sys.path:
         sys.path.remove(tree_str)

@@ -14,7 +14,7 @@ from sglpatch.git import Git, GitFailed, init_repo, set_verbose
 COMMAND_ARGS = {
     "rebase": ["--onto", "v0.5.15"],
     "export": ["--from", ".", "--base", "v0.5.14"],
-    "ci-check": ["summary.json"],
+    "leg-verdict": ["summary.json"],
 }
 
 

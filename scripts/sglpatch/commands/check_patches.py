@@ -1,4 +1,4 @@
-"""`sglpatch check`: each patch's own tests fail without it, and every prefix
+"""`sglpatch check-patches` (`make check-patches`): each patch's own tests fail without it, and every prefix
 of the series passes the tests of all its patches.
 
 Per series line (--line, default: every line). For patch k, the CPU tests its

@@ -1,4 +1,4 @@
-"""`sglpatch check` on the real series and trees: each patch's tests fail without it, pass with it."""
+"""`sglpatch check-patches` on the real series and trees: each patch's tests fail without it, pass with it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from testing.sglang_trees import SECOND, make_series
 
 @pytest.mark.series_proof  # several minutes: `make check-patches` is this proof, for every line
 def test_every_patch_of_the_series_is_proven_by_its_own_tests(sglpatch):
-    code, out, err = sglpatch("check", "--line", default_line().name)
+    code, out, err = sglpatch("check-patches", "--line", default_line().name)
     assert code == 0, err
     assert out.count("[ok]") == len(load_series(default_patch_dir()).patches)
     assert "[FAIL]" not in out
@@ -30,6 +30,6 @@ def test_a_patch_whose_named_tests_do_not_see_it_fails_the_check(sglpatch, tmp_p
         project_pin,
         [(message, [(SECOND, "class GlobalConfig:", "# invisible\nclass GlobalConfig:")])],
     )
-    code, out, err = sglpatch("check", "--patches", patches)
+    code, out, err = sglpatch("check-patches", "--patches", patches)
     assert code == 2 and "line v0.5.14: 1 of 1 patches fail their own check" in err
     assert "[FAIL]" in out and "their tests: 4 failed" in out

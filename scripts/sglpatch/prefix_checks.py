@@ -1,9 +1,9 @@
-"""Per-patch checks while carrying the series: each prefix must byte-compile, and
-(with --check-imports) its touched modules must import on CPU.
+"""Checks of each replayed prefix while carrying the series: its touched files must
+byte-compile, and (with --check-imports) its touched modules must import on CPU.
 
-The import check runs in a child process with the tree first on the path and the
-CPU stand-ins of tests/patched/cpu_sglang.py (only torchvision is stood in), so
-it needs the CPU test environment that `make test` installs.
+The import check runs in a child process with the tree first on the path and
+sglpatch's torchvision stand-in (cpu_standins.py) installed; it needs sglang's
+import-time dependencies, which `make test` installs (ci/requirements-sglang-cpu.txt).
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglpatch.project import PROJECT_ROOT
 from sglpatch.series import PACKAGE_PREFIX
 
 _IMPORT_SCRIPT = """
 import importlib, sys
+from sglpatch.cpu_standins import install_torchvision_standin
+install_torchvision_standin()
 sys.path.insert(0, sys.argv[1])
-import cpu_sglang
-cpu_sglang.install()
 for name in sys.argv[2:]:
     importlib.import_module(name)
 """
@@ -48,11 +47,10 @@ def import_error(root: Path, paths: list[str], timeout: float = 300) -> str | No
     modules = [m for m in map(module_name, paths) if m]
     if not modules:
         return None
-    harness = PROJECT_ROOT / "tests" / "patched"
-    env = {**os.environ, "SGLPATCH_SGLANG_TREE": str(root / "python"), "SGLANG_OPT_USE_TOPK_V2": "0"}
+    env = {**os.environ, "SGLANG_OPT_USE_TOPK_V2": "0"}
     try:
         result = subprocess.run(
-            [sys.executable, "-c", _IMPORT_SCRIPT, str(harness), *modules],
+            [sys.executable, "-c", _IMPORT_SCRIPT, str(root / "python"), *modules],
             capture_output=True,
             text=True,
             env=env,

@@ -1,4 +1,4 @@
-"""`sglpatch ci-check SUMMARY --leg h100|b200`: does a GPU leg's summary meet its expectations?
+"""`sglpatch leg-verdict SUMMARY --leg h100|b200`: does a GPU leg's summary meet its expectations?
 
 Prints one line per problem and a verdict. Exit status: 0 the leg passes, 1 it fails
 (a required test skipped, failed or missing, any test failed, no GPU test ran, wrong GPU),
