@@ -57,5 +57,8 @@ def _cited_prs(patches) -> str:
     """'; upstream #N' for the PRs the group carries, '; extends #N' for those it only extends."""
     carried = sorted({p.trailer("upstream-pr") for p in patches} - {None})
     extended = sorted({p.trailer("extends-pr") for p in patches} - {None})
-    parts = [f"upstream #{', #'.join(carried)}" if carried else "", f"extends #{', #'.join(extended)}" if extended else ""]
+    parts = [
+        f"upstream #{', #'.join(carried)}" if carried else "",
+        f"extends #{', #'.join(extended)}" if extended else "",
+    ]
     return "".join(f"; {part}" for part in parts if part)
