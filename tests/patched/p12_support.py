@@ -29,6 +29,8 @@ import types
 import torch
 from cpu_sglang import RecordingKernel, import_sglang, seqlens_expand_cpu
 
+from testing.dsa_pages import scattered_req_to_token
+
 backend_mod = import_sglang("sglang.srt.layers.attention.dsa_backend")
 indexer_mod = import_sglang("sglang.srt.layers.attention.dsa.dsa_indexer")
 topk_mod = import_sglang("sglang.srt.layers.attention.dsa.dsa_topk_backend")
@@ -153,16 +155,8 @@ def make_kv_pool_object(num_pages: int, seed: int = 0):
 
 def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
     """A DSA backend object for target_verify with next_n draft tokens."""
-    gen = torch.Generator().manual_seed(seed)
-    pages_per_req = MAX_CONTEXT // PAGE
-    num_pages = 1 + num_reqs * pages_per_req
-    # Each request owns scattered whole pages; token slot = page * 64 + offset.
-    perm = torch.randperm(num_pages - 1, generator=gen) + 1
-    req_to_token = torch.zeros((num_reqs + 1, MAX_CONTEXT + 8), dtype=torch.int32)
-    for r in range(num_reqs):
-        pages = perm[r * pages_per_req : (r + 1) * pages_per_req]
-        slots = (pages[:, None] * PAGE + torch.arange(PAGE)[None, :]).reshape(-1)
-        req_to_token[r + 1, :MAX_CONTEXT] = slots.to(torch.int32)
+    num_pages = 1 + num_reqs * (MAX_CONTEXT // PAGE)
+    req_to_token = scattered_req_to_token(torch, num_reqs, MAX_CONTEXT, PAGE, seed)
 
     backend = object.__new__(backend_mod.DeepseekSparseAttnBackend)
     backend.device = torch.device("cpu")
