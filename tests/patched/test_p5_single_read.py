@@ -33,10 +33,15 @@ from cpu_sglang import init_single_rank_parallel, sglang_tree
 ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 GRID = RESULTS / "sm90_single_read_h200.json"  # kernel only
-INDEXER_RUN = RESULTS / "sm90_single_read_indexer_h200.json"  # through Indexer._get_topk_paged
+# through Indexer._get_topk_paged, two runs (the same grid, timed on different machines' days)
+INDEXER_RUNS = [RESULTS / "sm90_single_read_indexer_h200.json", RESULTS / "sm90_single_read_indexer_h200_run2.json"]
 H200_SMS = 132
-# Long enough (with one SM) to pass the host-length rule: 8 requests, >= 112 pages.
+# Long enough (with one SM and the plumbing bar below) to take single-read: 8 requests, >= 112 pages.
 LONG_LENS = [1000, 1010, 990, 980, 1005, 995, 1000, 1010, 900, 850]
+# The metadata and call tests need batches that take single-read within the stand-in pool's 1024 keys per
+# request: they lower the pages-per-SM bar to what 8 such requests reach on one SM (the bar itself is
+# tested against the H200 runs above them).
+PLUMBING_PAGES_PER_SM = 112
 
 
 def L(name):
@@ -73,10 +78,11 @@ def test_graph_capture_keeps_per_token(monkeypatch, bs):
 @pytest.mark.parametrize(
     "bs,ctx,want",
     [
-        # eager indexer steps on the H200 (speedup of single-read over per-token)
-        (32, 65536, "single_read"),  # uniform 1.30x
-        (64, 16384, "single_read"),  # uniform 1.06x
-        (128, 16384, "single_read"),  # uniform 1.33x
+        # eager indexer steps on the H200, two runs (speedup of single-read over per-token)
+        (32, 65536, "single_read"),  # uniform 1.30x, 1.28x: 248 pages per SM
+        (128, 16384, "single_read"),  # uniform 1.33x, 1.36x
+        (64, 65536, "single_read"),  # uniform 1.38x, 1.37x
+        (64, 16384, "per_token"),  # uniform 1.06x, 0.68x: 125 pages per SM
         (8, 65536, "per_token"),  # uniform 0.72x: 62 pages per SM
         (32, 16384, "per_token"),  # uniform 0.62x
         (128, 4096, "per_token"),  # uniform 0.80x
@@ -114,16 +120,17 @@ def test_rule_never_below_095_on_the_h200_grid(monkeypatch):
         if layout is L("single_read"):
             chosen.append(speedup)
     # and it is taken where it wins big
-    assert len(chosen) == 10 and min(chosen) >= 1.23, chosen
+    assert len(chosen) == 6 and min(chosen) >= 1.42, chosen
 
 
-def test_rule_never_below_095_through_the_indexer_on_the_h200(monkeypatch):
-    # The eager rows of the indexer-level run, with the exact lengths bench/indexer_step.py drew for them;
-    # that run used an earlier threshold (56 pages per SM), so it measured single-read on a superset of
-    # where this rule takes it.
+@pytest.mark.parametrize("run_file", INDEXER_RUNS, ids=["run1", "run2"])
+def test_rule_never_below_095_through_the_indexer_on_the_h200(monkeypatch, run_file):
+    # The eager rows of an indexer-level run, with the exact lengths bench/indexer_step.py drew for them.
+    # Both runs used earlier thresholds (56 and 112 pages per SM), so they measured single-read on a
+    # superset of where this rule takes it.
     from bench.indexer_step import make_lengths
 
-    run = json.loads(INDEXER_RUN.read_text())
+    run = json.loads(run_file.read_text())
     assert run["deep_gemm"].startswith("0.1.5.post1") and "H200" in run["device"]
     taken = []
     for r in run["rows"]:
@@ -135,7 +142,7 @@ def test_rule_never_below_095_through_the_indexer_on_the_h200(monkeypatch):
             assert r["layout"] == "single_read", r  # measured with the kernel
             assert r["speedup"] >= 0.95, r
             taken.append(r["speedup"])
-    assert len(taken) == 9 and min(taken) >= 1.05, taken
+    assert len(taken) == 6 and min(taken) >= 1.15, taken
 
 
 @pytest.mark.parametrize("next_n,want", [(2, "native"), (4, "paired"), (5, "per_token"), (6, "paired")])
@@ -207,6 +214,7 @@ def _install(monkeypatch, num_sms=1):
     S.install_kernels(monkeypatch, fake)
     single = FakeSingleRead()
     monkeypatch.setattr(S.indexer_mod, "fp8_paged_mqa_logits_single_read", single)
+    monkeypatch.setattr(S.backend_mod, "_SM90_SINGLE_READ_MIN_PAGES_PER_SM", PLUMBING_PAGES_PER_SM, raising=False)
     return fake, single
 
 
