@@ -35,6 +35,7 @@ from p12_support import (  # noqa: E402  (the 0.5.14 harness's DeepGEMM stand-in
     PAGE,
     FakeDeepGemm,
     _quantize_rows,
+    expected_token_lengths,
     make_queries,
 )
 
@@ -250,12 +251,3 @@ def run_topk(backend, forward_batch, q_fp8, weights, metadata=None):
     ctx = fctx.ForwardContext(attn_backend=backend)
     with fctx.forward_context(ctx):
         return make_indexer()._get_topk_paged(forward_batch, 0, q_fp8, weights, metadata)
-
-
-def expected_token_lengths(seq_lens, next_n):
-    """Keys each draft token sees: L - next_n + 1 + j with L = seq_len + next_n."""
-    out = []
-    for s in seq_lens:
-        total = s + next_n
-        out.extend(total - next_n + 1 + j for j in range(next_n))
-    return out
