@@ -31,3 +31,30 @@ use_bundle_env() {
     tar -xzf "$bundle/jit-cache.tar.gz" -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
   fi
 }
+
+# make_line_trees BUNDLE WORK LINE SERIES RECORD: unpack the shared deps and sgl-kernel, then the line's
+# pristine sglang into WORK/trees/pristine/sglang and a copy with SERIES applied (ci/apply_series.py,
+# RECORD: what it applied) into WORK/trees/patched/sglang. v0.5.14's sglang is the bundle's own part,
+# a newer line's sits in BUNDLE/LINE/ (ci/gpu_bundle.py --line LINE). Exit 3: bundle part missing;
+# exit 4: the series did not apply.
+make_line_trees() {
+  local bundle="$1" work="$2" line="$3" series="$4" record="$5" part
+  rm -rf "$work" && mkdir -p "$work/trees/pristine" "$work/trees/patched"
+  unpack_bundle "$bundle" "$work"
+  if [ "$line" != v0.5.14 ]; then
+    part="$bundle/$line/sglang.tar.xz"
+    [ -f "$part" ] || { echo "missing $part (ci/gpu_bundle.py --line $line)" >&2; exit 3; }
+    rm -rf "$work/pkgs/sglang"
+    "$PY" - "$part" "$work/line" <<'PYEOF' || exit 3
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:  # members are pkgs/sglang/...
+    t.extractall(sys.argv[2], filter="data")
+PYEOF
+    mv "$work/line/pkgs/sglang" "$work/trees/pristine/sglang"
+  else
+    mv "$work/pkgs/sglang" "$work/trees/pristine/sglang"
+  fi
+  cp -a "$work/trees/pristine/sglang" "$work/trees/patched/sglang"
+  "$PY" "$REPO/ci/apply_series.py" "$series" --root "$work/trees/patched" --record "$record" \
+    || { echo "patch series did not apply" >&2; exit 4; }
+}

@@ -1,0 +1,699 @@
+"""sglang's own engine with MTP, pristine against patched, on one GPU: the number users see.
+
+For each next_n, two ``sglang.Engine`` processes run side by side on the GPU (bench/engine_worker.py):
+one imports the pristine tree, the other the patched tree, both given the same model folder
+(bench/engine_model.py: DeepSeek-V3.2 shapes, dummy weights from sglang's fixed seed), the same
+arguments (EAGLE with the NextN draft, topk 1, ``next_n - 1`` steps; sglang's defaults otherwise:
+decode CUDA graphs on, overlap scheduler on, radix cache on) and the same requests.
+
+Per next_n:
+1. both engines start (the second after the first's KV pool exists, so its memory profile is
+   honest) and warm up;
+2. a prompt pool is prefilled once per engine (32 prompts of 64k, 32 of 16k tokens): every case
+   asks for prefixes of these prompts, so sglang's radix cache serves them and a case costs its
+   decode only. Every request still has its own KV pages: no two requests share a prefix;
+3. each case (batch size x context x uniform/ragged lengths) runs ``reps`` times per engine in
+   ABBA order (pristine, patched, patched, pristine, ...): greedy, ``ignore_eos``, streamed;
+4. cases at or above ``--profile-from`` requests x context are run once more per engine with the
+   first verify forwards under the profiler (the indexer's share of the step).
+
+Per case the row gives the verify forward's GPU time (median over the case's TARGET_VERIFY
+forwards, first ``skip`` steps of each run left out; CUDA events around ``ModelRunner.forward``
+in the scheduler, bench/engine_probe), TPOT (per request, from the streamed chunks' times, then
+the median), the ratios pristine/patched, the A/A floor (pristine's first run against its
+second), the fraction of requests whose output ids are identical to pristine's, and for a
+divergence its first position (``--margins`` re-runs such a case with top-2 logprobs to give
+the target's logit margin there).
+
+Acceptance length is recorded and is meaningless here: dummy weights accept no draft token.
+
+    python bench/engine_ab.py --pristine P/ --patched X/ --next-n 2,4 --out engine.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bench import engine_model  # noqa: E402
+
+LONG_CTX, SHORT_CTX = 65536, 16384
+POOL = [(i, LONG_CTX) for i in range(32)] + [(32 + i, SHORT_CTX) for i in range(32)]
+WARMUP_PROMPT = (1000, 1024)
+
+# (batch size, context, lengths); the pool bounds them: 64k cases hold <= 32 requests.
+GRIDS = {
+    "full": [
+        (1, 4096, "uniform"),
+        (8, 4096, "uniform"),
+        (32, 4096, "uniform"),
+        (64, 4096, "uniform"),
+        (1, 16384, "uniform"),
+        (8, 16384, "uniform"),
+        (32, 16384, "uniform"),
+        (64, 16384, "uniform"),
+        (64, 16384, "ragged"),
+        (8, 65536, "uniform"),
+        (32, 65536, "uniform"),
+        (32, 65536, "ragged"),
+    ],
+    "targets": [
+        (8, 16384, "uniform"),
+        (64, 16384, "uniform"),
+        (32, 65536, "uniform"),
+        (32, 65536, "ragged"),
+    ],
+    "probe": [(8, 4096, "uniform")],
+}
+# Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
+# logits, the Triton single-read kernel of the v0.5.14 line's patch 5, the top-k transforms).
+INDEXER_KERNELS = {
+    "paged_mqa_logits": lambda n: "paged_mqa_logits" in n and "metadata" not in n,
+    "single_read": lambda n: "single_read" in n,
+    "topk": lambda n: "topk" in n.lower(),
+}
+
+
+@dataclass
+class Case:
+    batch_size: int
+    ctx: int
+    lengths: str
+    new_tokens: int
+
+    @property
+    def name(self) -> str:
+        return f"bs{self.batch_size}-ctx{self.ctx // 1024}k-{self.lengths}"
+
+    def requests(self, top_logprobs: bool = False) -> list[dict]:
+        pool = [p for p in POOL if p[1] >= self.ctx]
+        if self.batch_size > len(pool):
+            raise ValueError(f"{self.name}: the prompt pool holds {len(pool)} prompts of {self.ctx} tokens")
+        rng = random.Random(f"{self.batch_size}-{self.ctx}-{self.lengths}")
+        out = []
+        for index, _ in pool[: self.batch_size]:
+            length = self.ctx if self.lengths == "uniform" else rng.randint(self.ctx // 2, self.ctx)
+            out.append({"prompt": [index, length], "max_new_tokens": self.new_tokens, "top_logprobs": top_logprobs})
+        return out
+
+
+# -- what a row says (pure functions, tested on CPU) ------------------------------------------------
+def verify_step_us(runs: list[dict], batch_size: int, skip: int) -> float | None:
+    """Median GPU time of the verify forwards of these runs, the first ``skip`` of each run left out."""
+    samples = []
+    for run in runs:
+        records = sorted(
+            (r for r in run.get("verify", []) if r["batch_size"] == batch_size and not r["profiled"]),
+            key=lambda r: r["t"],
+        )
+        samples += [r["gpu_ms"] * 1000.0 for r in records[skip:]]
+    return statistics.median(samples) if samples else None
+
+
+def tpot_ms(runs: list[dict]) -> float | None:
+    values = [o["tpot_ms"] for run in runs for o in run["outputs"] if o.get("tpot_ms") is not None]
+    return statistics.median(values) if values else None
+
+
+def layouts_seen(runs: list[dict], batch_size: int) -> list[str]:
+    seen = set()
+    for run in runs:
+        for r in run.get("verify", []):
+            if r["batch_size"] == batch_size:
+                seen.add(f"{r.get('layout') or '-'} {r.get('ctx_lens_2d')} {'graph' if r.get('graph') else 'eager'}")
+    return sorted(seen)
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare_outputs(reference: list[dict], candidate: list[dict]) -> tuple[float, list[dict]]:
+    """Fraction of requests with identical output ids, and each divergence's first position."""
+    same, divergences = 0, []
+    for i, (r, c) in enumerate(zip(reference, candidate, strict=False)):
+        pos = first_divergence(r["output_ids"], c["output_ids"])
+        if pos is None:
+            same += 1
+        else:
+            divergences.append({"request": i, "position": pos})
+    return (same / len(reference) if reference else 0.0), divergences
+
+
+def logit_margin(top_logprobs: list, position: int) -> float | None:
+    """The target's top-1 minus top-2 logprob at ``position`` (from a run with top-2 logprobs)."""
+    if position >= len(top_logprobs) or len(top_logprobs[position]) < 2:
+        return None
+    (lp1, _), (lp2, _) = top_logprobs[position][:2]
+    return lp1 - lp2
+
+
+def indexer_share(profile: dict | None) -> dict | None:
+    """Per profiled verify forward: indexer kernels' time over all kernels' time, then the median."""
+    if not profile or not profile.get("steps"):
+        return None
+    shares, per_kind, total_us, kernel_names = [], {}, [], set()
+    for step in profile["steps"]:
+        kernels = step["kernels"]
+        total = sum(us for us, _ in kernels.values())
+        if total <= 0:
+            continue
+        matched = 0.0
+        for kind, match in INDEXER_KERNELS.items():
+            us = sum(v[0] for name, v in kernels.items() if match(name))
+            per_kind.setdefault(kind, []).append(us)
+            matched += us
+            kernel_names.update(name for name in kernels if match(name))
+        shares.append(matched / total)
+        total_us.append(total)
+    if not shares:
+        return None
+    return {
+        "share": statistics.median(shares),
+        "kernel_us": statistics.median(total_us),
+        "indexer_us": {k: statistics.median(v) for k, v in per_kind.items()},
+        "indexer_kernels": sorted(kernel_names)[:12],
+        "steps": len(shares),
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int) -> dict:
+    """One JSON row from the runs of both engines (``runs[label]``: that engine's runs, in order)."""
+    p_runs, x_runs = runs["pristine"], runs["patched"]
+    p_us, x_us = verify_step_us(p_runs, case.batch_size, skip), verify_step_us(x_runs, case.batch_size, skip)
+    p_tpot, x_tpot = tpot_ms(p_runs), tpot_ms(x_runs)
+    aa = None
+    if len(p_runs) >= 2:
+        aa = {
+            "verify": ratio(
+                verify_step_us(p_runs[:1], case.batch_size, skip), verify_step_us(p_runs[1:2], case.batch_size, skip)
+            ),
+            "tpot": ratio(tpot_ms(p_runs[:1]), tpot_ms(p_runs[1:2])),
+        }
+    identical, divergences = [], []
+    for x_run in x_runs:
+        fraction, div = compare_outputs(p_runs[0]["outputs"], x_run["outputs"])
+        identical.append(fraction)
+        divergences += div
+    p_repeat = [compare_outputs(p_runs[0]["outputs"], r["outputs"])[0] for r in p_runs[1:]]
+    accept = [
+        o["meta"].get("spec_accept_length")
+        for r in p_runs + x_runs
+        for o in r["outputs"]
+        if o["meta"].get("spec_accept_length") is not None
+    ]
+    return {
+        "next_n": next_n,
+        "batch_size": case.batch_size,
+        "ctx": case.ctx,
+        "lengths": case.lengths,
+        "new_tokens": case.new_tokens,
+        "cuda_graph": all(
+            r.get("graph")
+            for run in p_runs + x_runs
+            for r in run.get("verify", [])
+            if r["batch_size"] == case.batch_size
+        ),
+        "pristine": {"verify_step_us": p_us, "tpot_ms": p_tpot, "layouts": layouts_seen(p_runs, case.batch_size)},
+        "patched": {"verify_step_us": x_us, "tpot_ms": x_tpot, "layouts": layouts_seen(x_runs, case.batch_size)},
+        "speedup_verify": ratio(p_us, x_us),
+        "speedup_tpot": ratio(p_tpot, x_tpot),
+        "aa_noise": aa,
+        "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
+        "tokens_identical": min(identical) if identical else None,
+        "pristine_repeat_identical": min(p_repeat) if p_repeat else None,
+        "divergences": divergences[:16],
+        "verify_samples": {
+            label: sum(
+                1
+                for run in rs
+                for r in run.get("verify", [])
+                if r["batch_size"] == case.batch_size and not r["profiled"]
+            )
+            for label, rs in runs.items()
+        },
+        "accept_length_meaningless": statistics.median(accept) if accept else None,
+    }
+
+
+# -- the engine processes ------------------------------------------------------------------------------
+class EngineProcess:
+    """A bench/engine_worker.py process (in a session of its own, so its sglang children go with it)."""
+
+    def __init__(
+        self, label: str, tree: Path, spec: dict, workdir: Path, extra_path: list[str], env: dict, script: Path
+    ):
+        self.label = label
+        self.probe_dir = workdir / f"probe-{label}"
+        self.probe_dir.mkdir(parents=True, exist_ok=True)
+        spec = {**spec, "probe_dir": str(self.probe_dir)}
+        spec_file = workdir / f"spec-{label}.json"
+        spec_file.write_text(json.dumps(spec, indent=1))
+        read_fd, write_fd = os.pipe()
+        child_env = {
+            **os.environ,
+            **env,
+            "PYTHONPATH": os.pathsep.join([str(HERE / "engine_probe"), str(tree), *extra_path]),
+            "SGLPATCH_ENGINE_PROBE_DIR": str(self.probe_dir),
+        }
+        self.log_path = workdir / f"engine-{label}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), "--spec", str(spec_file), "--reply-fd", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            text=True,
+        )
+        os.close(write_fd)
+        self.replies = os.fdopen(read_fd, "r")
+        self.started = None
+
+    def read_reply(self, timeout_s: float) -> dict:
+        import select
+
+        ready, _, _ = select.select([self.replies], [], [], timeout_s)
+        if not ready:
+            raise TimeoutError(f"{self.label}: no answer within {timeout_s:.0f} s (log: {self.log_path})")
+        line = self.replies.readline()
+        if not line:
+            raise RuntimeError(
+                f"{self.label}: the engine process ended (exit {self.proc.poll()}); last log lines:\n{self.tail()}"
+            )
+        return json.loads(line)
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        self.started = self.read_reply(timeout_s)
+        if not self.started.get("ready"):
+            raise RuntimeError(f"{self.label}: {self.started.get('error')}\n{self.tail()}")
+        return self.started
+
+    def call(self, command: dict, timeout_s: float = 300) -> dict:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        answer = self.read_reply(timeout_s)
+        if "error" in answer:
+            raise RuntimeError(f"{self.label}: {answer['error']}")
+        return answer
+
+    def tail(self, lines: int = 25) -> str:
+        self.log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """sglang's own shutdown first; then whatever is left of the process group goes, so the GPU's
+        memory is free before the next pair starts."""
+        if self.proc.poll() is None:
+            try:
+                self.call({"op": "shutdown"}, timeout_s=60)
+                self.proc.wait(timeout=30)
+            except Exception:
+                pass
+        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 2.0)):
+            if not _group_alive(self.proc.pid):
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + wait_s
+            while time.time() < deadline and (self.proc.poll() is None or _group_alive(self.proc.pid)):
+                time.sleep(0.2)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies waiting for their parent do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def engine_args(model_dir: Path, next_n: int, max_bs: int, overrides: dict) -> dict:
+    args = {
+        "model_path": str(model_dir),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": next_n - 1,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": next_n,
+        # The bundle carries no FA3 (README of docs/gpu-bundle.md): FlashMLA sparse for both phases,
+        # which reads a bf16 KV cache. The indexer's own index-K cache is FP8 either way.
+        "kv_cache_dtype": "bfloat16",
+        "dsa_prefill_backend": "flashmla_sparse",
+        "dsa_decode_backend": "flashmla_sparse",
+        "cuda_graph_max_bs_decode": max_bs,
+        "cuda_graph_bs_decode": [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if b <= max_bs],
+        "max_running_requests": max_bs,
+        "context_length": LONG_CTX + 1024,
+        "chunked_prefill_size": 16384,
+        "max_total_tokens": 3_400_000,
+        "mem_fraction_static": 0.6,
+        "grammar_backend": "none",
+        "random_seed": 0,
+        "log_level": "warning",
+    }
+    args.update(overrides)
+    return args
+
+
+@dataclass
+class Bench:
+    trees: dict
+    workdir: Path
+    out: Path
+    extra_path: list
+    env: dict
+    layers: int
+    reps: int
+    skip: int
+    new_tokens: int
+    deadline: float
+    profile_from: int
+    margins: bool
+    meta: dict
+    worker_script: Path = HERE / "engine_worker.py"
+    engine_overrides: dict = field(default_factory=dict)
+    rows: list = field(default_factory=list)
+    engines: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    seed_case: dict | None = None
+
+    def save(self) -> None:
+        doc = {
+            "meta": self.meta,
+            "engines": self.engines,
+            "rows": self.rows,
+            "seed_case": self.seed_case,
+            "notes": self.notes,
+        }
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, self.out)
+
+    def left_s(self) -> float:
+        return self.deadline - time.time()
+
+    def start_pair(self, model_dir: Path, next_n: int, tag: str) -> dict:
+        max_bs = 64
+        spec = {
+            "engine": engine_args(model_dir, next_n, max_bs, self.engine_overrides),
+            "vocab_size": engine_model.VOCAB_SIZE,
+        }
+        first = EngineProcess(
+            f"{tag}-pristine", self.trees["pristine"], spec, self.workdir, self.extra_path, self.env, self.worker_script
+        )
+        second_spec = {**spec, "start_after": str(first.probe_dir / "pool_ready")}
+        second = EngineProcess(
+            f"{tag}-patched",
+            self.trees["patched"],
+            second_spec,
+            self.workdir,
+            self.extra_path,
+            self.env,
+            self.worker_script,
+        )
+        pair = {"pristine": first, "patched": second}
+        try:
+            for label, engine in pair.items():
+                started = engine.wait_ready(timeout_s=max(60.0, min(600.0, self.left_s())))
+                self.engines.append(
+                    {
+                        "tag": tag,
+                        "label": label,
+                        "next_n": next_n,
+                        **{k: started[k] for k in ("import_s", "start_s", "info")},
+                    }
+                )
+                log(
+                    f"{engine.label}: ready (import {started['import_s']:.0f} s, engine start {started['start_s']:.0f} s)"
+                )
+        except Exception:
+            for engine in pair.values():
+                engine.stop()
+            raise
+        return pair
+
+    def run_next_n(self, next_n: int, cases: list) -> None:
+        model_dir = engine_model.write_model(self.workdir / f"model-{self.layers}l", self.layers)
+        pair = self.start_pair(model_dir, next_n, f"n{next_n}")
+        try:
+            warm = [{"prompt": list(WARMUP_PROMPT), "max_new_tokens": 16}] * 8
+            for engine in pair.values():
+                engine.call({"op": "generate", "requests": warm, "probe_window": False})
+            t0 = time.time()
+            pool = [{"prompt": [i, n], "max_new_tokens": 1} for i, n in POOL]
+            for label, engine in pair.items():
+                t = time.time()
+                engine.call(
+                    {"op": "generate", "requests": pool, "probe_window": False}, timeout_s=max(60.0, self.left_s())
+                )
+                self.notes.append(
+                    f"next_n={next_n} {label}: prompt pool ({len(pool)} prompts, {sum(n for _, n in POOL)} tokens) prefilled in {time.time() - t:.1f} s"
+                )
+                log(self.notes[-1])
+            log(f"next_n={next_n}: pool prefilled ({time.time() - t0:.0f} s)")
+            for case_spec in cases:
+                if self.left_s() < 25:
+                    self.notes.append(f"next_n={next_n}: stopped before {case_spec} (deadline)")
+                    break
+                self.run_case(pair, next_n, Case(*case_spec, self.new_tokens))
+        finally:
+            for engine in pair.values():
+                engine.stop()
+
+    def run_case(self, pair: dict, next_n: int, case: Case) -> None:
+        runs = {"pristine": [], "patched": []}
+        order = []
+        for rep in range(self.reps):
+            order += ["pristine", "patched"] if rep % 2 == 0 else ["patched", "pristine"]
+        for label in order:
+            runs[label].append(pair[label].call({"op": "generate", "requests": case.requests()}))
+        profiles = {}
+        if case.batch_size * case.ctx >= self.profile_from:
+            for label, engine in pair.items():
+                tag = f"n{next_n}-{case.name}"
+                engine.call({"op": "profile", "tag": tag, "steps": 3})
+                engine.call(
+                    {
+                        "op": "generate",
+                        "requests": [dict(r, max_new_tokens=6) for r in case.requests()],
+                        "probe_window": False,
+                    }
+                )
+                profiles[label] = engine.call({"op": "read_profile", "tag": tag})["profile"]
+        row = case_row(case, next_n, runs, profiles, self.skip)
+        if row["divergences"] and self.margins:
+            row["margins"] = self.divergence_margins(pair, case, row["divergences"])
+        self.rows.append(row)
+        self.save()
+        log(
+            f"n={next_n} {case.name}: verify {fmt(row['pristine']['verify_step_us'])} -> {fmt(row['patched']['verify_step_us'])} us "
+            f"({fmt(row['speedup_verify'], 3)}x), TPOT {fmt(row['pristine']['tpot_ms'], 2)} -> {fmt(row['patched']['tpot_ms'], 2)} ms "
+            f"({fmt(row['speedup_tpot'], 3)}x), A/A {fmt((row['aa_noise'] or {}).get('verify'), 3)}, identical {row['tokens_identical']}, "
+            f"patched rows {row['patched']['layouts']}"
+        )
+
+    def divergence_margins(self, pair: dict, case: Case, divergences: list) -> list:
+        runs = {
+            label: engine.call({"op": "generate", "requests": case.requests(top_logprobs=True), "probe_window": False})
+            for label, engine in pair.items()
+        }
+        out = []
+        for d in divergences[:8]:
+            p = runs["pristine"]["outputs"][d["request"]]
+            x = runs["patched"]["outputs"][d["request"]]
+            again = first_divergence(p["output_ids"], x["output_ids"])
+            out.append(
+                {
+                    **d,
+                    "diverges_again_at": again,
+                    "pristine_margin": logit_margin(p.get("top_logprobs", []), d["position"]),
+                }
+            )
+        return out
+
+    def run_seed_case(self, next_n: int) -> None:
+        """IndexShare on (GLM-5's flag): staggered arrivals and lengths, so batches merge and filter."""
+        model_dir = engine_model.write_model(
+            self.workdir / f"model-{self.layers}l-share", self.layers, index_share=True
+        )
+        pair = self.start_pair(model_dir, next_n, f"seed-n{next_n}")
+        try:
+            rng = random.Random("seed-case")
+            requests = [
+                {
+                    "prompt": [200 + i, rng.randint(1024, 8192)],
+                    "max_new_tokens": rng.randint(8, 48),
+                    "delay_s": round(rng.uniform(0, 1.5), 3),
+                }
+                for i in range(24)
+            ]
+            runs = {label: engine.call({"op": "generate", "requests": requests}) for label, engine in pair.items()}
+            fraction, divergences = compare_outputs(runs["pristine"]["outputs"], runs["patched"]["outputs"])
+            self.seed_case = {
+                "next_n": next_n,
+                "requests": len(requests),
+                "arrivals_s": [0, 1.5],
+                "new_tokens": [8, 48],
+                "prompt_tokens": [1024, 8192],
+                "tokens_identical": fraction,
+                "divergences": divergences[:16],
+                "draft_loops": {label: run.get("draft_loops") for label, run in runs.items()},
+                "tpot_ms": {label: tpot_ms([run]) for label, run in runs.items()},
+                "verify_forwards": {label: len(run.get("verify", [])) for label, run in runs.items()},
+            }
+            self.save()
+            log(f"seed case: identical {fraction}, draft loops {self.seed_case['draft_loops']}")
+        finally:
+            for engine in pair.values():
+                engine.stop()
+
+
+def fmt(value, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def log(message: str) -> None:
+    print(f"[engine-ab {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pristine", required=True, type=Path, help="folder holding the pristine sglang/ package")
+    ap.add_argument("--patched", required=True, type=Path, help="folder holding the patched sglang/ package")
+    ap.add_argument("--line", default="v0.5.14")
+    ap.add_argument("--next-n", default="2,4", help="comma-separated next_n values (default 2,4)")
+    ap.add_argument("--grid", default="full", choices=sorted(GRIDS))
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=2, help="runs per engine per case, ABBA order (default 2)")
+    ap.add_argument("--skip", type=int, default=2, help="verify steps left out at the start of each run")
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--profile-from", type=int, default=32 * 16384, help="profile cases with batch x context >= this")
+    ap.add_argument("--margins", action="store_true", help="re-run a diverging case with top-2 logprobs")
+    ap.add_argument(
+        "--seed-case", type=int, default=0, metavar="NEXT_N", help="also run the IndexShare case at this next_n"
+    )
+    ap.add_argument("--deadline-s", type=float, default=540, help="stop starting new work after this many seconds")
+    ap.add_argument(
+        "--extra-path", default="", help="os.pathsep-separated folders after the tree (the bundle's packages)"
+    )
+    ap.add_argument("--env", action="append", default=[], metavar="K=V", help="environment for both engines")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--command", help="the command line to record")
+    ap.add_argument("--worker-script", type=Path, default=HERE / "engine_worker.py", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    env = dict(item.split("=", 1) for item in args.env)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    next_ns = [int(n) for n in args.next_n.split(",") if n]
+    meta = {
+        "line": args.line,
+        "command": args.command or " ".join(sys.argv),
+        "model": engine_model.dsa_config(args.layers),
+        "engine_args": engine_args(Path("MODEL"), 0, 64, {}),
+        "grid": args.grid,
+        "reps": args.reps,
+        "skip_steps": args.skip,
+        "new_tokens": args.new_tokens,
+        "env": env,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": _versions(),
+    }
+    bench = Bench(
+        trees={"pristine": args.pristine, "patched": args.patched},
+        workdir=workdir,
+        out=args.out,
+        extra_path=[p for p in args.extra_path.split(os.pathsep) if p],
+        env=env,
+        layers=args.layers,
+        reps=args.reps,
+        skip=args.skip,
+        new_tokens=args.new_tokens,
+        deadline=time.time() + args.deadline_s,
+        profile_from=args.profile_from,
+        margins=args.margins,
+        meta=meta,
+        worker_script=args.worker_script,
+    )
+    bench.save()
+    status = 0
+    for next_n in next_ns:
+        if bench.left_s() < 120:
+            bench.notes.append(f"next_n={next_n}: not run (deadline)")
+            continue
+        try:
+            bench.run_next_n(next_n, GRIDS[args.grid])
+        except Exception as exc:
+            status = 1
+            bench.notes.append(f"next_n={next_n}: {type(exc).__name__}: {exc}"[:4000])
+            log(bench.notes[-1])
+        bench.save()
+    if args.seed_case and bench.left_s() >= 120:
+        try:
+            bench.run_seed_case(args.seed_case)
+        except Exception as exc:
+            status = 1
+            bench.notes.append(f"seed case: {type(exc).__name__}: {exc}"[:4000])
+            log(bench.notes[-1])
+    bench.save()
+    return status
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("torch", "sgl-deep-gemm", "sglang-kernel", "flashinfer-python", "triton", "transformers"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    try:
+        import torch
+
+        out["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except Exception:
+        out["gpu"] = None
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""What the engine benchmark reads out of sglang's scheduler process (installed by sitecustomize.py).
+
+Hooks, each installed when sglang imports the module it wraps (a post-import hook, so sglang's
+own import order is untouched):
+
+- ``ModelRunner.forward`` of the target model, for TARGET_VERIFY batches: two CUDA events on
+  the current stream around the call (a CUDA-graph replay, or the eager forward), so each
+  record is the verify forward's GPU time, with the wall-clock start, the batch size, whether
+  a graph ran, and the shape of the paged-MQA context lengths the DSA metadata carried
+  (``[B*next_n, 1]``: one token per DeepGEMM row; ``[B, 2]`` / ``[B*next_n/2, 2]``: two). A
+  background thread turns finished events into lines of ``DIR/verify.jsonl``; the forward
+  itself never waits for the GPU.
+- on request (``DIR/profile.json`` naming a tag and a step count), the next verify forwards are
+  each run inside ``torch.profiler`` (CUDA activity only, synchronised before and after, so
+  only that forward's kernels are in it); the kernel totals go to ``DIR/profile-<tag>.json``.
+  Profiled forwards are marked in verify.jsonl and left out of the timings.
+- ``ModelRunner.alloc_memory_pool``: ``DIR/pool_ready`` once the target model's KV pool exists
+  (a second engine on the same GPU starts after it, so its memory profile sees this one's pool).
+- ``EagleDraftWorker.draft`` (EAGLE v2): per draft loop, whether the batch carried a
+  draft-extend top-k seed (IndexShare), counted into ``DIR/draft_loops.json``.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.abc
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+# Where a draft-extend top-k seed may sit on EagleDraftInput (the v0.5.14 line's backport, and
+# upstream's name from #29787 on), and the flags that say it is valid.
+SEED_TENSORS = ("dsa_topk_indices", "dsa_topk_seed")
+SEED_FLAGS = ("has_dsa_topk_indices", "dsa_topk_indices_valid", "has_dsa_topk_seed")
+
+_probe = None
+
+
+def install(folder: str) -> None:
+    global _probe
+    if _probe is not None:
+        return
+    _probe = Probe(Path(folder))
+    sys.meta_path.insert(
+        0,
+        AfterImport(
+            {
+                "sglang.srt.model_executor.model_runner": _hook_model_runner,
+                "sglang.srt.speculative.eagle_worker_v2": _hook_eagle_worker,
+            }
+        ),
+    )
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``hooks[name](module)`` right after sglang has executed module ``name``."""
+
+    def __init__(self, hooks):
+        self.hooks = dict(hooks)
+
+    def find_spec(self, name, path, target=None):
+        hook = self.hooks.pop(name, None)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_then_hook(module):
+            exec_module(module)
+            hook(module)
+
+        spec.loader.exec_module = exec_then_hook
+        return spec
+
+
+class Probe:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.pending = collections.deque()
+        self.draft_loops = {"loops": 0, "seeded": 0, "index_share": None}
+        self.profile_left = 0
+        self.profile_tag = None
+        self.profile_steps = []
+        self._thread = None
+
+    # -- verify timing --------------------------------------------------------------------
+    def start_flusher(self, device) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._flush_loop, args=(device,), daemon=True)
+            self._thread.start()
+
+    def _flush_loop(self, device) -> None:
+        import torch
+
+        torch.cuda.set_device(device)
+        with open(self.folder / "verify.jsonl", "a", buffering=1) as out:
+            while True:
+                while self.pending and self.pending[0][-1].query():
+                    record, start, end = self.pending.popleft()
+                    record["gpu_ms"] = start.elapsed_time(end)
+                    out.write(json.dumps(record) + "\n")
+                self._write_json("draft_loops.json", self.draft_loops)
+                time.sleep(0.05)
+
+    def _write_json(self, name: str, value) -> None:
+        tmp = self.folder / f".{name}.tmp"
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, self.folder / name)
+
+    # -- profile windows ------------------------------------------------------------------
+    def profile_requested(self) -> bool:
+        if self.profile_left:
+            return True
+        request = self.folder / "profile.json"
+        if not request.exists():
+            return False
+        spec = json.loads(request.read_text())
+        request.unlink()
+        self.profile_tag, self.profile_left, self.profile_steps = spec["tag"], int(spec["steps"]), []
+        return True
+
+    def record_profile_step(self, prof, gpu_ms: float, batch_size: int) -> None:
+        kernels = collections.defaultdict(lambda: [0.0, 0])
+        for event in prof.key_averages():
+            device_us = getattr(event, "self_device_time_total", None)
+            if device_us is None:
+                device_us = getattr(event, "self_cuda_time_total", 0.0)
+            if device_us and getattr(event, "device_type", None) is not None and "CUDA" in str(event.device_type):
+                kernels[event.key][0] += device_us
+                kernels[event.key][1] += event.count
+        self.profile_steps.append({"gpu_ms": gpu_ms, "batch_size": batch_size, "kernels": dict(kernels)})
+        self.profile_left -= 1
+        if not self.profile_left:
+            self._write_json(f"profile-{self.profile_tag}.json", {"tag": self.profile_tag, "steps": self.profile_steps})
+
+
+def _paged_mqa_rows(model_runner):
+    metadata = getattr(getattr(model_runner, "attn_backend", None), "forward_metadata", None)
+    ctx = getattr(metadata, "paged_mqa_ctx_lens_2d", None)
+    layout = getattr(metadata, "paged_mqa_layout", None)
+    return {
+        "ctx_lens_2d": list(ctx.shape) if ctx is not None else None,
+        "layout": getattr(layout, "value", None) if layout is not None else None,
+    }
+
+
+def _hook_model_runner(module) -> None:
+    import torch
+
+    runner_class = module.ModelRunner
+    forward = runner_class.forward
+    alloc_memory_pool = getattr(runner_class, "alloc_memory_pool", None)
+
+    def timed_forward(self, forward_batch, *args, **kwargs):
+        if getattr(self, "is_draft_worker", False) or not forward_batch.forward_mode.is_target_verify():
+            return forward(self, forward_batch, *args, **kwargs)
+        _probe.start_flusher(torch.cuda.current_device())
+        profiled = _probe.profile_requested()
+        prof = None
+        if profiled:
+            torch.cuda.synchronize()
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        wall = time.time()
+        start.record()
+        output = forward(self, forward_batch, *args, **kwargs)
+        end.record()
+        record = {
+            "t": wall,
+            "batch_size": int(forward_batch.batch_size),
+            "graph": bool(getattr(output, "can_run_graph", False)),
+            "profiled": profiled,
+            **_paged_mqa_rows(self),
+        }
+        if prof is not None:
+            torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+            _probe.record_profile_step(prof, start.elapsed_time(end), record["batch_size"])
+        _probe.pending.append((record, start, end))
+        return output
+
+    runner_class.forward = timed_forward
+
+    if alloc_memory_pool is not None:
+
+        def alloc_then_mark(self, *args, **kwargs):
+            result = alloc_memory_pool(self, *args, **kwargs)
+            if not getattr(self, "is_draft_worker", False):
+                (_probe.folder / "pool_ready").write_text(str(time.time()))
+            return result
+
+        runner_class.alloc_memory_pool = alloc_then_mark
+
+
+def _seed_present(spec_info) -> bool:
+    for flag in SEED_FLAGS:
+        value = getattr(spec_info, flag, None)
+        if isinstance(value, bool):
+            return value
+    for name in SEED_TENSORS:
+        seed = getattr(spec_info, name, None)
+        if seed is not None and getattr(seed, "numel", lambda: 0)() > 0:
+            return True
+    return False
+
+
+def _hook_eagle_worker(module) -> None:
+    worker_class = getattr(module, "EagleDraftWorker", None)
+    if worker_class is None or not hasattr(worker_class, "draft"):
+        return
+    draft = worker_class.draft
+
+    def counted_draft(self, batch, *args, **kwargs):
+        counts = _probe.draft_loops
+        counts["loops"] += 1
+        counts["seeded"] += _seed_present(batch.spec_info)
+        counts["index_share"] = bool(getattr(self, "index_share_for_mtp_iteration", False))
+        return draft(self, batch, *args, **kwargs)
+
+    worker_class.draft = counted_draft

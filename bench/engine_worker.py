@@ -1,0 +1,251 @@
+"""One sglang engine of the engine benchmark, in a process of its own (bench/engine_ab.py starts it).
+
+The process imports sglang from the tree first on its PYTHONPATH (pristine or patched), starts
+``sglang.Engine`` in-process with the arguments it is given, and then serves JSON commands, one
+per line on stdin, answering each with one JSON line on the file descriptor named by
+``--reply-fd`` (sglang writes its logs to stdout/stderr, which stay free):
+
+- ``{"op": "generate", "requests": [...], "probe_window": true}``: every request at once (or after
+  its ``delay_s``), streamed, greedy; each answer gives the output ids, the time of every
+  streamed chunk with the completion-token count at that point, sglang's meta_info, and the
+  probe's verify-forward records that fall in the window;
+- ``{"op": "profile", "tag": T, "steps": K}``: the next K verify forwards run under the profiler;
+- ``{"op": "info"}``: the resolved server arguments that matter here;
+- ``{"op": "shutdown"}``.
+
+A request names its prompt as ``[pool_index, length]``: the first ``length`` tokens of the
+deterministic prompt ``pool_index`` (the same ids in every worker), so a shorter case reuses a
+longer one's KV through sglang's radix cache instead of prefilling again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+PROMPT_SEED = 20261201
+MIN_TOKEN_ID = 2  # ids 0 and 1 are the config's bos / eos
+
+
+def prompt_ids(pool_index: int, length: int, vocab_size: int) -> list[int]:
+    """The first ``length`` ids of prompt ``pool_index``; a prefix of every longer request of it."""
+    import numpy as np
+
+    rng = np.random.default_rng([PROMPT_SEED, pool_index])
+    # Drawn in fixed blocks so that a prefix never depends on the length asked for.
+    block = 4096
+    blocks = [rng.integers(MIN_TOKEN_ID, vocab_size, size=block) for _ in range(0, length, block)]
+    return np.concatenate(blocks)[:length].tolist() if blocks else []
+
+
+def chunk_times_to_tpot_ms(chunks: list[list[float]]) -> float | None:
+    """Time per output token after the first, from (wall time, completion tokens) of each chunk."""
+    if len(chunks) < 2:
+        return None
+    (t0, n0), (t1, n1) = chunks[0], chunks[-1]
+    if n1 <= n0:
+        return None
+    return (t1 - t0) * 1000.0 / (n1 - n0)
+
+
+class EngineWorker:
+    def __init__(self, engine_args: dict, probe_dir: Path, vocab_size: int):
+        import sglang
+
+        self.sglang = sglang
+        self.probe_dir = probe_dir
+        self.vocab_size = vocab_size
+        self.engine = sglang.Engine(**engine_args)
+
+    def info(self) -> dict:
+        info = self.engine.get_server_info()
+        keep = (
+            "version",
+            "attention_backend",
+            "dsa_prefill_backend",
+            "dsa_decode_backend",
+            "page_size",
+            "disable_overlap_schedule",
+            "disable_cuda_graph",
+            "cuda_graph_bs_decode",
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_num_draft_tokens",
+            "speculative_eagle_topk",
+            "kv_cache_dtype",
+            "max_total_num_tokens",
+            "max_running_requests",
+            "chunked_prefill_size",
+            "disable_radix_cache",
+            "load_format",
+        )
+        return {k: _jsonable(info.get(k)) for k in keep if k in info}
+
+    def generate(self, requests: list[dict], probe_window: bool = True) -> dict:
+        t_start = time.time()
+        outputs = self.engine.loop.run_until_complete(self._generate_all(requests))
+        t_end = time.time()
+        answer = {"t_start": t_start, "t_end": t_end, "outputs": outputs}
+        if probe_window:
+            answer["verify"] = self._verify_records(t_start, t_end)
+        answer["draft_loops"] = self._read_json("draft_loops.json")
+        return answer
+
+    async def _generate_all(self, requests: list[dict]) -> list[dict]:
+        return await asyncio.gather(*(self._generate_one(r) for r in requests))
+
+    async def _generate_one(self, request: dict) -> dict:
+        if request.get("delay_s"):
+            await asyncio.sleep(request["delay_s"])
+        pool_index, length = request["prompt"]
+        params = {"temperature": 0.0, "max_new_tokens": request["max_new_tokens"], "ignore_eos": True}
+        extra = {}
+        if request.get("top_logprobs"):
+            extra = {"return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": -1}
+        chunks, last = [], None
+        stream = await self.engine.async_generate(
+            input_ids=prompt_ids(pool_index, length, self.vocab_size), sampling_params=params, stream=True, **extra
+        )
+        async for chunk in stream:
+            meta = chunk.get("meta_info", {})
+            chunks.append([time.time(), int(meta.get("completion_tokens", len(chunk.get("output_ids", []))))])
+            last = chunk
+        meta = last.get("meta_info", {}) if last else {}
+        out = {
+            "output_ids": list(last.get("output_ids", [])) if last else [],
+            "chunks": chunks,
+            "tpot_ms": chunk_times_to_tpot_ms(chunks),
+            "meta": {
+                k: _jsonable(meta.get(k))
+                for k in (
+                    "completion_tokens",
+                    "spec_accept_length",
+                    "spec_verify_ct",
+                    "e2e_latency",
+                    "cached_tokens",
+                    "prompt_tokens",
+                )
+            },
+        }
+        if request.get("top_logprobs"):
+            out["top_logprobs"] = [[[lp, tok] for lp, tok, *_ in pos] for pos in meta.get("output_top_logprobs", [])]
+        return out
+
+    def _verify_records(self, t_start: float, t_end: float) -> list[dict]:
+        # The probe writes a record once its forward's end event has completed (<= 50 ms later).
+        deadline = time.time() + 2.0
+        while True:
+            records = []
+            path = self.probe_dir / "verify.jsonl"
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    if line.strip():
+                        records.append(json.loads(line))
+            last_t = max((r["t"] for r in records), default=0.0)
+            if last_t >= t_end - 0.5 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        return [r for r in records if t_start <= r["t"] <= t_end]
+
+    def profile(self, tag: str, steps: int) -> dict:
+        request = self.probe_dir / "profile.json"
+        request.write_text(json.dumps({"tag": tag, "steps": steps}))
+        return {"requested": str(request)}
+
+    def read_profile(self, tag: str) -> dict | None:
+        return self._read_json(f"profile-{tag}.json")
+
+    def _read_json(self, name: str):
+        path = self.probe_dir / name
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
+def _wait_for(path: str | None, timeout_s: float) -> None:
+    if not path:
+        return
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def serve(args, make_worker=None) -> int:
+    """The command loop; ``make_worker(spec)`` builds the engine (a test passes a stand-in)."""
+    real_engine = make_worker is None
+    if real_engine:
+        make_worker = lambda spec: EngineWorker(
+            spec["engine"], Path(spec["probe_dir"]), spec["vocab_size"]
+        )  # noqa: E731
+    reply = os.fdopen(args.reply_fd, "w", buffering=1)
+
+    def answer(value: dict) -> None:
+        reply.write(json.dumps(value) + "\n")
+
+    spec = json.loads(Path(args.spec).read_text())
+    try:
+        t0 = time.time()
+        if real_engine:
+            import sglang  # noqa: F401  (timed apart from the engine start)
+        t_import = time.time() - t0
+        _wait_for(spec.get("start_after"), spec.get("start_after_timeout_s", 600))
+        t1 = time.time()
+        worker = make_worker(spec)
+        answer({"ready": True, "import_s": t_import, "start_s": time.time() - t1, "info": worker.info()})
+    except Exception as exc:  # the driver records why this engine never started
+        answer({"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        try:
+            op = cmd["op"]
+            if op == "generate":
+                answer(worker.generate(cmd["requests"], cmd.get("probe_window", True)))
+            elif op == "profile":
+                answer(worker.profile(cmd["tag"], cmd["steps"]))
+            elif op == "read_profile":
+                answer({"profile": worker.read_profile(cmd["tag"])})
+            elif op == "info":
+                answer({"info": worker.info()})
+            elif op == "shutdown":
+                worker.shutdown()
+                answer({"shutdown": True})
+                return 0
+            else:
+                answer({"error": f"unknown op {op!r}"})
+        except Exception as exc:
+            answer({"error": f"{type(exc).__name__}: {exc}"})
+    return 0
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec", required=True, help="JSON: engine arguments, probe_dir, vocab_size, start_after")
+    ap.add_argument("--reply-fd", type=int, required=True)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    return serve(parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# sglang's own engine with MTP, pristine against patched, on an air-gapped GPU box (bench/engine_ab.py),
+# from the bundle made by ci/gpu_bundle.py. Run from the repository root, carrying .gpu-bundle.
+#
+#   bash ci/run_engine_gpu.sh [--line v0.5.14|v0.5.23] [--out DIR] [--bundle DIR] [--work DIR]
+#                             [--save-jit-cache] [-- ENGINE_AB ARGS]   (e.g. -- --next-n 2,4 --grid full)
+#
+# Builds WORK/trees/{pristine,patched} for the line (ci/gpu_box.sh make_line_trees), then runs
+# bench/engine_ab.py with both trees; writes OUT/engine_h200[_LINE].json and the engines' logs
+# (OUT/engine_logs.tar.gz), and with --save-jit-cache OUT/jit-cache.tar.gz (restored on a later
+# run from BUNDLE/jit-cache.tar.gz).
+#
+# Environment for both engines: SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0 (the dense-MHA
+# prefill shortcut for short KV calls FA3, which the bundle leaves out). On v0.5.23 the run also sets
+# sglang's own SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1: 0.5.23 asks for sglang-kernel >= 0.4.9, which
+# needs torch 2.14.1; the box's torch 2.11 loads 0.4.4 only. Every row of such a run says so.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$REPO/ci/gpu_box.sh"
+export SGLPATCH_RUN_COMMAND="bash ci/run_engine_gpu.sh $*"
+LINE=v0.5.14
+BUNDLE="$REPO/.gpu-bundle"
+OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
+WORK=/tmp/sglpatch-engine
+SAVE_JIT=0
+PY="${PYTHON:-python3}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --line) LINE="$2"; shift 2 ;;
+    --out) OUTDIR="$2"; shift 2 ;;
+    --bundle) BUNDLE="$2"; shift 2 ;;
+    --work) WORK="$2"; shift 2 ;;
+    --save-jit-cache) SAVE_JIT=1; shift ;;
+    --) shift; break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUTDIR"
+T0=$(date +%s)
+say() { echo "[run-engine-gpu-$LINE +$(( $(date +%s) - T0 ))s] $*"; }
+say "box: $(nvidia-smi -L 2>/dev/null | head -1); python: $($PY -V 2>&1)"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+SUFFIX=$([ "$LINE" = v0.5.14 ] && echo "" || echo "_${LINE//./_}")
+
+make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/applied_series$SUFFIX.json"
+say "trees ready in $WORK/trees"
+use_bundle_env "$BUNDLE" "$WORK"
+ENV_ARGS=(--env SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0)
+[ "$LINE" = v0.5.14 ] || ENV_ARGS+=(--env SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1)
+
+"$PY" "$REPO/bench/engine_ab.py" --line "$LINE" \
+  --pristine "$WORK/trees/pristine" --patched "$WORK/trees/patched" \
+  --extra-path "$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
+  --workdir "$WORK/engine" --out "$OUTDIR/engine_h200$SUFFIX.json" \
+  --command "$SGLPATCH_RUN_COMMAND" "$@"
+rc=$?
+say "engine_ab exit $rc"
+tar -czf "$OUTDIR/engine_logs$SUFFIX.tar.gz" -C "$WORK/engine" $(cd "$WORK/engine" && ls -d engine-*.log probe-* 2>/dev/null) 2>/dev/null
+if [ "$SAVE_JIT" = 1 ]; then
+  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit 2>/dev/null
+  say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
+fi
+exit $rc

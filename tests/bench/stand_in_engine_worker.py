@@ -1,0 +1,97 @@
+"""A stand-in for sglang's engine behind bench/engine_worker.py's command loop (CPU tests only).
+
+It replaces exactly what a CPU cannot run, ``sglang.Engine`` on a GPU, so the tests can drive
+bench/engine_ab.py end to end: the worker protocol, the start gate, ABBA order, the prompt pool,
+profile requests, rows and the JSON. What it answers is synthetic and says so (``"stand_in"``):
+output ids derived from the prompt (the "patched" tree diverges where its tree folder's name
+asks for it), one verify record per output token with a GPU time that depends on the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import engine_worker  # noqa: E402
+
+
+class StandInEngine:
+    def __init__(self, spec: dict):
+        self.probe_dir = Path(spec["probe_dir"])
+        self.label = self.probe_dir.name
+        self.patched = "patched" in self.label
+        self.next_n = spec["engine"]["speculative_num_draft_tokens"]
+        (self.probe_dir / "pool_ready").write_text(str(time.time()))
+        self.profile_tag = None
+
+    def info(self) -> dict:
+        return {"stand_in": True, "speculative_num_draft_tokens": self.next_n}
+
+    def generate(self, requests, probe_window=True) -> dict:
+        t_start = time.time()
+        outputs, verify = [], []
+        bs = len(requests)
+        for r in requests:
+            pool_index, length = r["prompt"]
+            ids = [(pool_index * 7 + length + k) % 1000 for k in range(r["max_new_tokens"])]
+            if self.patched and self.probe_dir.parent.parent.name == "diverge" and pool_index == 0 and len(ids) > 3:
+                ids[3] += 1
+            chunks = [[t_start + 0.001 * k, k + 1] for k in range(len(ids))]
+            out = {
+                "output_ids": ids,
+                "chunks": chunks,
+                "tpot_ms": engine_worker.chunk_times_to_tpot_ms(chunks),
+                "meta": {"spec_accept_length": 1.0},
+            }
+            if r.get("top_logprobs"):
+                out["top_logprobs"] = [[[-0.5, i], [-0.75, i + 1]] for i in ids]
+            outputs.append(out)
+        ctx = max(r["prompt"][1] for r in requests)
+        gpu_ms = bs * ctx * (0.5e-6 if self.patched else 1e-6)
+        steps = max(r["max_new_tokens"] for r in requests)
+        for k in range(steps):
+            verify.append(
+                {
+                    "t": t_start + 1e-4 * k,
+                    "batch_size": bs,
+                    "graph": True,
+                    "profiled": False,
+                    "gpu_ms": gpu_ms,
+                    "ctx_lens_2d": [bs, 2],
+                    "layout": "stand-in",
+                }
+            )
+        if self.profile_tag:
+            kernels = {
+                "deep_gemm::fp8_paged_mqa_logits": [gpu_ms * 400, 4],
+                "topk_transform": [gpu_ms * 100, 4],
+                "gemm": [gpu_ms * 500, 40],
+            }
+            profile = {"tag": self.profile_tag, "steps": [{"gpu_ms": gpu_ms, "batch_size": bs, "kernels": kernels}] * 3}
+            (self.probe_dir / f"profile-{self.profile_tag}.json").write_text(json.dumps(profile))
+            self.profile_tag = None
+        time.sleep(0.01)
+        answer = {"t_start": t_start, "t_end": time.time() + 1, "outputs": outputs, "stand_in": True}
+        if probe_window:
+            answer["verify"] = verify
+        answer["draft_loops"] = {"loops": steps, "seeded": steps - 1 if self.patched else 0, "index_share": True}
+        return answer
+
+    def profile(self, tag, steps) -> dict:
+        self.profile_tag = tag
+        return {"requested": tag}
+
+    def read_profile(self, tag):
+        path = self.probe_dir / f"profile-{tag}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def shutdown(self) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    raise SystemExit(engine_worker.serve(engine_worker.parse_args(), StandInEngine))

@@ -1,0 +1,257 @@
+"""CPU checks of the engine benchmark (bench/engine_ab.py, engine_worker.py, engine_model.py, engine_probe).
+
+- sglang accepts the model and the arguments: ServerArgs resolves and both models build on the
+  meta device (tests/bench/engine_cpu_check.py, in a process of its own);
+- the driver runs end to end against a stand-in for the GPU engine (stand_in_engine_worker.py:
+  the real command loop, a synthetic engine), and its rows say what the runs say;
+- the pieces a row is made of, on hand-made runs;
+- prompts are prefixes of the pool's (what lets the radix cache serve every case);
+- the probe's post-import hook wraps a module sglang-style, and finds a seed under either name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bench import engine_ab, engine_model, engine_worker
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench" / "engine_probe"))
+
+import engine_probe_hooks  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cpu_check(tmp_path_factory):
+    model = engine_model.write_model(tmp_path_factory.mktemp("model"), 4, index_share=True)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "engine_cpu_check.py"), str(model), "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_sglang_resolves_the_engine_arguments_with_its_defaults(cpu_check):
+    args = cpu_check["server_args"]
+    assert args["speculative_algorithm"] == "EAGLE"
+    assert (args["speculative_num_steps"], args["speculative_num_draft_tokens"], args["speculative_eagle_topk"]) == (
+        2,
+        3,
+        1,
+    )
+    assert args["page_size"] == 64
+    # sglang's defaults stay on: overlap scheduler, decode CUDA graphs, radix cache.
+    assert args["disable_overlap_schedule"] is False
+    assert args["disable_cuda_graph"] is False
+    assert args["disable_radix_cache"] is False
+    assert args["dsa_decode_backend"] == "flashmla_sparse"
+    assert 64 in args["cuda_graph_bs_decode"] and 32 in args["cuda_graph_bs_decode"]
+    assert args["speculative_draft_model_path"]  # filled in by sglang: the NextN layer of the same folder
+    assert cpu_check["index_share_for_mtp_iteration"] is True
+    assert cpu_check["dsa_index_topk"] == 2048
+
+
+def test_sglang_builds_v32_layers_and_a_moe_nextn_from_the_config(cpu_check):
+    target, draft = cpu_check["target"], cpu_check["draft"]
+    assert target["class"] == "DeepseekV32ForCausalLM" and target["layers"] == 4
+    assert target["mlp"] == ["DeepseekV2MLP"] * 4 and target["ffn_width"] == 18432
+    assert (target["heads"], target["kv_lora_rank"]) == (128, 512)
+    assert (target["indexer_heads"], target["indexer_head_dim"], target["indexer_topk"]) == (64, 128, 2048)
+    assert draft["class"] == "DeepseekV3ForCausalLMNextN" and draft["mlp"] == "DeepseekV2MoE"
+    assert draft["experts"] == 32
+    # bf16 weights of one engine fit beside a second engine and two KV pools on one H200.
+    assert (target["params"] + draft["params"]) * 2 < 12e9
+
+
+def test_config_is_v32_per_layer_and_refuses_no_layers():
+    config = engine_model.dsa_config(6)
+    for key, value in engine_model.V32_ATTENTION.items():
+        assert config[key] == value
+    assert config["first_k_dense_replace"] == 6 and "index_share_for_mtp_iteration" not in config
+    with pytest.raises(ValueError):
+        engine_model.dsa_config(0)
+
+
+def test_prompts_are_prefixes_of_the_pool_prompts():
+    long = engine_worker.prompt_ids(3, 9000, 32000)
+    short = engine_worker.prompt_ids(3, 4097, 32000)
+    assert short == long[:4097] and len(long) == 9000
+    assert engine_worker.prompt_ids(4, 4097, 32000) != short
+    assert min(long) >= engine_worker.MIN_TOKEN_ID and max(long) < 32000
+
+
+def test_every_case_fits_the_pool_and_asks_for_distinct_prompts():
+    for grid in engine_ab.GRIDS.values():
+        for spec in grid:
+            case = engine_ab.Case(*spec, 8)
+            requests = case.requests()
+            assert len(requests) == case.batch_size
+            assert len({r["prompt"][0] for r in requests}) == case.batch_size
+            for r in requests:
+                pool_len = dict(engine_ab.POOL)[r["prompt"][0]]
+                assert r["prompt"][1] <= pool_len and r["prompt"][1] >= case.ctx // 2
+    with pytest.raises(ValueError):
+        engine_ab.Case(64, 65536, "uniform", 8).requests()
+
+
+def _run(gpu_ms, bs=4, outputs=None, t0=0.0):
+    verify = [
+        {"t": t0 + i, "batch_size": bs, "profiled": False, "gpu_ms": ms, "graph": True} for i, ms in enumerate(gpu_ms)
+    ]
+    verify.append({"t": t0 + 99, "batch_size": bs - 1, "profiled": False, "gpu_ms": 999.0, "graph": True})
+    return {"verify": verify, "outputs": outputs or [{"output_ids": [1, 2, 3], "tpot_ms": 2.0, "meta": {}}]}
+
+
+def test_verify_step_leaves_out_warmup_steps_and_other_batch_sizes():
+    runs = [_run([9.0, 9.0, 1.0, 1.0, 1.2]), _run([9.0, 9.0, 1.1, 1.1, 1.1])]
+    assert engine_ab.verify_step_us(runs, 4, skip=2) == pytest.approx(1100.0)
+    assert engine_ab.verify_step_us(runs, 4, skip=0) == pytest.approx(1150.0)
+    assert engine_ab.verify_step_us(runs, 7, skip=2) is None
+
+
+def test_compare_outputs_finds_the_first_divergence():
+    a = [{"output_ids": [1, 2, 3, 4]}, {"output_ids": [5, 6]}]
+    b = [{"output_ids": [1, 2, 9, 4]}, {"output_ids": [5, 6]}]
+    assert engine_ab.compare_outputs(a, b) == (0.5, [{"request": 0, "position": 2}])
+    assert engine_ab.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert engine_ab.logit_margin([[[-0.1, 5], [-0.4, 6]]], 0) == pytest.approx(0.3)
+    assert engine_ab.logit_margin([[[-0.1, 5]]], 0) is None
+
+
+def test_indexer_share_counts_indexer_kernels_over_all_kernels():
+    profile = {
+        "steps": [
+            {
+                "kernels": {
+                    "void deep_gemm::sm90_fp8_paged_mqa_logits<2>": [300.0, 4],
+                    "topk_transform_decode": [100.0, 4],
+                    "nvjet_gemm": [600.0, 30],
+                    "paged_mqa_logits_metadata": [5.0, 1],
+                }
+            },
+            {
+                "kernels": {
+                    "void deep_gemm::sm90_fp8_paged_mqa_logits<2>": [310.0, 4],
+                    "topk_transform_decode": [90.0, 4],
+                    "nvjet_gemm": [600.0, 30],
+                }
+            },
+        ]
+    }
+    share = engine_ab.indexer_share(profile)
+    assert share["steps"] == 2
+    assert share["share"] == pytest.approx((400 / 1005 + 400 / 1000) / 2)
+    assert share["indexer_us"]["paged_mqa_logits"] == pytest.approx(305.0)
+    assert engine_ab.indexer_share({"steps": []}) is None
+
+
+def test_case_row_ratios_and_aa_floor():
+    case = engine_ab.Case(4, 4096, "uniform", 8)
+    runs = {
+        "pristine": [_run([2.0] * 6), _run([2.2] * 6)],
+        "patched": [_run([1.0] * 6), _run([1.0] * 6)],
+    }
+    row = engine_ab.case_row(case, 2, runs, {}, skip=2)
+    assert row["pristine"]["verify_step_us"] == pytest.approx(2100.0)
+    assert row["speedup_verify"] == pytest.approx(2.1)
+    assert row["aa_noise"]["verify"] == pytest.approx(2.0 / 2.2)
+    assert row["tokens_identical"] == 1.0 and row["divergences"] == []
+    assert row["cuda_graph"] is True
+    assert row["verify_samples"] == {"pristine": 12, "patched": 12}
+
+
+def _bench(tmp_path, folder: str, *extra):
+    out = tmp_path / folder / "engine.json"
+    argv = [
+        "--pristine",
+        str(tmp_path / "pristine"),
+        "--patched",
+        str(tmp_path / "patched"),
+        "--next-n",
+        "2,4",
+        "--grid",
+        "targets",
+        "--reps",
+        "2",
+        "--new-tokens",
+        "6",
+        "--seed-case",
+        "3",
+        "--workdir",
+        str(tmp_path / folder / "work"),
+        "--out",
+        str(out),
+        "--worker-script",
+        str(REPO / "tests" / "bench" / "stand_in_engine_worker.py"),
+        *extra,
+    ]
+    status = engine_ab.main(argv)
+    return status, json.loads(out.read_text())
+
+
+def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
+    status, doc = _bench(tmp_path, "run", "--margins")
+    assert status == 0, doc["notes"]
+    rows = doc["rows"]
+    assert [(r["next_n"], r["batch_size"], r["ctx"], r["lengths"]) for r in rows] == [
+        (n, *spec) for n in (2, 4) for spec in engine_ab.GRIDS["targets"]
+    ]
+    for row in rows:
+        assert row["speedup_verify"] == pytest.approx(2.0)  # the stand-in's patched tree is twice as fast
+        assert row["tokens_identical"] == 1.0
+        assert row["aa_noise"]["verify"] == pytest.approx(1.0)
+    profiled = [r for r in rows if r["batch_size"] * r["ctx"] >= 32 * 16384]
+    assert profiled and all(r["indexer_share"]["patched"]["share"] == pytest.approx(0.5) for r in profiled)
+    assert all(r["indexer_share"]["patched"] is None for r in rows if r not in profiled)
+    assert doc["seed_case"]["tokens_identical"] == 1.0
+    assert doc["seed_case"]["draft_loops"]["patched"]["seeded"] > 0
+    assert len(doc["engines"]) == 6 and all(e["info"]["stand_in"] for e in doc["engines"])
+    assert any("prefilled" in note for note in doc["notes"])
+
+
+def test_driver_reports_a_divergence_with_its_margin(tmp_path):
+    status, doc = _bench(tmp_path, "diverge", "--margins", "--next-n", "2")
+    row = doc["rows"][0]
+    assert row["tokens_identical"] < 1.0
+    assert row["divergences"][0] == {"request": 0, "position": 3}
+    assert row["margins"][0]["pristine_margin"] == pytest.approx(0.25)
+
+
+def test_post_import_hook_runs_after_the_module_executes(tmp_path, monkeypatch):
+    (tmp_path / "probe_target_mod.py").write_text("class Runner:\n    def forward(self):\n        return 'real'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def hook(module):
+        seen.append(module.Runner.forward(None))
+        module.Runner.forward = lambda self: "wrapped"
+
+    finder = engine_probe_hooks.AfterImport({"probe_target_mod": hook})
+    sys.meta_path.insert(0, finder)
+    try:
+        import probe_target_mod
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("probe_target_mod", None)
+    assert seen == ["real"] and probe_target_mod.Runner().forward() == "wrapped"
+
+
+def test_seed_found_under_either_name_and_a_flag_wins():
+    tensor = types.SimpleNamespace(numel=lambda: 4)
+    empty = types.SimpleNamespace(numel=lambda: 0)
+    assert engine_probe_hooks._seed_present(types.SimpleNamespace(dsa_topk_seed=tensor))
+    assert engine_probe_hooks._seed_present(types.SimpleNamespace(dsa_topk_indices=tensor))
+    assert not engine_probe_hooks._seed_present(types.SimpleNamespace(dsa_topk_indices=empty))
+    assert not engine_probe_hooks._seed_present(
+        types.SimpleNamespace(dsa_topk_indices=tensor, has_dsa_topk_indices=False)
+    )
+    assert not engine_probe_hooks._seed_present(types.SimpleNamespace())
