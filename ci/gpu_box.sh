@@ -29,7 +29,20 @@ use_bundle_env() {
   mkdir -p "$JIT"
   if [ -f "$bundle/jit-cache.tar.gz" ]; then
     tar -xzf "$bundle/jit-cache.tar.gz" -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+  elif ls "$bundle"/jit-cache.tar.gz.part-* >/dev/null 2>&1; then
+    cat "$bundle"/jit-cache.tar.gz.part-* | tar -xz -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
   fi
+}
+
+# save_jit_cache WORK OUTDIR: WORK/jit as OUTDIR/jit-cache.tar.gz, in 15 MiB parts (.part-aa, ...) when
+# larger (the run tool brings back files of at most 16 MiB); use_bundle_env restores either form.
+save_jit_cache() {
+  local work="$1" outdir="$2"
+  tar -czf "$outdir/jit-cache.tar.gz" -C "$work" jit 2>/dev/null || return 0
+  if [ "$(stat -c %s "$outdir/jit-cache.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
+    split -b 15m "$outdir/jit-cache.tar.gz" "$outdir/jit-cache.tar.gz.part-" && rm "$outdir/jit-cache.tar.gz"
+  fi
+  say "saved JIT caches: $(du -ch "$outdir"/jit-cache.tar.gz* | tail -1 | cut -f1)"
 }
 
 # make_line_trees BUNDLE WORK LINE SERIES RECORD: unpack the shared deps and sgl-kernel, then the line's

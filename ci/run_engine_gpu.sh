@@ -57,8 +57,5 @@ ENV_ARGS=(--env SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0)
 rc=$?
 say "engine_ab exit $rc"
 tar -czf "$OUTDIR/engine_logs$SUFFIX.tar.gz" -C "$WORK/engine" $(cd "$WORK/engine" && ls -d engine-*.log probe-* 2>/dev/null) 2>/dev/null
-if [ "$SAVE_JIT" = 1 ]; then
-  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit 2>/dev/null
-  say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
-fi
+[ "$SAVE_JIT" = 1 ] && save_jit_cache "$WORK" "$OUTDIR"
 exit $rc
