@@ -9,9 +9,10 @@ decode CUDA graphs on, overlap scheduler on, radix cache on) and the same reques
 Per next_n:
 1. both engines start (the second after the first's KV pool exists, so its memory profile is
    honest) and warm up;
-2. a prompt pool is prefilled once per engine (32 prompts of 64k, 32 of 16k tokens): every case
-   asks for prefixes of these prompts, so sglang's radix cache serves them and a case costs its
-   decode only. Every request still has its own KV pages: no two requests share a prefix;
+2. the pool prompts the grid's cases need are prefilled once per engine (up to 32 prompts of 64k
+   and 32 of 16k tokens): every case asks for prefixes of these prompts, so sglang's radix cache
+   serves them and a case costs its decode only. Every request still has its own KV pages: no
+   two requests share a prefix;
 3. each case (batch size x context x uniform/ragged lengths) runs ``reps`` times per engine in
    ABBA order (pristine, patched, patched, pristine, ...): greedy, ``ignore_eos``, streamed;
 4. cases at or above ``--profile-from`` requests x context are run once more per engine with the
@@ -20,8 +21,10 @@ Per next_n:
 Per case the row gives the verify forward's GPU time (median over the case's TARGET_VERIFY
 forwards, first ``skip`` steps of each run left out; CUDA events around ``ModelRunner.forward``
 in the scheduler, bench/engine_probe), TPOT (per request, from the streamed chunks' times, then
-the median), the ratios pristine/patched, the A/A floor (pristine's first run against its
-second), the fraction of requests whose output ids are identical to pristine's, and for a
+the median), the step interval (the scheduler's wall time from one verify forward to the next:
+with one token per step, the engine's own time per output token), the ratios pristine/patched,
+the A/A floor (pristine's odd runs against its even runs, the same ABBA positions the patched
+runs take), the fraction of requests whose output ids are identical to pristine's, and for a
 divergence its first position (``--margins`` re-runs such a case with top-2 logprobs to give
 the target's logit margin there).
 
@@ -87,6 +90,15 @@ INDEXER_KERNELS = {
 }
 
 
+def pool_for(cases: list) -> list[dict]:
+    """The prefill requests of the pool prompts these cases ask prefixes of (each prompt at its full
+    pool length: a case's prefix of it is then served by the radix cache)."""
+    needed = set()
+    for spec in cases:
+        needed |= {r["prompt"][0] for r in Case(*spec, 1).requests()}
+    return [{"prompt": [i, n], "max_new_tokens": 1} for i, n in POOL if i in needed]
+
+
 @dataclass
 class Case:
     batch_size: int
@@ -121,6 +133,17 @@ def verify_step_us(runs: list[dict], batch_size: int, skip: int) -> float | None
         )
         samples += [r["gpu_ms"] * 1000.0 for r in records[skip:]]
     return statistics.median(samples) if samples else None
+
+
+def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | None:
+    """Median wall time from one verify forward's start to the next, in the scheduler: with dummy
+    weights every step yields one token per request, so this is the engine's own time per output
+    token, free of the streaming path's noise."""
+    gaps = []
+    for run in runs:
+        starts = sorted(r["t"] for r in run.get("verify", []) if r["batch_size"] == batch_size)[skip:]
+        gaps += [(b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
+    return statistics.median(gaps) if gaps else None
 
 
 def tpot_ms(runs: list[dict]) -> float | None:
@@ -202,13 +225,16 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int) -> 
     p_runs, x_runs = runs["pristine"], runs["patched"]
     p_us, x_us = verify_step_us(p_runs, case.batch_size, skip), verify_step_us(x_runs, case.batch_size, skip)
     p_tpot, x_tpot = tpot_ms(p_runs), tpot_ms(x_runs)
+    p_step, x_step = step_interval_ms(p_runs, case.batch_size, skip), step_interval_ms(x_runs, case.batch_size, skip)
     aa = None
     if len(p_runs) >= 2:
+        # pristine's runs in two halves of the ABBA order: the ratio a pure re-run gives
+        first, second = p_runs[::2], p_runs[1::2]
+        bs = case.batch_size
         aa = {
-            "verify": ratio(
-                verify_step_us(p_runs[:1], case.batch_size, skip), verify_step_us(p_runs[1:2], case.batch_size, skip)
-            ),
-            "tpot": ratio(tpot_ms(p_runs[:1]), tpot_ms(p_runs[1:2])),
+            "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
+            "tpot": ratio(tpot_ms(first), tpot_ms(second)),
+            "step_interval": ratio(step_interval_ms(first, bs, skip), step_interval_ms(second, bs, skip)),
         }
     identical, divergences = [], []
     for x_run in x_runs:
@@ -234,10 +260,21 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int) -> 
             for r in run.get("verify", [])
             if r["batch_size"] == case.batch_size
         ),
-        "pristine": {"verify_step_us": p_us, "tpot_ms": p_tpot, "layouts": layouts_seen(p_runs, case.batch_size)},
-        "patched": {"verify_step_us": x_us, "tpot_ms": x_tpot, "layouts": layouts_seen(x_runs, case.batch_size)},
+        "pristine": {
+            "verify_step_us": p_us,
+            "tpot_ms": p_tpot,
+            "step_interval_ms": p_step,
+            "layouts": layouts_seen(p_runs, case.batch_size),
+        },
+        "patched": {
+            "verify_step_us": x_us,
+            "tpot_ms": x_tpot,
+            "step_interval_ms": x_step,
+            "layouts": layouts_seen(x_runs, case.batch_size),
+        },
         "speedup_verify": ratio(p_us, x_us),
         "speedup_tpot": ratio(p_tpot, x_tpot),
+        "speedup_step_interval": ratio(p_step, x_step),
         "aa_noise": aa,
         "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
         "tokens_identical": min(identical) if identical else None,
@@ -412,6 +449,7 @@ class Bench:
     engines: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     seed_case: dict | None = None
+    block_s: list = field(default_factory=list)  # wall time of each next_n block run so far
 
     def save(self) -> None:
         doc = {
@@ -469,6 +507,7 @@ class Bench:
         return pair
 
     def run_next_n(self, next_n: int, cases: list) -> None:
+        t_block = time.time()
         model_dir = engine_model.write_model(self.workdir / f"model-{self.layers}l", self.layers)
         pair = self.start_pair(model_dir, next_n, f"n{next_n}")
         try:
@@ -495,6 +534,7 @@ class Bench:
         finally:
             for engine in pair.values():
                 engine.stop()
+            self.block_s.append(time.time() - t_block)
 
     def run_case(self, pair: dict, next_n: int, case: Case) -> None:
         runs = {"pristine": [], "patched": []}
@@ -524,7 +564,8 @@ class Bench:
         log(
             f"n={next_n} {case.name}: verify {fmt(row['pristine']['verify_step_us'])} -> {fmt(row['patched']['verify_step_us'])} us "
             f"({fmt(row['speedup_verify'], 3)}x), TPOT {fmt(row['pristine']['tpot_ms'], 2)} -> {fmt(row['patched']['tpot_ms'], 2)} ms "
-            f"({fmt(row['speedup_tpot'], 3)}x), A/A {fmt((row['aa_noise'] or {}).get('verify'), 3)}, identical {row['tokens_identical']}, "
+            f"({fmt(row['speedup_tpot'], 3)}x), step {fmt(row['pristine']['step_interval_ms'], 2)} -> {fmt(row['patched']['step_interval_ms'], 2)} ms, "
+            f"A/A verify {fmt((row['aa_noise'] or {}).get('verify'), 3)} step {fmt((row['aa_noise'] or {}).get('step_interval'), 3)}, identical {row['tokens_identical']}, "
             f"patched rows {row['patched']['layouts']}"
         )
 
@@ -600,9 +641,9 @@ def main(argv=None) -> int:
     ap.add_argument("--next-n", default="2,4", help="comma-separated next_n values (default 2,4)")
     ap.add_argument("--grid", default="full", choices=sorted(GRIDS))
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--reps", type=int, default=2, help="runs per engine per case, ABBA order (default 2)")
+    ap.add_argument("--reps", type=int, default=4, help="runs per engine per case, ABBA order (default 4)")
     ap.add_argument("--skip", type=int, default=2, help="verify steps left out at the start of each run")
-    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--profile-from", type=int, default=32 * 16384, help="profile cases with batch x context >= this")
     ap.add_argument("--margins", action="store_true", help="re-run a diverging case with top-2 logprobs")
     ap.add_argument(
@@ -656,8 +697,12 @@ def main(argv=None) -> int:
     bench.save()
     status = 0
     for next_n in next_ns:
-        if bench.left_s() < 120:
-            bench.notes.append(f"next_n={next_n}: not run (deadline)")
+        needed_s = max(bench.block_s, default=120.0)
+        if bench.left_s() < needed_s:
+            bench.notes.append(
+                f"next_n={next_n}: not run ({bench.left_s():.0f} s left before the deadline, a block took {needed_s:.0f} s)"
+            )
+            log(bench.notes[-1])
             continue
         try:
             bench.run_next_n(next_n, GRIDS[args.grid])

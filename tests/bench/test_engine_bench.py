@@ -118,6 +118,22 @@ def test_verify_step_leaves_out_warmup_steps_and_other_batch_sizes():
     assert engine_ab.verify_step_us(runs, 7, skip=2) is None
 
 
+def test_step_interval_is_the_gap_between_verify_starts():
+    runs = [_run([1.0] * 6, t0=0.0), _run([1.0] * 6, t0=100.0)]
+    for run in runs:
+        for i, r in enumerate(r for r in run["verify"] if r["batch_size"] == 4):
+            r["t"] = run["verify"][0]["t"] + 0.008 * i + (0.5 if i == 0 else 0.0)
+    # the first (slow) gap is left out with skip=1; the batch-size-3 record is ignored
+    assert engine_ab.step_interval_ms(runs, 4, skip=1) == pytest.approx(8.0)
+
+
+def test_pool_holds_only_the_prompts_the_grid_asks_for():
+    pool = engine_ab.pool_for([(8, 65536, "uniform")])
+    assert [r["prompt"] for r in pool] == [[i, 65536] for i in range(8)]
+    full = engine_ab.pool_for(engine_ab.GRIDS["full"])
+    assert len(full) == 64 and sum(r["prompt"][1] for r in full) == 32 * 65536 + 32 * 16384
+
+
 def test_compare_outputs_finds_the_first_divergence():
     a = [{"output_ids": [1, 2, 3, 4]}, {"output_ids": [5, 6]}]
     b = [{"output_ids": [1, 2, 9, 4]}, {"output_ids": [5, 6]}]
