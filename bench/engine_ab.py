@@ -220,7 +220,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int) -> dict:
+def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int, labels: dict | None = None) -> dict:
     """One JSON row from the runs of both engines (``runs[label]``: that engine's runs, in order)."""
     p_runs, x_runs = runs["pristine"], runs["patched"]
     p_us, x_us = verify_step_us(p_runs, case.batch_size, skip), verify_step_us(x_runs, case.batch_size, skip)
@@ -249,6 +249,7 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int) -> 
         if o["meta"].get("spec_accept_length") is not None
     ]
     return {
+        **(labels or {}),
         "next_n": next_n,
         "batch_size": case.batch_size,
         "ctx": case.ctx,
@@ -556,7 +557,9 @@ class Bench:
                     }
                 )
                 profiles[label] = engine.call({"op": "read_profile", "tag": tag})["profile"]
-        row = case_row(case, next_n, runs, profiles, self.skip)
+        row = case_row(
+            case, next_n, runs, profiles, self.skip, {"line": self.meta["line"], "parallel": self.meta["parallel"]}
+        )
         if row["divergences"] and self.margins:
             row["margins"] = self.divergence_margins(pair, case, row["divergences"])
         self.rows.append(row)
@@ -625,6 +628,14 @@ class Bench:
                 engine.stop()
 
 
+def parallel_label(overrides: dict) -> str:
+    """``tp1`` on one GPU; ``dp2`` with DP attention over 2 ranks; ``tp2`` for plain TP 2."""
+    tp = int(overrides.get("tp_size", 1))
+    if overrides.get("enable_dp_attention"):
+        return f"dp{int(overrides.get('dp_size', tp))}"
+    return f"tp{tp}"
+
+
 def fmt(value, digits: int = 0) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -654,6 +665,14 @@ def main(argv=None) -> int:
         "--extra-path", default="", help="os.pathsep-separated folders after the tree (the bundle's packages)"
     )
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="environment for both engines")
+    ap.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="K=JSON",
+        help="an sglang.Engine argument for both engines (e.g. tp_size=2, enable_dp_attention=true)",
+    )
+    ap.add_argument("--series-record", type=Path, help="ci/apply_series.py's record of what the patched tree carries")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--command", help="the command line to record")
@@ -661,6 +680,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     env = dict(item.split("=", 1) for item in args.env)
+    overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.engine_arg)}
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -669,7 +689,9 @@ def main(argv=None) -> int:
         "line": args.line,
         "command": args.command or " ".join(sys.argv),
         "model": engine_model.dsa_config(args.layers),
-        "engine_args": engine_args(Path("MODEL"), 0, 64, {}),
+        "engine_args": engine_args(Path("MODEL"), 0, 64, overrides),
+        "parallel": parallel_label(overrides),
+        "series": json.loads(args.series_record.read_text()) if args.series_record else None,
         "grid": args.grid,
         "reps": args.reps,
         "skip_steps": args.skip,
@@ -693,6 +715,7 @@ def main(argv=None) -> int:
         margins=args.margins,
         meta=meta,
         worker_script=args.worker_script,
+        engine_overrides=overrides,
     )
     bench.save()
     status = 0

@@ -52,7 +52,7 @@ ENV_ARGS=(--env SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0)
 "$PY" "$REPO/bench/engine_ab.py" --line "$LINE" \
   --pristine "$WORK/trees/pristine" --patched "$WORK/trees/patched" \
   --extra-path "$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
-  --workdir "$WORK/engine" --out "$OUTDIR/engine_h200$SUFFIX.json" \
+  --workdir "$WORK/engine" --out "$OUTDIR/engine_h200$SUFFIX.json" --series-record "$OUTDIR/applied_series$SUFFIX.json" \
   --command "$SGLPATCH_RUN_COMMAND" "$@"
 rc=$?
 say "engine_ab exit $rc"

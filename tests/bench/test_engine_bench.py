@@ -231,6 +231,7 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     assert doc["seed_case"]["tokens_identical"] == 1.0
     assert doc["seed_case"]["draft_loops"]["patched"]["seeded"] > 0
     assert len(doc["engines"]) == 6 and all(e["info"]["stand_in"] for e in doc["engines"])
+    assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
 
 
@@ -240,6 +241,26 @@ def test_driver_reports_a_divergence_with_its_margin(tmp_path):
     assert row["tokens_identical"] < 1.0
     assert row["divergences"][0] == {"request": 0, "position": 3}
     assert row["margins"][0]["pristine_margin"] == pytest.approx(0.25)
+
+
+def test_parallel_labels_and_engine_args_reach_the_rows(tmp_path):
+    assert engine_ab.parallel_label({}) == "tp1"
+    assert engine_ab.parallel_label({"tp_size": 2}) == "tp2"
+    assert engine_ab.parallel_label({"tp_size": 2, "dp_size": 2, "enable_dp_attention": True}) == "dp2"
+    status, doc = _bench(
+        tmp_path,
+        "dp",
+        "--next-n",
+        "2",
+        "--engine-arg",
+        "tp_size=2",
+        "--engine-arg",
+        "dp_size=2",
+        "--engine-arg",
+        "enable_dp_attention=true",
+    )
+    assert doc["meta"]["engine_args"]["tp_size"] == 2 and doc["meta"]["engine_args"]["enable_dp_attention"] is True
+    assert {r["parallel"] for r in doc["rows"]} == {"dp2"}
 
 
 def test_post_import_hook_runs_after_the_module_executes(tmp_path, monkeypatch):
