@@ -38,6 +38,7 @@ endif
 endif
 
 .DEFAULT_GOAL := help
+.PHONY: bench-engine engine-report
 .PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
 help: ## list the targets
@@ -138,6 +139,14 @@ bench: $(VENV)/.sglang-cpu-stamp ## print timings: apply vs plain git am; the SM
 	$(PY) bench/layout_rule.py
 	@if $(PY) -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
 		$(PY) bench/paged_mqa.py && $(PY) bench/indexer_step.py --grid full && $(PY) bench/sm90_single_read.py --config-json docs/results/sm90_single_read_h200_config.json --out build/bench; else echo "bench/paged_mqa.py, bench/indexer_step.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json, docs/results/indexer_h200.json, docs/results/sm90_single_read_h200.json"; fi
+
+NEXT_N ?= 2,3,4,6
+GRID   ?= full
+bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR
+	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID))
+
+engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_run*.json
+	$(PY) bench/engine_report.py docs/results/engine_h200_run*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
 	$(PY) -m ruff check scripts tests testing bench

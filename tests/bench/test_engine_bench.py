@@ -292,3 +292,16 @@ def test_seed_found_under_either_name_and_a_flag_wins():
         types.SimpleNamespace(dsa_topk_indices=tensor, has_dsa_topk_indices=False)
     )
     assert not engine_probe_hooks._seed_present(types.SimpleNamespace())
+
+
+def test_report_keeps_every_row_and_names_the_run(tmp_path):
+    from bench import engine_report
+
+    status, doc = _bench(tmp_path, "report")
+    run_file = tmp_path / "report" / "engine.json"
+    combined = engine_report.combined(engine_report.load_runs([run_file, run_file]))
+    assert len(combined["rows"]) == 2 * len(doc["rows"]) and {r["run"] for r in combined["rows"]} == {"engine.json"}
+    text = engine_report.markdown(combined)
+    table = [line for line in text.splitlines() if line.startswith("| engine |")]
+    assert len(table) == len(combined["rows"])
+    assert "2.000" in table[0] and "IndexShare case" in text

@@ -1,0 +1,154 @@
+"""Tables and a picture from bench/engine_ab.py runs (the JSON its --out writes), one or several.
+
+    python bench/engine_report.py docs/results/engine_h200_run*.json \\
+        --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
+
+The combined JSON keeps every row as its run wrote it, adds the run it came from (``run``: file
+name, the series it ran, versions, command), and nothing else. The markdown says, per run, what
+ran; then one table row per case: verify forward GPU time pristine -> patched, the ratio and the
+A/A floor beside it, the step interval (the engine's time per output token with dummy weights)
+and streamed TPOT with their ratios, the indexer's share of the verify forward in each tree, and
+the fraction of requests whose output tokens are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def load_runs(paths: list[Path]) -> list[dict]:
+    runs = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        runs.append({"file": Path(path).name, **doc})
+    return runs
+
+
+def combined(runs: list[dict]) -> dict:
+    rows, about = [], []
+    for run in runs:
+        meta = run["meta"]
+        series = meta.get("series") or []
+        about.append(
+            {
+                "run": run["file"],
+                "line": meta["line"],
+                "parallel": meta.get("parallel", "tp1"),
+                "started": meta.get("started"),
+                "command": meta.get("command"),
+                "versions": meta.get("versions"),
+                "series": [{"name": p["name"], "sha256": p["sha256"][:12]} for p in series],
+                "notes": run.get("notes", []),
+                "seed_case": run.get("seed_case"),
+            }
+        )
+        rows += [{**row, "run": run["file"]} for row in run["rows"]]
+    return {"runs": about, "rows": rows}
+
+
+def _f(value, digits=0, suffix=""):
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _share(row, label):
+    share = (row.get("indexer_share") or {}).get(label)
+    return "-" if not share else f"{100 * share['share']:.0f}%"
+
+
+def markdown(doc: dict) -> str:
+    out = []
+    for run in doc["runs"]:
+        patches = ", ".join(f"{p['name'][:4]} ({p['sha256']})" for p in run["series"]) or "not recorded"
+        v = run["versions"] or {}
+        out.append(
+            f"- **{run['run']}** ({run['line']}, {run['parallel']}, {run['started']}): series {patches}; "
+            f"torch {v.get('torch')}, sgl-deep-gemm {v.get('sgl-deep-gemm')}, sglang-kernel {v.get('sglang-kernel')}, "
+            f"flashinfer {v.get('flashinfer-python')}, {v.get('gpu')}. Command: `{run['command']}`"
+        )
+        for note in run["notes"]:
+            out.append(f"  - {note}")
+    out.append("")
+    out.append(
+        "| run | next_n | requests | ctx | lengths | patched rows | verify us pristine -> patched | x | A/A | "
+        "step ms pristine -> patched | x | A/A | TPOT ms pristine -> patched | x | indexer share pristine / patched | tokens identical |"
+    )
+    out.append("|" + "---|" * 16)
+    for r in doc["rows"]:
+        aa = r.get("aa_noise") or {}
+        layouts = "; ".join(r["patched"]["layouts"])
+        out.append(
+            f"| {r['run'].replace('engine_h200_', '').replace('.json', '')} | {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | "
+            f"{r['lengths']} | {layouts} | {_f(r['pristine']['verify_step_us'])} -> {_f(r['patched']['verify_step_us'])} | "
+            f"{_f(r['speedup_verify'], 3)} | {_f(aa.get('verify'), 3)} | "
+            f"{_f(r['pristine'].get('step_interval_ms'), 2)} -> {_f(r['patched'].get('step_interval_ms'), 2)} | "
+            f"{_f(r.get('speedup_step_interval'), 3)} | {_f(aa.get('step_interval'), 3)} | "
+            f"{_f(r['pristine']['tpot_ms'], 2)} -> {_f(r['patched']['tpot_ms'], 2)} | {_f(r['speedup_tpot'], 3)} | "
+            f"{_share(r, 'pristine')} / {_share(r, 'patched')} | {r['tokens_identical']} |"
+        )
+    seeds = [run for run in doc["runs"] if run.get("seed_case")]
+    for run in seeds:
+        s = run["seed_case"]
+        out.append("")
+        out.append(
+            f"IndexShare case ({run['run']}, next_n {s['next_n']}): {s['requests']} requests arriving over "
+            f"{s['arrivals_s'][1]} s, {s['prompt_tokens'][0]}-{s['prompt_tokens'][1]} prompt tokens, "
+            f"{s['new_tokens'][0]}-{s['new_tokens'][1]} new tokens each; tokens identical {s['tokens_identical']}; "
+            f"draft loops (seeded / all): pristine {_loops(s, 'pristine')}, patched {_loops(s, 'patched')}."
+        )
+    return "\n".join(out) + "\n"
+
+
+def _loops(seed_case, label):
+    loops = (seed_case.get("draft_loops") or {}).get(label) or {}
+    return f"{loops.get('seeded', '-')} / {loops.get('loops', '-')}"
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    next_ns = sorted({r["next_n"] for r in doc["rows"]})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for n in next_ns:
+        rows = [r for r in doc["rows"] if r["next_n"] == n and r.get("speedup_verify")]
+        labels = [f"{r['batch_size']}x{r['ctx'] // 1024}k{'r' if r['lengths'] == 'ragged' else ''}" for r in rows]
+        axes[0].plot(labels, [r["speedup_verify"] for r in rows], marker="o", label=f"next_n {n}")
+        axes[1].plot(
+            labels, [r.get("speedup_step_interval") or float("nan") for r in rows], marker="o", label=f"next_n {n}"
+        )
+    for ax, title in zip(axes, ("verify forward (GPU time)", "step interval (time per output token)"), strict=True):
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(f"pristine / patched: {title}")
+        ax.set_xlabel("requests x context (r: ragged)")
+        ax.tick_params(axis="x", rotation=60)
+        ax.legend()
+    fig.suptitle("sglang Engine, MTP (EAGLE topk 1), CUDA graphs, overlap scheduler; H200; 4 DSA layers, dummy weights")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--png", type=Path)
+    args = ap.parse_args(argv)
+    doc = combined(load_runs(args.runs))
+    text = markdown(doc)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    if args.md:
+        args.md.write_text(text)
+    if args.png:
+        plot(doc, args.png)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
