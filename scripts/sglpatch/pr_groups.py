@@ -1,6 +1,9 @@
 """The series' PR groups: which patches go upstream together (the Patch-Group trailer), and
 patches/pr-groups.json, which names each group's PR (title, branch, what it depends on).
 
+A line kept for users pinned to an older sglang (a backport line) says so in its pr-groups.json
+(``"backport": "why"``): `pr` prepares no PR for it, since upstream takes PRs against main.
+
 One rule for every command: patches sharing a Patch-Group trailer form one group, in the order
 the group first appears in the series; a patch without the trailer is a group of its own, named
 after the patch. `rerun` lists such a group; `pr` refuses it until pr-groups.json describes it.
@@ -61,4 +64,7 @@ def load_groups(series: Series) -> dict:
         raise FatalError(
             f"patches in no PR group of {path}: {', '.join(p.name for ps in by_group.values() for p in ps)}"
         )
-    return {"upstream": upstream, "groups": groups}
+    backport = data.get("backport")
+    if backport is not None and not (isinstance(backport, str) and backport.strip()):
+        raise FatalError(f"{path}: 'backport' says why the line sends no PR upstream (a sentence)")
+    return {"upstream": upstream, "groups": groups, "backport": backport}

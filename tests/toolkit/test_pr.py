@@ -224,6 +224,16 @@ def test_pr_builds_the_lines_default_base_when_missing(sglpatch, line_project, t
     assert base.run("log", "--format=%s", "v0.5.14..sglpatch-pr/test-first-group") == "[DSA] Add a verbosity default"
 
 
+def test_pr_prepares_nothing_for_a_backport_line_and_says_why(sglpatch, line_project, tmp_path):
+    groups = json.loads((line_project / "pr-groups.json").read_text())
+    groups["backport"] = "users pinned to sglang 0.5.14 carry it; upstream takes PRs against main"
+    (line_project / "pr-groups.json").write_text(json.dumps(groups))
+    code, out, err = sglpatch("pr", "--line", "v0.5.14", "--out", tmp_path / "bodies")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "line v0.5.14 is a backport line, so it sends no PR upstream: users pinned to sglang 0.5.14" in err
+    assert not (tmp_path / "bodies").exists() and not (line_project.parents[1] / "build").exists()
+
+
 def test_no_pr_for_a_patch_the_line_records_as_upstream(sglpatch, line_project, checkout, tmp_path):
     first = next(p.name for p in line_project.glob("0001-*.patch"))
     record = {

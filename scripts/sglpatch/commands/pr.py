@@ -54,6 +54,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     line = None if args.patches else (line_named(args.line) if args.line else newest_line())
     series, pin = load_line(args, line)
+    config = load_groups(series)
+    if config["backport"] and line is not None:
+        raise FatalError(
+            f"line {line.name} is a backport line, so it sends no PR upstream: {config['backport']} "
+            f"(make pr prepares the newest line, {newest_line().name})"
+        )
     if args.sglang is None:  # the line's own base, built from its pin when missing
         where = line.default_base if line else base_dir(args)
         target = open_target(ensure_default_base(pin, where))
@@ -62,7 +68,6 @@ def run(args) -> int:
     if not target.is_git:
         raise FatalError("pr needs a git checkout of sglang to build branches in")
     git = target.git
-    config = load_groups(series)
     groups = [g for g in config["groups"] if not args.group or g.id in args.group]
     if args.group and len(groups) != len(args.group):
         raise FatalError(f"unknown group in {args.group}; known: {', '.join(g.id for g in config['groups'])}")
