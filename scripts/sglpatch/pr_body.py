@@ -36,6 +36,8 @@ class Group:
     benchmark: str | None = None  # benchmark JSON, project-relative
     accuracy_notes: list[str] = field(default_factory=list)  # what each GPU result ran, and what it did not
     speed_notes: list[str] = field(default_factory=list)  # said instead of a table when there is no benchmark
+    # sglang's own engine, pristine vs patched: {"file": bench/engine_report.py JSON, "line": ..., "next_n": [...]}
+    engine: dict | None = None
 
 
 def note(patch: Patch, section: str) -> str:
@@ -129,6 +131,17 @@ def _tests_of(summary: dict) -> list[tuple[str, str, str]]:
 
 
 def speed_section(group: Group, project: Path) -> list[str]:
+    lines = []
+    if group.engine:
+        lines += _engine_table(_load_json(project / group.engine["file"]), group.engine)
+    if group.engine and group.benchmark:
+        lines += ["", "**The indexer step alone** (it explains the gain above; it is not what a user sees):", ""]
+    if group.engine and not group.benchmark:
+        return lines + [""] + [line for paragraph in group.speed_notes for line in (paragraph, "")][:-1]
+    return lines + _benchmark_section(group, project)
+
+
+def _benchmark_section(group: Group, project: Path) -> list[str]:
     if not group.benchmark and group.speed_notes:
         return [line for paragraph in group.speed_notes for line in (paragraph, "")][:-1]
     if not group.benchmark:
@@ -137,6 +150,59 @@ def speed_section(group: Group, project: Path) -> list[str]:
     if "exercised" in data:
         return _indexer_step_table(data, group.benchmark)
     return _kernel_table(data, group.benchmark)
+
+
+def _engine_table(data: dict, cited: dict) -> list[str]:
+    """sglang's own engine with MTP, pristine against patched (bench/engine_ab.py runs, combined), the rows of
+    the cited line and next_n values."""
+    source = cited["file"]
+    runs = {run["run"]: run for run in data["runs"]}
+    rows = [
+        r
+        for r in data["rows"]
+        if r.get("speedup_verify")
+        and r.get("line") == cited.get("line", r.get("line"))
+        and r["next_n"] in cited.get("next_n", [r["next_n"]])
+    ]
+    lines = [
+        "sglang's own `Engine` on one GPU with MTP (EAGLE, NextN draft, topk 1), decode CUDA graphs and the overlap "
+        "scheduler, pristine and patched engines side by side on the same requests; a model of DeepSeek-V3.2's "
+        "attention and indexer shapes (4 decoder layers with a dense 18432-wide FFN standing in for one rank's MoE, "
+        "a 32-expert NextN layer), dummy weights, greedy; `verify` is the TARGET_VERIFY forward's GPU time, `step` "
+        "the scheduler's time from one verify forward to the next (one token per step: dummy weights accept no "
+        "draft), A/A is pristine against its own re-runs.",
+        "",
+    ]
+    for name in sorted({r["run"] for r in rows}):
+        run = runs[name]
+        v = run.get("versions") or {}
+        patches = ", ".join(p["name"][:4] for p in run.get("series", [])) or "?"
+        lines.append(
+            f"- `{name}`: {run['line']}, {run['parallel']}, {v.get('gpu', '?')}, torch {v.get('torch', '?')}, "
+            f"sgl-deep-gemm {v.get('sgl-deep-gemm', '?')}, sglang-kernel {v.get('sglang-kernel', '?')}, "
+            f"patches {patches}; `{run.get('command', '?')}`"
+        )
+    lines += [
+        "",
+        "| next_n | requests | ctx | lengths | verify us pristine -> patched | x | A/A | step ms pristine -> patched | x "
+        "| indexer share of verify (pristine / patched) | tokens identical |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        aa = (r.get("aa_noise") or {}).get("verify")
+        shares = [(r.get("indexer_share") or {}).get(k) for k in ("pristine", "patched")]
+        share = " / ".join("-" if not x else f"{100 * x['share']:.0f}%" for x in shares)
+        step = [r["pristine"].get("step_interval_ms"), r["patched"].get("step_interval_ms")]
+        step_text = "-" if None in step else f"{step[0]:.2f} -> {step[1]:.2f}"
+        lines.append(
+            f"| {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | {r['lengths']} | "
+            f"{r['pristine']['verify_step_us']:.0f} -> {r['patched']['verify_step_us']:.0f} | {r['speedup_verify']:.3f} | "
+            f"{'-' if aa is None else f'{aa:.3f}'} | {step_text} | "
+            f"{'-' if r.get('speedup_step_interval') is None else format(r['speedup_step_interval'], '.3f')} | "
+            f"{share} | {r['tokens_identical']} |"
+        )
+    lines += ["", f"Results: `{source}` (tables: `{source.removesuffix('.json')}.md`)."]
+    return lines
 
 
 def _indexer_step_table(data: dict, source: str) -> list[str]:

@@ -58,6 +58,7 @@ def load_groups(series: Series) -> dict:
                 raw.get("benchmark"),
                 raw.get("accuracy_notes", []),
                 raw.get("speed_notes", []),
+                raw.get("engine"),
             )
         )
     if by_group:

@@ -43,3 +43,44 @@ def test_project_groups_say_what_their_gpu_results_ran():
         assert "What ran on an H200" in notes and "Not run on the GPU" in notes
         if group["accuracy"]:  # it cites the GPU CI summary, which predates this revision
             assert "previous revision of this series" in notes
+
+
+def _engine_row(line, next_n, bs, verify=(2000.0, 1600.0)):
+    return {
+        "run": "engine_h200_run9.json",
+        "line": line,
+        "next_n": next_n,
+        "batch_size": bs,
+        "ctx": 65536,
+        "lengths": "uniform",
+        "speedup_verify": verify[0] / verify[1],
+        "tokens_identical": 1.0,
+        "pristine": {"verify_step_us": verify[0], "step_interval_ms": 8.0},
+        "patched": {"verify_step_us": verify[1], "step_interval_ms": 7.5},
+        "speedup_step_interval": 8.0 / 7.5,
+        "aa_noise": {"verify": 1.004},
+        "indexer_share": {"pristine": {"share": 0.25}, "patched": {"share": 0.12}},
+    }
+
+
+def test_speed_section_cites_the_engine_rows_of_its_line_first(tmp_path):
+    run = {
+        "run": "engine_h200_run9.json",
+        "line": "v0.5.14",
+        "parallel": "tp1",
+        "command": "bash ci/run_engine_gpu.sh",
+        "versions": {"gpu": "NVIDIA H200", "torch": "2.11.0", "sgl-deep-gemm": "0.1.5.post1", "sglang-kernel": "0.4.4"},
+        "series": [{"name": "0001-x.patch", "sha256": "abc"}],
+    }
+    rows = [_engine_row("v0.5.14", 4, 32), _engine_row("v0.5.14", 3, 32), _engine_row("v0.5.23", 4, 32)]
+    (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": rows}))
+    group = _group(
+        engine={"file": "engine.json", "line": "v0.5.14", "next_n": [4]}, speed_notes=["Indexer alone: see x."]
+    )
+    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1].split("## Checklist")[0]
+    table = [line for line in speed.splitlines() if line.startswith("| 4 |") or line.startswith("| 3 |")]
+    assert table == [
+        "| 4 | 32 | 64k | uniform | 2000 -> 1600 | 1.250 | 1.004 | 8.00 -> 7.50 | 1.067 | 25% / 12% | 1.0 |"
+    ]
+    assert "torch 2.11.0, sgl-deep-gemm 0.1.5.post1, sglang-kernel 0.4.4" in speed
+    assert speed.index("sglang's own `Engine`") < speed.index("Indexer alone: see x.")
