@@ -208,6 +208,8 @@ def _hook_model_runner(module) -> None:
 def _seed_present(spec_info) -> bool:
     for flag in SEED_FLAGS:
         value = getattr(spec_info, flag, None)
+        if callable(value):
+            value = value()
         if isinstance(value, bool):
             return value
     for name in SEED_TENSORS:

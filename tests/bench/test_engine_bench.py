@@ -292,6 +292,13 @@ def test_seed_found_under_either_name_and_a_flag_wins():
         types.SimpleNamespace(dsa_topk_indices=tensor, has_dsa_topk_indices=False)
     )
     assert not engine_probe_hooks._seed_present(types.SimpleNamespace())
+    # the v0.5.14 line's flag is a method of EagleDraftInput
+    assert not engine_probe_hooks._seed_present(
+        types.SimpleNamespace(dsa_topk_indices=tensor, has_dsa_topk_indices=lambda: False)
+    )
+    assert engine_probe_hooks._seed_present(
+        types.SimpleNamespace(dsa_topk_indices=empty, has_dsa_topk_indices=lambda: True)
+    )
 
 
 def test_report_keeps_every_row_and_names_the_run(tmp_path):
