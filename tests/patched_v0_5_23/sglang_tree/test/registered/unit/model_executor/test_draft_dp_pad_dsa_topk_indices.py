@@ -75,6 +75,19 @@ class TestDraftDpPadDsaTopkIndices(unittest.TestCase):
         self.assertTrue(torch.equal(shared[:3], seed))
         self.assertTrue(bool((shared[3:] == 0).all()))
 
+    def test_rows_follow_tokens_when_the_request_count_is_kept(self):
+        # A decode step beside an extend under MAX_LEN keeps its request count
+        # and pads tokens only: the top-k is per token, like the hidden states.
+        seed = _seed(3)
+        batch = _draft_step(3, seed.clone())
+
+        batch._pad_inputs_to_size(_MODEL_RUNNER, 4, 3)
+
+        shared = IndexTopKShareState.from_mtp_carry(batch).topk_indices
+        self.assertEqual(batch.spec_info.topk_index.shape[0], 3)
+        self.assertEqual(tuple(shared.shape), (4, _INDEX_TOPK))
+        self.assertTrue(torch.equal(shared[:3], seed))
+
     def test_a_step_without_a_seed_stays_without(self):
         batch = _draft_step(3, None)
         batch._pad_inputs_to_size(_MODEL_RUNNER, 4, 4)
