@@ -237,9 +237,7 @@ def main(argv=None):
             seed_dsa_topk_from_draft_extend=w.seed_dsa_topk_from_draft_extend,
             dsa_index_topk=w.dsa_index_topk,
         )
-        check(
-            "worker_seed_enabled", w.seed_dsa_topk_from_draft_extend and w.dsa_index_topk == k, **result["worker"]
-        )
+        check("worker_seed_enabled", w.seed_dsa_topk_from_draft_extend and w.dsa_index_topk == k, **result["worker"])
 
         # eager references: the real draft_forward, seeded and unseeded
         eager = {}

@@ -125,7 +125,9 @@ def test_what_a_rank_contributes():
     assert dp_attn._carries_dsa_topk_indices(_schedule_batch(ForwardMode.IDLE, unseeded)) is True
     assert dp_attn._carries_dsa_topk_indices(_schedule_batch(ForwardMode.DECODE, seeded)) is True
     assert dp_attn._carries_dsa_topk_indices(_schedule_batch(ForwardMode.DECODE, unseeded)) is False
-    assert dp_attn._carries_dsa_topk_indices(_schedule_batch(ForwardMode.EXTEND, None)) is True
+    # ranks that run no draft loop this iteration never hold the others back
+    for mode in (ForwardMode.EXTEND, ForwardMode.PREBUILT):
+        assert dp_attn._carries_dsa_topk_indices(_schedule_batch(mode, unseeded)) is True
 
 
 @pytest.mark.parametrize("local", [True, False])

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import p34_support as sup
 import pytest
 import torch
-from sglang.srt.managers.overlap_utils import FutureMap
 from sglang.srt.speculative import eagle_worker_v2 as worker_mod
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
