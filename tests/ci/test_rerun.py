@@ -41,7 +41,7 @@ def fake_patch(name: str, paths: list[str], group: str | None = None) -> Patch:
 
 
 def test_every_touched_file_of_the_series_maps_to_an_upstream_test(series, rerun_map):
-    assert series.touched_paths  # the real series: 7 files over 4 patches
+    assert series.touched_paths  # every file the real series touches
     for path in series.touched_paths:
         tests = rerun_map.tests_for(path)
         assert tests, f"{path} maps to no upstream test"
@@ -64,10 +64,11 @@ def test_comment_lines_per_group(series, rerun_map):
         f"/rerun-test {DSA_MTP}",
     ]
     assert rerun_comment_lines(single_read, rerun_map=rerun_map) == rerun_comment_lines(dsa, rerun_map=rerun_map)
+    # the one-GPU jobs in the order the group's files first name them, then the 8-GPU one
     assert rerun_comment_lines(seed, rerun_map=rerun_map) == [
         "/tag-run-ci-label",
-        f"/rerun-test {TEST_DSA}",
         f"/rerun-test {EAGLE_BETA}",
+        f"/rerun-test {TEST_DSA}",
         f"/rerun-test {DSA_MTP}",
     ]
 

@@ -53,10 +53,10 @@ def patched_tree() -> Path | None:
 
 
 def is_patched(tree: Path) -> bool:
-    """The series' marks: patch 1's layout field, patch 3's seed variants."""
+    """The series' marks: patch 1's layout field, patch 3's seed switch."""
     backend = (tree / "sglang/srt/layers/attention/dsa_backend.py").read_text()
     worker = (tree / "sglang/srt/speculative/eagle_worker_v2.py").read_text()
-    return "paged_mqa_layout" in backend and "dsa_topk_seed" in worker
+    return "paged_mqa_layout" in backend and "seed_dsa_topk_from_draft_extend" in worker
 
 
 def pristine_tree(tmp: Path) -> Path | None:

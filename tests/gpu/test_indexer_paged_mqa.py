@@ -70,7 +70,7 @@ def runs(tmp_path_factory):
     if patched is None:
         pytest.skip("no patched sglang tree: run `make apply` or set SGLPATCH_SGLANG_TREE")
     if not gpu_trees.is_patched(patched):
-        pytest.fail(f"{patched} does not carry the series (no paged_mqa_layout / dsa_topk_seed)")
+        pytest.fail(f"{patched} does not carry the series (no paged_mqa_layout / seed_dsa_topk_from_draft_extend)")
     tmp = tmp_path_factory.mktemp("indexer")
     pristine = gpu_trees.pristine_tree(tmp / "pristine")
     if pristine is None:

@@ -2,11 +2,13 @@
 
 The patched ``EAGLEDraftCudaGraphRunner`` (sglang/srt/speculative/
 eagle_draft_cuda_graph_runner.py of a patched tree) is run for real: its
-``__init__`` allocates the static ``dsa_topk_seed`` buffer, its
+``__init__`` allocates the static ``dsa_seed_topk`` buffer, its
 ``capture_one_shape`` hands that buffer to the draft step being captured in a
-real ``torch.cuda.CUDAGraph``, and its ``execute`` fills the buffer before
-each replay.  A replay with a new seed must give the new result, equal to an
-eager run of the same step, and a batch without a seed must read zeros.
+real ``torch.cuda.CUDAGraph`` (one graph per batch size), and its ``execute``
+fills the buffer before each replay.  A replay with a new seed must give the
+new result, equal to an eager run of the same step; a batch without a seed is
+refused by ``can_run_graph`` (it runs eagerly, computing its top-k), so no
+replay ever reads a row nobody wrote.
 
 The GPU machine has torch but none of sglang's import-time dependencies
 (transformers, pydantic, zmq, ...), so ``import sglang`` is not possible
@@ -18,7 +20,7 @@ What this test does NOT run: sglang's draft loop.  ``draft_forward`` is a stub, 
 sglang module the runner imports is a stand-in, and no indexer, attention backend or DeepGEMM
 kernel runs; it shows only that the runner file's capture/replay plumbing moves a seed
 buffer.  The patched runner with sglang's own modules (real ``EagleDraftWorker.draft_forward``,
-DSA draft backends, FlashMLA, the real indexer at draft step 0, both seed variants) is
+DSA draft backends, FlashMLA, the real indexer in the unseeded eager loop) is
 ``test_seed_draft_loop.py``.
 
 Where the runner file is looked for, first hit wins:
@@ -237,8 +239,8 @@ class _SeededDraftWorker:
     """Stands for the patched EagleDraftWorker and its draft model.
 
     ``draft_forward`` is a small draft step with the patched contract: step 0
-    takes its shared top-k from ``spec_info.dsa_topk_seed`` (what the patched
-    ``draft_forward`` puts in ``ForwardBatch.topk_indices``) and runs sparse
+    takes its shared top-k from ``spec_info.dsa_topk_indices`` (the seed the
+    patched ``draft_forward`` keeps for step 0) and runs sparse
     attention of the hidden state over those KV rows, as the DSA draft layer
     does with ``prev_topk_indices``.  It returns the runner's 4-tuple, the
     attention output in the draft-token slot.
@@ -248,7 +250,7 @@ class _SeededDraftWorker:
         gen = torch.Generator(device="cuda").manual_seed(0)
         self.kv = torch.randn(KV_ROWS, HIDDEN, device="cuda", generator=gen)
         self.speculative_num_steps = NUM_STEPS
-        self.dsa_topk_seed_enabled = seeded
+        self.seed_dsa_topk_from_draft_extend = seeded
         self.dsa_index_topk = INDEX_TOPK if seeded else None
         server_args = SimpleNamespace(
             pp_size=1,
@@ -283,7 +285,7 @@ class _SeededDraftWorker:
 
     def draft_forward(self, forward_batch):
         spec = forward_batch.spec_info
-        out = self.step(spec.dsa_topk_seed, spec.hidden_states)
+        out = self.step(spec.dsa_topk_indices, spec.hidden_states)
         bs = out.shape[0]
         parents = torch.zeros(bs, NUM_STEPS, device="cuda")
         scores_index = torch.zeros(bs, NUM_STEPS, device="cuda")
@@ -296,9 +298,10 @@ def _forward_batch(bs, seed, hidden):
         topk_index=torch.zeros(bs, 1, dtype=torch.int64, device="cuda"),
         hidden_states=hidden,
         draft_probs=None,
-        dsa_topk_seed=seed,
+        dsa_topk_indices=seed,
     )
     return _Kwargs(
+        forward_mode=SimpleNamespace(is_idle=lambda: False),
         batch_size=bs,
         seq_lens=torch.full((bs,), 10, device="cuda"),
         seq_lens_cpu=torch.full((bs,), 10),
@@ -334,7 +337,7 @@ def test_replay_reads_new_seed_from_static_buffer(runner_module):
     worker = _SeededDraftWorker(seeded=True)
     runner = runner_module.EAGLEDraftCudaGraphRunner(worker)
 
-    buf = runner.buffers.dsa_topk_seed
+    buf = runner.buffers.dsa_seed_topk
     assert buf is not None and buf.is_cuda
     assert buf.dtype == torch.int32 and tuple(buf.shape) == (max(CAPTURE_BS), INDEX_TOPK)
     assert set(runner.backend.graphs) == {_ShapeKey(size=bs) for bs in CAPTURE_BS}
@@ -344,6 +347,7 @@ def test_replay_reads_new_seed_from_static_buffer(runner_module):
     hidden = torch.randn(bs, HIDDEN, device="cuda", generator=gen)
     seed_a, seed_b = _seed(bs, gen), _seed(bs, gen)
 
+    assert runner.can_run_graph(_forward_batch(bs, seed_a, hidden))
     out_a = runner.execute(_forward_batch(bs, seed_a, hidden))[2].clone()
     out_b = runner.execute(_forward_batch(bs, seed_b, hidden))[2].clone()
     torch.cuda.synchronize()
@@ -351,14 +355,12 @@ def test_replay_reads_new_seed_from_static_buffer(runner_module):
     assert torch.allclose(out_a, worker.step(seed_a, hidden), atol=1e-5)
     assert torch.allclose(out_b, worker.step(seed_b, hidden), atol=1e-5)
     assert not torch.allclose(out_a, out_b, atol=1e-3)  # the new seed was read
-    assert torch.equal(buf[:bs], seed_b) and buf[bs:4].eq(0).all()  # padded row: zeros
+    assert torch.equal(buf[:bs], seed_b) and buf[bs:4].eq(0).all()  # padded row: KV slot 0
 
-    # A batch without a seed reads zeros, never the previous batch's rows.
-    out_none = runner.execute(_forward_batch(bs, None, hidden))[2].clone()
-    torch.cuda.synchronize()
-    zeros = torch.zeros_like(seed_a)
-    assert torch.allclose(out_none, worker.step(zeros, hidden), atol=1e-5)
-    assert buf[:4].eq(0).all()
+    # A batch without a seed is not replayed: it runs the draft loop eagerly,
+    # which computes its top-k; the graph never reads a row nobody wrote.
+    assert runner.can_run_graph(_forward_batch(bs, None, hidden)) is False
+    assert torch.equal(buf[:bs], seed_b)  # untouched by the refused batch
 
 
 def test_no_seed_buffer_without_index_share(runner_module):
@@ -368,15 +370,16 @@ def test_no_seed_buffer_without_index_share(runner_module):
 
         def draft_forward(self, forward_batch):
             spec = forward_batch.spec_info
-            assert spec.dsa_topk_seed is None
+            assert spec.dsa_topk_indices is None
             fixed = torch.zeros(spec.hidden_states.shape[0], INDEX_TOPK, dtype=torch.int32, device="cuda")
             out = self.step(fixed, spec.hidden_states)
             bs = out.shape[0]
             return torch.zeros(bs, NUM_STEPS, device="cuda"), torch.zeros(bs, NUM_STEPS, device="cuda"), out, None
 
     runner = runner_module.EAGLEDraftCudaGraphRunner(_UnseededWorker(seeded=False))
-    assert runner.buffers.dsa_topk_seed is None
+    assert runner.buffers.dsa_seed_topk is None
     hidden = torch.randn(2, HIDDEN, device="cuda")
+    assert runner.can_run_graph(_forward_batch(2, None, hidden))  # graphs as in v0.5.14
     out = runner.execute(_forward_batch(2, None, hidden))[2]
     torch.cuda.synchronize()
     assert out.shape == (2, HIDDEN)

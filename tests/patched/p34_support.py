@@ -93,7 +93,7 @@ def draft_input(num_rows: int, seed=None, base: int = 0, **extra):
         topk_index=rows.unsqueeze(1),
         hidden_states=rows.float().unsqueeze(1).repeat(1, HIDDEN),
         bonus_tokens=rows.to(torch.int32),
-        dsa_topk_seed=seed,
+        dsa_topk_indices=seed,
     )
     kwargs.update(extra)
     return eagle_info.EagleDraftInput(**kwargs)
@@ -172,8 +172,8 @@ class StandInDraftRunner:
     def forward(self, forward_batch):
         self.calls.append(
             dict(
-                topk_indices=forward_batch.topk_indices,
-                reuse=forward_batch.reuse_mtp_topk_indices,
+                topk_indices=getattr(forward_batch.spec_info, "dsa_topk_indices", None),
+                reuse=forward_batch.reuse_dsa_topk_indices,
             )
         )
         with torch.no_grad():

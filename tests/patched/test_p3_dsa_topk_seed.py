@@ -37,9 +37,9 @@ from sglang.srt.speculative.eagle_info import EagleDraftExtendInput, EagleDraftI
 def test_worker_state_from_hf_config(index_share, index_topk, topk, share, seeded):
     runner = sup.StandInDraftRunner(sup.StandInDecoder(), index_share=index_share, index_topk=index_topk)
     worker = sup.draft_worker(runner, topk=topk)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     assert worker.index_share_for_mtp_iteration is share
-    assert worker.dsa_topk_seed_enabled is seeded
+    assert worker.seed_dsa_topk_from_draft_extend is seeded
     assert worker.dsa_index_topk == (sup.INDEX_TOPK if index_topk else None)
 
 
@@ -76,7 +76,7 @@ def _run_draft_extend(worker, accept_lens):
 def test_draft_extend_captures_last_verified_row_ragged():
     decoder = sup.StandInDecoder()
     worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=3)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     accept_lens = [1, 4, 2, 3]  # ragged: 1..num_draft_tokens verified per req
 
     nxt = _run_draft_extend(worker, accept_lens)
@@ -85,18 +85,18 @@ def test_draft_extend_captures_last_verified_row_ragged():
     # Stand-in indexer row t holds 1000 + t: the seed must hold the row of
     # each request's last verified token, i * ndt + accept_len - 1.
     expected_tokens = [i * ndt + a - 1 for i, a in enumerate(accept_lens)]
-    assert nxt.dsa_topk_seed is not None
-    assert nxt.dsa_topk_seed.dtype == torch.int32
-    assert nxt.dsa_topk_seed.shape == (len(accept_lens), sup.INDEX_TOPK)
-    assert nxt.dsa_topk_seed[:, 0].tolist() == [1000 + t for t in expected_tokens]
+    assert nxt.dsa_topk_indices is not None
+    assert nxt.dsa_topk_indices.dtype == torch.int32
+    assert nxt.dsa_topk_indices.shape == (len(accept_lens), sup.INDEX_TOPK)
+    assert nxt.dsa_topk_indices[:, 0].tolist() == [1000 + t for t in expected_tokens]
     assert decoder.indexer_calls == 1  # draft-extend's own indexer pass only
 
 
 def test_draft_extend_without_flag_writes_no_seed():
     worker = sup.draft_worker(sup.StandInDraftRunner(sup.StandInDecoder(), index_share=False))
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     nxt = _run_draft_extend(worker, [2, 1])
-    assert nxt.dsa_topk_seed is None
+    assert nxt.dsa_topk_indices is None
 
 
 def test_capture_happens_where_the_worker_asks():
@@ -106,15 +106,15 @@ def test_capture_happens_where_the_worker_asks():
     model = sup.nextn_model(decoder)
     for mode in ("EXTEND", "DRAFT_EXTEND_V2"):
         for rows in (torch.tensor([1, 3]), None):
-            spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_topk_seed_rows=rows)
+            spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_seed_topk_select=rows)
             fb = sup.forward_batch(mode, 2, 4, spec)
             with fctx.forward_context(fctx.ForwardContext(attn_backend=TransformBackend(TopkTransformMethod.PAGED))):
                 model(fb.input_ids, fb.positions, fb)
             if rows is None:
-                assert spec.dsa_topk_seed is None, mode
+                assert spec.dsa_seed_topk_capture is None, mode
             else:
                 call = 1000 * decoder.indexer_calls
-                assert spec.dsa_topk_seed[:, 0].tolist() == [call + 1, call + 3], mode
+                assert spec.dsa_seed_topk_capture[:, 0].tolist() == [call + 1, call + 3], mode
 
 
 @pytest.mark.parametrize(
@@ -131,10 +131,10 @@ def test_worker_asks_for_a_seed(mode, hisparse, enabled, wanted):
     runner = sup.StandInDraftRunner(sup.StandInDecoder(), index_share=enabled)
     runner.attn_backend = SimpleNamespace(hisparse_coordinator=hisparse)
     worker = sup.draft_worker(runner)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     fb = sup.forward_batch(mode, 2, 4, EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN)))
     fb.extend_seq_lens = torch.tensor([3, 1])
-    assert worker._dsa_topk_seed_wanted(fb) is wanted
+    assert worker._wants_dsa_seed_topk(fb) is wanted
 
 
 class TransformBackend:
@@ -154,12 +154,12 @@ def _model_capture(mode, method, prefill_cp=False):
     decoder = sup.StandInDecoder()
     model = sup.nextn_model(decoder)
     model.dsa_enable_prefill_cp = prefill_cp
-    spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_topk_seed_rows=torch.tensor([1, 3]))
+    spec = EagleDraftExtendInput(hidden_states=torch.zeros(4, sup.HIDDEN), dsa_seed_topk_select=torch.tensor([1, 3]))
     fb = sup.forward_batch(mode, 2, 4, spec)
     backend = TransformBackend(method)
     with fctx.forward_context(fctx.ForwardContext(attn_backend=backend)):
         model(fb.input_ids, fb.positions, fb)
-    return spec.dsa_topk_seed, backend
+    return spec.dsa_seed_topk_capture, backend
 
 
 @pytest.mark.parametrize(
@@ -198,9 +198,9 @@ def test_npu_never_seeds(monkeypatch):
     # NPU's draft-extend always replays a graph that keeps no top-k.
     monkeypatch.setattr(worker_mod, "_is_npu", True)
     worker = sup.draft_worker(sup.StandInDraftRunner(sup.StandInDecoder()))
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     assert worker.index_share_for_mtp_iteration is True
-    assert worker.dsa_topk_seed_enabled is False
+    assert worker.seed_dsa_topk_from_draft_extend is False
 
 
 def _run_prefill_draft_extend(monkeypatch, worker, extend_lens, method, mode="EXTEND"):
@@ -239,27 +239,27 @@ def sup_fbi():
 def test_prefill_seeds_first_draft_loop_with_last_prompt_token(monkeypatch):
     decoder = sup.StandInDecoder()
     worker = sup.draft_worker(sup.StandInDraftRunner(decoder))
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     extend_lens = [5, 1, 3]
 
     out, _ = _run_prefill_draft_extend(monkeypatch, worker, extend_lens, TopkTransformMethod.PAGED)
 
     last_tokens = [4, 5, 8]  # cumulative extend lengths - 1
-    assert out.dsa_topk_seed is not None and out.dsa_topk_seed.dtype == torch.int32
-    assert out.dsa_topk_seed[:, 0].tolist() == [1000 + t for t in last_tokens]
+    assert out.dsa_topk_indices is not None and out.dsa_topk_indices.dtype == torch.int32
+    assert out.dsa_topk_indices[:, 0].tolist() == [1000 + t for t in last_tokens]
 
 
 def test_ragged_prefill_leaves_the_first_loop_to_compute(monkeypatch):
     decoder = sup.StandInDecoder()
     worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=3)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
 
     out, _ = _run_prefill_draft_extend(monkeypatch, worker, [4, 2], TopkTransformMethod.RAGGED)
-    assert out.dsa_topk_seed is None
+    assert out.dsa_topk_indices is None
 
     # that draft input's first loop runs the indexer at step 0
     calls_before = decoder.indexer_calls
-    _run_draft_loop(worker, 2, out.dsa_topk_seed)
+    _run_draft_loop(worker, 2, out.dsa_topk_indices)
     assert decoder.indexer_calls == calls_before + 1
     assert decoder.prev_seen[-2] is None
 
@@ -282,7 +282,7 @@ def test_draft_loop_reuses_seed_from_step_0():
     decoder = sup.StandInDecoder()
     runner = sup.StandInDraftRunner(decoder)
     worker = sup.draft_worker(runner, num_steps=3)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     seed = sup.seed_rows(3)
 
     fb = _run_draft_loop(worker, 3, seed)
@@ -291,14 +291,14 @@ def test_draft_loop_reuses_seed_from_step_0():
     assert len(decoder.prev_seen) == worker.speculative_num_steps - 1
     for prev in decoder.prev_seen:  # every step, step 0 included, got the seed
         assert torch.equal(prev, seed)
-    assert fb.topk_indices is None and fb.reuse_mtp_topk_indices is False
+    assert fb.spec_info.dsa_topk_indices is None and fb.reuse_dsa_topk_indices is False
 
 
 def test_draft_loop_computes_at_step_0_when_seed_absent():
     decoder = sup.StandInDecoder()
     worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=4)
-    worker._init_index_share_state()
-    assert worker.dsa_topk_seed_enabled
+    worker._init_dsa_index_share_state()
+    assert worker.seed_dsa_topk_from_draft_extend
 
     _run_draft_loop(worker, 2, seed=None)
 
@@ -315,12 +315,12 @@ def test_draft_loop_ignores_seed_without_flag():
     decoder = sup.StandInDecoder()
     runner = sup.StandInDraftRunner(decoder, index_share=False)
     worker = sup.draft_worker(runner, num_steps=3)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
 
     _run_draft_loop(worker, 2, seed=sup.seed_rows(2))
 
     assert decoder.indexer_calls == 2  # every step runs its own indexer
-    assert all(call["topk_indices"] is None for call in runner.calls)
+    assert all(prev is None for prev in decoder.prev_seen)  # nothing handed to it
     assert all(call["reuse"] is False for call in runner.calls)
 
 
@@ -330,7 +330,7 @@ def test_draft_loop_ignores_seed_without_flag():
 
 
 def _rows(inp):
-    return inp.topk_index[:, 0].tolist(), inp.dsa_topk_seed[:, 0].tolist()
+    return inp.topk_index[:, 0].tolist(), inp.dsa_topk_indices[:, 0].tolist()
 
 
 def test_filter_keeps_seed_rows_aligned():
@@ -344,7 +344,7 @@ def test_filter_keeps_seed_rows_aligned():
     # No seed stays no seed.
     inp = sup.draft_input(3, seed=None)
     inp.filter_batch(torch.tensor([2]), has_been_filtered=False)
-    assert inp.dsa_topk_seed is None
+    assert inp.dsa_topk_indices is None
 
 
 def test_merge_keeps_seed_rows_aligned():
@@ -365,11 +365,11 @@ def test_merge_with_an_unseeded_side_has_no_seed(seeded_side):
     a = sup.draft_input(2, seed=running_seed, base=0)
     a.merge_batch(sup.draft_input(2, seed=joining_seed, base=2))
     assert a.topk_index[:, 0].tolist() == [0, 1, 2, 3]
-    assert a.dsa_topk_seed is None
+    assert a.dsa_topk_indices is None
 
     a = sup.draft_input(1, seed=None)
     a.merge_batch(sup.draft_input(1, seed=None, base=1))
-    assert a.dsa_topk_seed is None
+    assert a.dsa_topk_indices is None
 
 
 def test_joining_request_gets_its_step_0_top_k_from_the_indexer():
@@ -379,7 +379,7 @@ def test_joining_request_gets_its_step_0_top_k_from_the_indexer():
     sup.ensure_global_server_args()
     decoder = sup.StandInDecoder()
     worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=3)
-    worker._init_index_share_state()
+    worker._init_dsa_index_share_state()
     running = sup.draft_input(2, seed=sup.seed_rows(2, base=10), base=0)
     running.merge_batch(sup.draft_input(1, seed=None, base=2))
 
@@ -405,7 +405,7 @@ def test_idle_merge_takes_the_other_side():
         capture_hidden_mode=None,
     )
     idle.merge_batch(sup.draft_input(2, seed=sup.seed_rows(2)))
-    assert idle.dsa_topk_seed[:, 0].tolist() == [1, 2]
+    assert idle.dsa_topk_indices[:, 0].tolist() == [1, 2]
 
 
 def _overlap_round(running, joining):
@@ -435,24 +435,28 @@ def test_overlap_filter_merge_never_hand_stale_rows_to_the_loop():
     merged = _overlap_round(running, joining)
     fmap._resolve_spec_extras(SimpleNamespace(spec_info=merged))
     assert merged.topk_index[:, 0].tolist() == [0, 2, 50]
-    assert merged.dsa_topk_seed is None or merged.dsa_topk_seed[:, 0].tolist() == [11, 13, 51]
+    assert merged.dsa_topk_indices is None or merged.dsa_topk_indices[:, 0].tolist() == [11, 13, 51]
 
 
 # --------------------------------------------------------------------------
-# Draft CUDA-graph runner: a seeded and an unseeded draft loop per batch size
+# Draft CUDA-graph runner: one draft loop per batch size, reading the seed;
+# a batch without a seed runs the draft loop eagerly
 # --------------------------------------------------------------------------
 
 
-def _graph_runner(max_bs, capture_bs, seeded=True):
+def _graph_runner(max_bs, capture_bs, seeded=True, mlp_sync=False):
     """An EAGLEDraftCudaGraphRunner without its capturing __init__; only the
-    attributes ``capture_one_shape`` and ``execute`` read are set. The graph
-    backend is a stand-in that keeps each captured callable and "replays" a
-    graph by calling it again (CUDA graphs need a GPU)."""
+    attributes ``capture_one_shape``, ``can_run_graph`` and ``execute`` read
+    are set. The graph backend is a stand-in that keeps each captured callable
+    and "replays" a graph by calling it again (CUDA graphs need a GPU)."""
     runner = object.__new__(graph_mod.EAGLEDraftCudaGraphRunner)
     runner.deepep_adapter = SimpleNamespace(replay=lambda: None, capture=lambda is_extend_in_batch: None)
     runner.require_mlp_tp_gather = False
     runner.require_gathered_buffer = False
     runner.require_attn_tp_gather = False
+    runner.require_mlp_sync = mlp_sync
+    runner.disable_padding = False
+    runner.max_bs = max_bs
     runner.capture_bs = capture_bs
     runner.num_tokens_per_bs = 1
     runner.speculative_num_steps = 3
@@ -489,7 +493,7 @@ def _graph_runner(max_bs, capture_bs, seeded=True):
         hidden_states=z((max_bs, sup.HIDDEN)),
         global_num_tokens_gpu=None,
         global_num_tokens_for_logprob_gpu=None,
-        dsa_topk_seed=(torch.full((max_bs, sup.INDEX_TOPK), -7, dtype=torch.int32) if seeded else None),
+        dsa_seed_topk=(torch.full((max_bs, sup.INDEX_TOPK), -7, dtype=torch.int32) if seeded else None),
     )
     graphs = {}
     runner.replayed = []
@@ -516,78 +520,93 @@ def _capture(monkeypatch, runner, worker, sizes):
         runner.capture_one_shape(size, forward=None)
 
 
-def _replay(runner, bs, seed):
-    spec = sup.draft_input(bs, seed=seed)
-    fb = sup.forward_batch("DECODE", bs, bs * 3, spec)
+def _decode_batch(bs, seed):
+    fb = sup.forward_batch("DECODE", bs, bs * 3, sup.draft_input(bs, seed=seed))
     fb.positions = torch.zeros(bs, dtype=torch.int64)
     fb.seq_lens_cpu = torch.full((bs,), 10)
-    runner.execute(fb)
-    return runner.replayed[-1]
+    fb.can_run_dp_cuda_graph = True
+    return fb
 
 
-def _graph_worker(num_steps=3):
+def _graph_worker(num_steps=3, index_share=True):
     decoder = sup.StandInDecoder()
-    worker = sup.draft_worker(sup.StandInDraftRunner(decoder), num_steps=num_steps)
-    worker._init_index_share_state()
+    worker = sup.draft_worker(sup.StandInDraftRunner(decoder, index_share=index_share), num_steps=num_steps)
+    worker._init_dsa_index_share_state()
     return worker, decoder
 
 
-def test_graphs_captured_with_and_without_seed(monkeypatch):
+def _captured_bs4_runner(monkeypatch, mlp_sync=False):
+    """A runner with the bs=4 draft loop captured; the decoder's record starts empty."""
+    sup.ensure_global_server_args()
+    worker, decoder = _graph_worker()
+    runner = _graph_runner(max_bs=4, capture_bs=[4], mlp_sync=mlp_sync)
+    _capture(monkeypatch, runner, worker, [4])
+    decoder.prev_seen.clear()
+    return runner, decoder, worker
+
+
+def test_one_draft_loop_captured_per_batch_size_reading_the_seed(monkeypatch):
     sup.ensure_global_server_args()
     worker, decoder = _graph_worker()
     runner = _graph_runner(max_bs=4, capture_bs=[2, 4])
     _capture(monkeypatch, runner, worker, [4, 2])
-    keys = {(k.size, k.variant_label) for k in runner.graphs}
-    assert keys == {(2, None), (2, "dsa_topk_seed"), (4, None), (4, "dsa_topk_seed")}
-    # the seeded loops read the static buffer at step 0, the others ran the indexer
-    seeded_reads = [p for p in decoder.prev_seen if p is not None and bool((p == -7).all())]
-    assert len(seeded_reads) == 2 * (worker.speculative_num_steps - 1)
-    assert decoder.indexer_calls == 2
+    assert sorted((k.size, k.variant_label) for k in runner.graphs) == [(2, None), (4, None)]
+    # each captured loop reads the static seed buffer from step 0 on: no indexer pass
+    assert decoder.indexer_calls == 0
+    assert len(decoder.prev_seen) == 2 * (worker.speculative_num_steps - 1)
+    assert all(bool((p == -7).all()) for p in decoder.prev_seen)
 
 
-def _captured_bs4_runner(monkeypatch):
-    """A runner with the bs=4 draft loops captured; the decoder's record starts empty."""
-    sup.ensure_global_server_args()
-    worker, decoder = _graph_worker()
-    runner = _graph_runner(max_bs=4, capture_bs=[4])
-    _capture(monkeypatch, runner, worker, [4])
-    decoder.prev_seen.clear()
-    return runner, decoder
+def test_unseeded_batch_is_not_replayed_and_its_eager_loop_computes(monkeypatch):
+    runner, decoder, worker = _captured_bs4_runner(monkeypatch)
+    fb = _decode_batch(3, seed=None)
 
+    assert runner.can_run_graph(fb) is False  # never a graph reading a row nobody wrote
 
-def test_graph_replay_without_seed_computes_step_0(monkeypatch):
-    runner, decoder = _captured_bs4_runner(monkeypatch)
     calls = decoder.indexer_calls
-
-    key = _replay(runner, 3, None)  # padded to the bs=4 graphs
-
-    assert key.variant_label is None
+    fb.positions = torch.full((3,), 10, dtype=torch.int64)
+    worker.draft_forward(fb)  # what EagleDraftWorker.draft runs when the graph cannot
+    assert runner.replayed == []
     assert decoder.indexer_calls == calls + 1
-    assert decoder.prev_seen[0] is None
-    assert not any(p is not None and bool((p == 0).all()) for p in decoder.prev_seen)
+    assert decoder.prev_seen[0] is None  # step 0 computed ...
+    assert decoder.prev_seen[1][:, 0].tolist() == [1000 * decoder.indexer_calls + t for t in range(3)]
 
 
-def test_graph_replay_with_seed_uses_it(monkeypatch):
-    runner, decoder = _captured_bs4_runner(monkeypatch)
+def test_seeded_batch_replays_the_graph_with_its_seed(monkeypatch):
+    runner, decoder, _ = _captured_bs4_runner(monkeypatch)
     calls = decoder.indexer_calls
+    fb = _decode_batch(3, seed=sup.seed_rows(3, base=40))
 
-    key = _replay(runner, 3, sup.seed_rows(3, base=40))
+    assert runner.can_run_graph(fb) is True
+    runner.execute(fb)  # padded to the bs=4 graph
 
-    assert key.variant_label == "dsa_topk_seed"
+    assert len(runner.replayed) == 1
     assert decoder.indexer_calls == calls  # no indexer pass in the loop
     assert decoder.prev_seen[0][:3, 0].tolist() == [41, 42, 43]
-    assert decoder.prev_seen[0][3].eq(0).all()  # the padded row reads zeros
+    assert decoder.prev_seen[0][3].eq(0).all()  # the padded row reads KV slot 0
     # the next replay reads the next batch's seed from the same buffer
-    _replay(runner, 4, sup.seed_rows(4, base=60))
+    runner.execute(_decode_batch(4, seed=sup.seed_rows(4, base=60)))
     assert decoder.prev_seen[-1][:, 0].tolist() == [61, 62, 63, 64]
 
 
-def test_graph_keys_unchanged_without_seeding(monkeypatch):
+@pytest.mark.parametrize("local_seed, all_ranks, replays", [(True, True, True), (True, False, False)])
+def test_under_mlp_sync_the_ranks_gathered_answer_decides(monkeypatch, local_seed, all_ranks, replays):
+    # A rank whose own batch is seeded still runs eagerly when another DP rank's
+    # is not: graph and eager draft loops on different ranks would pair
+    # different collectives.
+    runner, _, _ = _captured_bs4_runner(monkeypatch, mlp_sync=True)
+    fb = _decode_batch(2, seed=sup.seed_rows(2) if local_seed else None)
+    fb.dsa_topk_indices_on_all_dp_ranks = all_ranks
+    assert runner.can_run_graph(fb) is replays
+
+
+def test_graph_keys_and_replay_unchanged_without_seeding(monkeypatch):
     sup.ensure_global_server_args()
-    decoder = sup.StandInDecoder()
-    worker = sup.draft_worker(sup.StandInDraftRunner(decoder, index_share=False), num_steps=3)
-    worker._init_index_share_state()
+    worker, decoder = _graph_worker(index_share=False)
     runner = _graph_runner(max_bs=2, capture_bs=[2], seeded=False)
     _capture(monkeypatch, runner, worker, [2])
     assert [(k.size, k.variant_label) for k in runner.graphs] == [(2, None)]
-    assert _replay(runner, 2, None).variant_label is None
+    fb = _decode_batch(2, seed=None)
+    assert runner.can_run_graph(fb) is True
+    runner.execute(fb)
+    assert len(runner.replayed) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sglpatch.lines import default_line
@@ -32,4 +34,4 @@ def test_a_patch_whose_named_tests_do_not_see_it_fails_the_check(sglpatch, tmp_p
     )
     code, out, err = sglpatch("check-patches", "--patches", patches)
     assert code == 2 and "line v0.5.14: 1 of 1 patches fail their own check" in err
-    assert "[FAIL]" in out and "their tests: 4 failed" in out
+    assert "[FAIL]" in out and re.search(r"their tests: [1-9][0-9]* failed", out)
