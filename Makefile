@@ -155,8 +155,8 @@ lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint
 	$(PY) -m black --check -q ci
 	$(VENV)/bin/actionlint ci/workflows/gpu-matrix.yml
 
-export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin)
-	$(SGLPATCH) export --from $(call q,$(FROM)) --base $(call q,$(BASE))
+export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin); LINE=v0.5.23 writes that line from its tag
+	$(SGLPATCH) export --from $(call q,$(FROM)) $(if $(LINE),$(LINE_ARG),--base $(call q,$(BASE)))
 
 clean: ## remove the applied default base and reports (build/); .venv and the wheel cache stay
 	rm -rf build

@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import itertools
 import json
 import os
 import random
@@ -77,16 +78,23 @@ GRIDS = {
     "tiny": dict(next_ns=(2, 4), batch_sizes=(1, 8), ctxs=(4096,), lengths=("ragged",)),
     # the large cases alone (next_n 2/3/4 at 32 and 128 requests, 16k and 64k): a short GPU call
     "large": dict(next_ns=(2, 3, 4), batch_sizes=(32, 128), ctxs=(16384, 65536), lengths=("uniform", "ragged")),
-    # patch 5: next_n=3 only, the single-read kernel where the SM90 rule chooses it
-    "single_read": dict(
-        next_ns=(3,), batch_sizes=(1, 4, 8, 32, 64, 128), ctxs=(4096, 16384, 65536), lengths=("uniform", "ragged")
+    # issue 22's hold-out grid for the SM90 row-width rule: measured after the rule was fixed, never
+    # used to set it (its batch sizes and contexts are none of the committed grids')
+    "holdout": dict(
+        next_ns=(2, 3, 4, 5, 6),
+        batch_sizes=(2, 6, 12, 16, 24, 48, 96),
+        ctxs=(2048, 8192, 32768, 131072),
+        lengths=("uniform", "ragged"),
     ),
+    # issue 23's targets: next_n 3 and 5 (pairs plus a tail) where servers run them, and 6 (three pairs)
+    "odd": dict(next_ns=(3, 5, 6), batch_sizes=(32, 64, 128), ctxs=(16384, 65536), lengths=("uniform", "ragged")),
+    # cases a pristine tree runs too, for top-k identity across trees (a subset of "holdout")
+    "identity": dict(next_ns=(2, 3, 4, 5, 6), batch_sizes=(16, 48), ctxs=(8192,), lengths=("ragged",)),
 }
-# Logits of another kernel (single-read: another fp32 summation order) are not bit-identical to
-# DeepGEMM per-token's; a top-k entry swapped within this relative distance of the row's k-th
-# logit is a near-tie, counted apart from exact ties.
+# Logits computed in another fp32 summation order are not bit-identical; a top-k entry swapped
+# within this relative distance of the row's k-th logit is a near-tie, counted apart from exact ties.
 NEAR_TIE_REL = 1e-5
-SINGLE_READ_FN = "sglang.srt.layers.attention.dsa.dsa_indexer:fp8_paged_mqa_logits_single_read"
+MODES = {"both": (False, True), "eager": (False,), "graph": (True,)}
 
 # What the run observes being called: "<module>:<qualname>" -> how it is wrapped.  Names that a
 # tree lacks (a patch renamed or removed them) are skipped and listed under "not_present".
@@ -102,11 +110,13 @@ WATCH = (
     "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend.get_indexer_metadata",
     "sglang.srt.layers.attention.dsa_backend:select_paged_mqa_layout",
     "sglang.srt.layers.attention.dsa_backend:_sm90_paged_mqa_layout",
-    "sglang.srt.layers.attention.dsa_backend:_sm90_single_read_layout",
+    "sglang.srt.layers.attention.dsa_backend:pick_sm90_tokens_per_row",
     "sglang.srt.layers.attention.dsa_backend:DSAIndexerMetadata.topk_transform",
     "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._get_topk_paged",
     "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._store_index_k_cache",
-    "sglang.srt.layers.attention.dsa.dsa_indexer:_paged_mqa_tokens_per_row",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:_paged_mqa_call_layout",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:_pair_tail_logits",
+    "sglang.srt.layers.attention.dsa.dsa_indexer:_pair_tail_topk",
     "sglang.srt.layers.attention.dsa.dsa_indexer:select_paged_mqa_layout",
     "sglang.srt.layers.attention.dsa.dsa_indexer:fused_store_index_k_cache",
     "sglang.srt.layers.attention.dsa.dsa_topk_backend:DSATopKBackend.topk_transform",
@@ -115,7 +125,6 @@ WATCH = (
     "sglang.srt.mem_cache.memory_pool:DSATokenToKVPool.set_index_k_scale_buffer",
     "deep_gemm:fp8_paged_mqa_logits",
     "deep_gemm:get_paged_mqa_logits_metadata",
-    SINGLE_READ_FN,
     "sgl_kernel:fast_topk_transform_fused",
     "sgl_kernel:fast_topk_v2",
 )
@@ -171,7 +180,7 @@ class Calls:
             self.present.append(name)
 
     def _wrap(self, name, orig):
-        is_logits = name in ("deep_gemm:fp8_paged_mqa_logits", SINGLE_READ_FN)
+        is_logits = name == "deep_gemm:fp8_paged_mqa_logits"
 
         @functools.wraps(orig)
         def wrapper(*args, **kwargs):
@@ -421,8 +430,22 @@ def layout_of(backend, next_n):
     ctx = getattr(md, "paged_mqa_ctx_lens_2d", None)
     if ctx is None:
         return "unknown"
-    cols = ctx.shape[-1]
-    return "per_token" if cols == 1 else ("native" if cols == next_n else "paired")
+    rows, cols = ctx.shape
+    if cols == 1:
+        return "per_token"
+    if cols == next_n:
+        return "native"
+    return "pair_tail" if next_n % 2 else "paired"
+
+
+def token_rows(logits, layout, next_n):
+    """One logits row per draft token: pair_tail's padded rows lose each request's copy row (the one
+    before its last token)."""
+    if logits is None or layout != "pair_tail":
+        return logits
+    rows = logits.view(-1, next_n + 1, logits.shape[-1])
+    keep = [j for j in range(next_n + 1) if j != next_n - 1]
+    return rows[:, keep].reshape(-1, logits.shape[-1])
 
 
 class CapturedStep:
@@ -629,82 +652,206 @@ def merge_cmp(items):
 # --------------------------------------------------------------------------------------------
 def time_fn(torch, fn, iters, reps):
     """Median microseconds per call of fn (a graph replay or an eager step)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
+    return time_interleaved(torch, [fn], iters, reps)[0]
+
+
+def time_interleaved(torch, fns, iters, reps):
+    """Median microseconds per call of each fn, their samples taken in turn (a, b, a, b, ...) so
+    that clock or thermal drift during the run falls on all of them alike."""
+    for fn in fns:
+        for _ in range(3):
             fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / iters)
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, out in zip(fns, samples, strict=True):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) * 1000.0 / iters)
+    return [statistics.median(s) for s in samples]
 
 
-def run_variant(fx, next_n, lengths, forced, graph, seed, timing, iters, reps, keep_logits=False):
-    """Top-k (and time) of one case for one (forced, graph) variant."""
+def eager_variant(fx, next_n, lengths, forced, seed, keep_logits=False):
+    """Top-k, layout and logits of one eager step for one variant (forced per-token or chosen)."""
     torch = fx.torch
     backend = fx.backends[(next_n, forced)]
-    n_tok = len(lengths) * next_n
     with forced_per_token(forced):
-        q_fp8, weights = fx.queries(n_tok, seed)
+        q_fp8, weights = fx.queries(len(lengths) * next_n, seed)
         first_call = len(fx.calls.logits_calls)
-        if not graph:
-            fb = fx.forward_batch(lengths, next_n)
-            backend.init_forward_metadata(fb)
-            layout = layout_of(backend, next_n)
-            topk = fx.step(backend, fb, q_fp8, weights).clone()
-            logits = fx.calls.last_logits if keep_logits else None
-            us = None
-            if timing:
-                us = time_fn(torch, lambda: fx.step(backend, fb, q_fp8, weights), iters, reps)
-        else:
-            bs = len(lengths)
-            fb_cap = fx.forward_batch(capture_lengths(lengths, next_n), next_n)
-            backend.init_forward_metadata_out_graph(fb_cap, in_capture=True)
-            # static inputs: other values at capture, the case's own copied in before replay
-            q_static, w_static = torch.zeros_like(q_fp8), torch.zeros_like(weights)
-            step = CapturedStep(torch, lambda: fx.step(backend, fb_cap, q_static, w_static))
-            graph_logits = fx.calls.last_logits  # the captured kernel's output buffer
-            # replay with the case's own lengths: the backend's replay metadata path
-            fb = fx.forward_batch(lengths, next_n)
-            backend.init_forward_metadata_out_graph(fb)
-            layout = layout_of(backend, next_n)
-            q_static.copy_(q_fp8)
-            w_static.copy_(weights)
-            step.replay()
-            _sync(torch, fx.device)
-            topk = step.out.clone()
-            logits = graph_logits.clone() if (keep_logits and graph_logits is not None) else None
-            # the same replay again: does the graph give the same top-k every time?
-            unstable = 0
-            for _ in range(2):
-                step.replay()
-                _sync(torch, fx.device)
-                unstable = max(unstable, same_sets_rows(torch, step.out, topk))
-            us = time_fn(torch, step.replay, iters, reps) if timing else None
-            del step, graph_logits
-            assert bs == fb.batch_size
+        fb = fx.forward_batch(lengths, next_n)
+        backend.init_forward_metadata(fb)
+        layout = layout_of(backend, next_n)
+        topk = fx.step(backend, fb, q_fp8, weights).clone()
+        logits = token_rows(fx.calls.last_logits, layout, next_n) if keep_logits else None
         kernel_q = [c["q"] for c in fx.calls.logits_calls[first_call:]]
     return dict(
         topk=topk,
         layout=layout,
-        us=us,
         logits=logits,
         kernel_q=kernel_q[-1] if kernel_q else None,
-        replay_unstable_rows=unstable if graph else None,
+        run=(lambda: fx.step(backend, fb, q_fp8, weights)),
     )
+
+
+class GraphVariant:
+    """One variant's indexer step captured in a CUDA graph with other lengths (the backend's capture
+    path), then replayed with the case's own (its replay path). Kept alive for interleaved timing."""
+
+    def __init__(self, fx, next_n, lengths, forced, seed):
+        torch = fx.torch
+        backend = fx.backends[(next_n, forced)]
+        with forced_per_token(forced):
+            q_fp8, weights = fx.queries(len(lengths) * next_n, seed)
+            first_call = len(fx.calls.logits_calls)
+            fb_cap = fx.forward_batch(capture_lengths(lengths, next_n), next_n)
+            backend.init_forward_metadata_out_graph(fb_cap, in_capture=True)
+            self.q_static, self.w_static = torch.zeros_like(q_fp8), torch.zeros_like(weights)
+            self.step = CapturedStep(torch, lambda: fx.step(backend, fb_cap, self.q_static, self.w_static))
+            self.graph_logits = fx.calls.last_logits  # the captured kernel's output buffer
+            fb = fx.forward_batch(lengths, next_n)
+            backend.init_forward_metadata_out_graph(fb)
+            self.layout = layout_of(backend, next_n)
+            self.q_static.copy_(q_fp8)
+            self.w_static.copy_(weights)
+            self.step.replay()
+            _sync(torch, fx.device)
+            self.topk = self.step.out.clone()
+            self.logits = token_rows(self.graph_logits, self.layout, next_n)
+            if self.logits is self.graph_logits and self.logits is not None:
+                self.logits = self.logits.clone()
+            self.unstable_rows = 0  # the same replay again: the same top-k every time?
+            for _ in range(2):
+                self.step.replay()
+                _sync(torch, fx.device)
+                self.unstable_rows = max(self.unstable_rows, same_sets_rows(torch, self.step.out, self.topk))
+            kernel_q = [c["q"] for c in fx.calls.logits_calls[first_call:]]
+            self.kernel_q = kernel_q[-1] if kernel_q else None
+            self.block_table_width = backend.forward_metadata.real_page_table.shape[1] * PAGE
+
+    def replay(self):
+        self.step.replay()
 
 
 def case_seed(next_n, bs, ctx, kind):
     return (next_n * 1_000_003 + bs * 10_007 + ctx * 31 + (1 if kind == "ragged" else 0)) % (2**31)
 
 
+def grid_cases(names):
+    """(next_n, bs, ctx, lengths kind) -> the grids it belongs to, in the grids' order, each case once."""
+    cases: dict[tuple, list[str]] = {}
+    for name in names:
+        g = GRIDS[name]
+        for case in itertools.product(g["next_ns"], g["batch_sizes"], g["ctxs"], g["lengths"]):
+            cases.setdefault(case, []).append(name)
+    return cases
+
+
+def estimate_s(cases, modes, iters, reps, patched):
+    """Seconds the timed replays of ``cases`` take on an H200: a step of the per-token layout costs
+    about 8 us plus 3.75e-5 us per (token, key) of the batch (the committed v0.5.14 full grid: 952 us
+    at 128 x 3 x 64k, 12 us at 1 x 2 x 4k); each timed variant replays (3 + reps * iters) times, plus
+    about 0.15 s per variant for capture, replay checks and comparison."""
+    total = 0.0
+    variants = 2 if patched else 1
+    for next_n, bs, ctx, kind in cases:
+        keys = ctx if kind == "uniform" else ctx * 17 // 32  # ragged: uniform in [ctx/16, ctx]
+        step_s = (8 + 3.75e-5 * bs * next_n * keys) * 1e-6
+        for graph in modes:
+            timed = (3 + reps * iters) * step_s if graph else 0.0
+            total += variants * (timed + 0.15)
+    return total
+
+
+def run_case(fx, case, grids, graph, args, pristine, patched):
+    """One row: the forced per-token variant, the chosen one (patched trees), compared."""
+    torch = fx.torch
+    next_n, bs, ctx, kind = case
+    lengths = make_lengths(kind, bs, ctx, next_n)
+    seed = case_seed(*case)
+    timing = args.device.startswith("cuda") and (graph or args.time_eager)
+    if graph:
+        pt = GraphVariant(fx, next_n, lengths, True, seed)
+        ch = GraphVariant(fx, next_n, lengths, False, seed) if patched else pt
+        us = time_interleaved(torch, [pt.replay, ch.replay], args.iters, args.reps) if timing else [None, None]
+        refs = dict(per_token=dict(topk=pt.topk, logits=pt.logits), chosen=dict(topk=ch.topk, logits=ch.logits))
+        rerun_diff = pt.unstable_rows
+        unstable = dict(per_token=pt.unstable_rows, chosen=ch.unstable_rows)
+        layouts, kernel_q = (pt.layout, ch.layout), (pt.kernel_q, ch.kernel_q)
+        width = pt.block_table_width
+    else:
+        pt = eager_variant(fx, next_n, lengths, True, seed, keep_logits=True)
+        ch = eager_variant(fx, next_n, lengths, False, seed, keep_logits=True) if patched else pt
+        us = [None, None]
+        if timing:
+            us = time_interleaved(torch, [pt["run"], ch["run"]], args.iters, args.reps)
+        refs = dict(per_token=pt, chosen=ch)
+        again = eager_variant(fx, next_n, lengths, True, seed)  # the per-token path against itself
+        rerun_diff = same_sets_rows(torch, pt["topk"], again["topk"])
+        unstable = None
+        layouts, kernel_q = (pt["layout"], ch["layout"]), (pt["kernel_q"], ch["kernel_q"])
+        width = max(lengths)
+    ref, got = refs["per_token"], refs["chosen"]
+    cmp_args = (ref["logits"], fx.entry_pos, next_n, lengths)
+    cmp = dict(chosen=compare_topk(torch, ref["topk"], got["topk"], *cmp_args, got_logits=got["logits"]))
+    if pristine is not None:
+        cmp["pristine"] = compare_topk(torch, ref["topk"], pristine.to(ref["topk"].device), *cmp_args)
+    total = merge_cmp(cmp.values())
+    row = dict(
+        next_n=next_n,
+        batch_size=bs,
+        ctx=ctx,
+        lengths=kind,
+        cuda_graph=graph,
+        layout=layouts[1],
+        topk_identical=total["mismatch_rows"] == 0 and total["explained_rows"] == 0 and total["near_tie_rows"] == 0,
+        topk_equivalent=total["mismatch_rows"] == 0,
+        logits_bit_identical=(
+            logits_bit_identical(torch, ref["logits"], got["logits"], next_n, lengths) if patched else None
+        ),
+        per_token_us=_r(us[0]),
+        chosen_us=_r(us[1]),
+        speedup=_r(us[0] / us[1], 3) if us[0] and us[1] else None,
+        per_token_layout=layouts[0],
+        kernel_q_chosen=kernel_q[1],
+        kernel_q_per_token=kernel_q[0],
+        compared_with=["per_token"] + sorted(cmp),
+        tie_rows={k: v["tie_rows"] for k, v in cmp.items()},
+        near_tie_rows={k: v["near_tie_rows"] for k, v in cmp.items()},
+        mismatch_rows={k: v["mismatch_rows"] for k, v in cmp.items()},
+        explained_rows={k: v["explained_rows"] for k, v in cmp.items()},
+        per_token_rerun_diff_rows=rerun_diff,
+        topk_rows=total["rows"] // len(cmp),
+        replay_unstable_rows=unstable,
+        kv_lengths=lengths if kind == "ragged" and bs <= 8 else None,
+        grids=grids,
+        block_table_width=width,
+        timing_interleaved=bool(timing),
+    )
+    if total["first_mismatch"]:
+        row["first_mismatch"] = total["first_mismatch"]
+    explained = [dict(e, against=k) for k, v in cmp.items() for e in v["explained"]]
+    if explained:
+        row["explained"] = explained[:8]
+    return row, ref
+
+
 def run(args):
     global TREE
+    names = args.grid.split(",")
+    unknown = [n for n in names if n not in GRIDS]
+    if unknown:
+        raise SystemExit(f"unknown grid(s) {unknown}; the grids are {sorted(GRIDS)}")
+    cases = grid_cases(names)
+    modes = MODES[args.modes]
+    patched = args.label != "pristine"
+    estimate = estimate_s(cases, modes, args.iters, args.reps, patched)
+    log(f"{len(cases)} cases x {len(modes)} mode(s) ({args.grid}); about {estimate:.0f} s of timed replays on an H200")
+    if args.plan:
+        return 0
     select_tree(Path(args.tree))
     TREE = indexer_trees.for_tree(Path(args.tree))
     import torch
@@ -713,10 +860,8 @@ def run(args):
         raise SystemExit("no CUDA device")
     calls = Calls()
     calls.install(WATCH + TREE.extra_watch)
-    grid = GRIDS[args.grid]
-    patched = args.label != "pristine"
-    next_ns = tuple(grid["next_ns"])
-    max_bs, max_ctx = max(grid["batch_sizes"]), max(grid["ctxs"])
+    next_ns = tuple(sorted({c[0] for c in cases}))
+    max_bs, max_ctx = max(c[1] for c in cases), max(c[2] for c in cases)
     t0 = time.time()
     fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls)
     log(f"fixture ready in {time.time() - t0:.1f} s (pool for {max_bs} x {max_ctx} tokens)")
@@ -725,112 +870,31 @@ def run(args):
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
     rows, all_ok, self_check = [], True, None
-    modes = (False, True)
-    can_time = args.device.startswith("cuda")
-    for next_n in next_ns:
-        for bs in grid["batch_sizes"]:
-            for ctx in grid["ctxs"]:
-                for kind in grid["lengths"]:
-                    lengths = make_lengths(kind, bs, ctx, next_n)
-                    seed = case_seed(next_n, bs, ctx, kind)
-                    key = f"n{next_n}_b{bs}_c{ctx}_{kind}"
-                    # per mode, the reference is that mode's forced per-token top-k, with its logits
-                    pristine = torch.load(compare / f"{key}.pt") if compare else None
-                    saved, refs = {}, {}
-                    for graph in modes:
-                        mode = "graph" if graph else "eager"
-                        timing = can_time and (graph or args.time_eager)
-                        pt = run_variant(
-                            fx, next_n, lengths, True, graph, seed, timing, args.iters, args.reps, keep_logits=True
-                        )
-                        refs[mode] = pt
-                        if self_check is None:
-                            self_check = sensitivity_check(torch, pt, fx.entry_pos, next_n, lengths)
-                            log(f"comparison self-check: {self_check}")
-                        ch = (
-                            run_variant(
-                                fx, next_n, lengths, False, graph, seed, timing, args.iters, args.reps, keep_logits=True
-                            )
-                            if patched
-                            else pt
-                        )
-                        # the per-token path against itself: a second eager run (graphs: replays)
-                        if graph:
-                            rerun_diff = pt["replay_unstable_rows"]
-                        else:
-                            again = run_variant(fx, next_n, lengths, True, False, seed, False, 0, 0)
-                            rerun_diff = same_sets_rows(torch, pt["topk"], again["topk"])
-                            del again
-                        cmp_args = (pt["logits"], fx.entry_pos, next_n, lengths)
-                        cmp = dict(
-                            chosen=compare_topk(torch, pt["topk"], ch["topk"], *cmp_args, got_logits=ch["logits"])
-                        )
-                        same_logits = (
-                            logits_bit_identical(torch, pt["logits"], ch["logits"], next_n, lengths)
-                            if patched
-                            else None
-                        )
-                        saved[mode] = pt["topk"].cpu()
-                        if pristine is not None:
-                            cmp["pristine"] = compare_topk(
-                                torch, pt["topk"], pristine[mode].to(pt["topk"].device), *cmp_args
-                            )
-                        total = merge_cmp(cmp.values())
-                        identical = (
-                            total["mismatch_rows"] == 0 and total["explained_rows"] == 0 and total["near_tie_rows"] == 0
-                        )
-                        equivalent = total["mismatch_rows"] == 0
-                        all_ok &= equivalent
-                        speedup = pt["us"] / ch["us"] if pt["us"] and ch["us"] else None
-                        row = dict(
-                            next_n=next_n,
-                            batch_size=bs,
-                            ctx=ctx,
-                            lengths=kind,
-                            cuda_graph=graph,
-                            layout=ch["layout"],
-                            topk_identical=identical,
-                            topk_equivalent=equivalent,
-                            logits_bit_identical=same_logits,
-                            per_token_us=_r(pt["us"]),
-                            chosen_us=_r(ch["us"]),
-                            speedup=_r(speedup, 3),
-                            per_token_layout=pt["layout"],
-                            kernel_q_chosen=ch["kernel_q"],
-                            kernel_q_per_token=pt["kernel_q"],
-                            compared_with=["per_token"] + sorted(cmp),
-                            tie_rows={k: v["tie_rows"] for k, v in cmp.items()},
-                            near_tie_rows={k: v["near_tie_rows"] for k, v in cmp.items()},
-                            mismatch_rows={k: v["mismatch_rows"] for k, v in cmp.items()},
-                            explained_rows={k: v["explained_rows"] for k, v in cmp.items()},
-                            per_token_rerun_diff_rows=rerun_diff,
-                            topk_rows=total["rows"] // len(cmp),
-                            replay_unstable_rows=(
-                                dict(per_token=pt["replay_unstable_rows"], chosen=ch["replay_unstable_rows"])
-                                if graph
-                                else None
-                            ),
-                            kv_lengths=lengths if kind == "ragged" and bs <= 8 else None,
-                        )
-                        if total["first_mismatch"]:
-                            row["first_mismatch"] = total["first_mismatch"]
-                        explained = [dict(e, against=k) for k, v in cmp.items() for e in v["explained"]]
-                        if explained:
-                            row["explained"] = explained[:8]
-                        if graph:
-                            row["graph_vs_eager_per_token"] = graph_vs_eager(torch, refs, fx.entry_pos, next_n, lengths)
-                        rows.append(row)
-                        log(fmt_row(row))
-                        if graph:
-                            del ch
-                    # pristine trees save per-token top-k; patched ones save it too (same thing)
-                    if dump:
-                        torch.save(saved, dump / f"{key}.pt")
-                    del refs
-                    fx.calls.last_logits = None
-                    if args.json:
-                        write_json(args, rows, calls, torch, t0, self_check, partial=True)
-    write_json(args, rows, calls, torch, t0, self_check, partial=False)
+    for case, grids in cases.items():
+        key = "n{}_b{}_c{}_{}".format(*case)
+        dumped = torch.load(compare / f"{key}.pt") if compare and (compare / f"{key}.pt").is_file() else {}
+        saved, refs = {}, {}
+        for graph in modes:
+            mode = "graph" if graph else "eager"
+            row, ref = run_case(fx, case, grids, graph, args, dumped.get(mode), patched)
+            refs[mode] = ref
+            if self_check is None:
+                self_check = sensitivity_check(torch, ref, fx.entry_pos, case[0], make_lengths(case[3], *case[1:3], case[0]))
+                log(f"comparison self-check: {self_check}")
+            if graph and "eager" in refs:
+                lengths = make_lengths(case[3], case[1], case[2], case[0])
+                row["graph_vs_eager_per_token"] = graph_vs_eager(torch, refs, fx.entry_pos, case[0], lengths)
+            all_ok &= row["topk_equivalent"]
+            saved[mode] = ref["topk"].cpu()
+            rows.append(row)
+            log(fmt_row(row))
+        if dump:  # every tree saves its per-token top-k
+            torch.save(saved, dump / f"{key}.pt")
+        del refs
+        fx.calls.last_logits = None
+        if args.json:
+            write_json(args, rows, calls, torch, t0, self_check, partial=True, fixture=(max_bs, max_ctx))
+    write_json(args, rows, calls, torch, t0, self_check, partial=False, fixture=(max_bs, max_ctx))
     print_table(rows)
     if not (self_check and self_check["detected"]):
         log("the comparison self-check did not detect a perturbed top-k row")
@@ -874,7 +938,7 @@ def print_table(rows):
         )
 
 
-def write_json(args, rows, calls, torch, t0, self_check, partial):
+def write_json(args, rows, calls, torch, t0, self_check, partial, fixture=None):
     if not args.json:
         return
     import sglang
@@ -901,6 +965,8 @@ def write_json(args, rows, calls, torch, t0, self_check, partial):
         torch=torch.__version__,
         command=args.command or " ".join([Path(sys.executable).name] + sys.argv),
         grid=args.grid,
+        modes=args.modes,
+        fixture=dict(max_bs=fixture[0], max_ctx=fixture[1]) if fixture else None,
         index=dict(heads=INDEX_HEADS, head_dim=INDEX_HEAD_DIM, topk=INDEX_TOPK, page=PAGE, scale_fmt=SCALE_FMT),
         timing=dict(iters=args.iters, reps=args.reps, statistic="median us per indexer step"),
         exercised=[e["name"] for e in calls.exercised()],
@@ -949,7 +1015,9 @@ def main(argv=None):
         help="folder that holds sglang/ (default: make apply's)",
     )
     ap.add_argument("--label", default="patched", choices=("patched", "pristine"))
-    ap.add_argument("--grid", default="full", choices=sorted(GRIDS))
+    ap.add_argument("--grid", default="full", help=f"one grid or several, comma-separated: {', '.join(GRIDS)}")
+    ap.add_argument("--modes", default="both", choices=sorted(MODES), help="eager steps, CUDA-graph replays or both")
+    ap.add_argument("--plan", action="store_true", help="print the cases and the time estimate only (no GPU)")
     ap.add_argument("--json", help="write the results here (rewritten after every case)")
     ap.add_argument("--dump-topk", help="save this tree's top-k per case here (pristine run)")
     ap.add_argument("--compare-topk", help="compare against top-k saved here by a pristine run")

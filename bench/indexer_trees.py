@@ -94,13 +94,14 @@ class Tree0523(Tree):
     extra_watch = (
         # the patch: row width per batch, its SM90 rule, the captured width at replay
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._paged_mqa_tokens_per_row",
-        "sglang.srt.layers.attention.dsa_backend:_sm90_paged_mqa_tokens_per_row",
+        "sglang.srt.layers.attention.dsa_backend:pick_sm90_tokens_per_row",
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._captured_paged_mqa_tokens_per_row",
         # 0.5.23's replay refreshes and the indexer's DeepGEMM helpers
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._refresh_paged_mqa_schedule_metadata",
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._refresh_topk_v2_plan",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
+        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_pair_tail",
         # the top-k paths 0.5.23 picks between (SGLANG_OPT_USE_TOPK_V2: sglang's JIT v2 kernel,
         # else sgl-kernel's fast_topk_transform_fused, watched in the shared list)
         "sglang.srt.layers.attention.dsa.dsa_topk_backend:_topk_transform_v2_paged",
@@ -113,9 +114,10 @@ class Tree0523(Tree):
     logits_outputs = (
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
+        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_pair_tail",
     )
     patch_marks = {
-        "srt/layers/attention/dsa_backend.py": "_sm90_paged_mqa_tokens_per_row",
+        "srt/layers/attention/dsa_backend.py": "pick_sm90_tokens_per_row",
         "srt/environ.py": "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN",
     }
 

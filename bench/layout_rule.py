@@ -1,22 +1,21 @@
-"""The SM90 layout rule of patch 2, applied to the committed H200 kernel grid.
+"""The SM90 row-width rule of the series, applied to every committed H200 row that timed both widths.
 
-The kernel times in ``docs/results/paged_mqa_h200.json`` were measured on an
-H200 with ``bench/paged_mqa.py`` for both layouts of every case (per-token and
-native/paired), so the speedup of any rule can be read from them without a
-GPU. This script calls the patched sglang function itself,
-``dsa_backend._sm90_paged_mqa_layout``, imported from the patched tree on CPU;
-only ``deep_gemm.get_num_sms`` is answered from the grid's recorded SM count.
+The rule (``dsa_backend.pick_sm90_tokens_per_row`` on both lines) sees what a CUDA-graph capture sees:
+next_n, the batch size and the block table's width. This script imports the patched function itself
+from the tree tests/patched uses (build/sglang by default; CPU) and applies it to:
 
-For each case it prints, side by side, the speedup over per-token of:
-- the previous series' rule (multi-token from 8 requests, lengths ignored);
-- the patch's rule with host context lengths (eager forwards);
-- the patch's rule at CUDA-graph capture (lengths unknown: batch size only).
+- ``docs/results/paged_mqa_h200.json``: the kernel grid (bench/paged_mqa.py, CUDA-graph replays of
+  DeepGEMM alone; the block table as wide as the case's context);
+- the CUDA-graph rows with two tokens per row of the indexer-step runs, ``indexer_h200.json``
+  (v0.5.14) and ``indexer_h200_v0_5_23.json`` / ``_large.json`` (v0.5.23); their block table was the
+  fixture's, as wide as the grid's longest context (64k).
 
-Host lengths: uniform cases use the context length; ragged cases were drawn
-uniformly from [ctx/2, ctx] by the kernel benchmark and are not recorded, so
-they are approximated by 3/4 of ctx.
+These are the rows the rule was fitted on. It prints, per row, the measured speedup of two tokens per
+row over one and the rule's choice; then the rows that set the rule's floors, and the speedup of the
+rule's choices over the whole set. The hold-out grid (measured after the rule was fixed,
+ci/run_gpu_layouts.sh) is not read here.
 
-    python bench/layout_rule.py [--grid docs/results/paged_mqa_h200.json]
+    python bench/layout_rule.py
 """
 
 from __future__ import annotations
@@ -26,69 +25,84 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
-PREVIOUS_MIN_BATCH = 8
+RESULTS = ROOT / "docs" / "results"
+INDEXER_RUNS = ("indexer_h200.json", "indexer_h200_v0_5_23.json", "indexer_h200_v0_5_23_large.json")
 
 
-def load_rule(num_sms: int):
+def load_rule():
     """The patched rule from the tree tests/patched uses (build/sglang by default)."""
     sys.path.insert(0, str(ROOT / "tests" / "patched"))
     import cpu_sglang
 
-    backend = cpu_sglang.import_sglang("sglang.srt.layers.attention.dsa_backend")
-    backend.deep_gemm = SimpleNamespace(get_num_sms=lambda: num_sms)
-    return backend._sm90_paged_mqa_layout
+    return cpu_sglang.import_sglang("sglang.srt.layers.attention.dsa_backend").pick_sm90_tokens_per_row
 
 
-def speedups(rule, row):
-    import torch
-
-    multi = row["per_token_us"] / row["multi_us"]
-    b, n, ctx = row["batch_size"], row["next_n"], row["ctx"]
-    mean_len = ctx if row["lengths"] == "uniform" else ctx * 3 // 4
-    host = rule(n, b, torch.full((b,), mean_len))
-    graph = rule(n, b, None)
-    return {
-        "multi": multi,
-        "previous": multi if b >= PREVIOUS_MIN_BATCH else 1.0,
-        "host_lengths": multi if host.value != "per_token" else 1.0,
-        "graph": multi if graph.value != "per_token" else 1.0,
-    }
+def committed_rows(results: Path = RESULTS) -> list[dict]:
+    kernel = json.loads((results / "paged_mqa_h200.json").read_text())
+    rows = [
+        dict(
+            source="paged_mqa_h200 (kernel)",
+            next_n=r["next_n"],
+            batch_size=r["batch_size"],
+            ctx=r["ctx"],
+            lengths=r["lengths"],
+            width=r["ctx"],
+            speedup=r["per_token_us"] / r["multi_us"],
+            num_sms=kernel["num_sms"],
+        )
+        for r in kernel["rows"]
+    ]
+    for name in INDEXER_RUNS:
+        doc = json.loads((results / name).read_text())
+        width = max(r["ctx"] for r in doc["rows"])
+        rows += [
+            dict(
+                source=f"{name} (graph)",
+                next_n=r["next_n"],
+                batch_size=r["batch_size"],
+                ctx=r["ctx"],
+                lengths=r["lengths"],
+                width=width,
+                speedup=r["speedup"],
+                num_sms=132,
+            )
+            for r in doc["rows"]
+            if r["cuda_graph"] and r["layout"] in ("native", "paired")
+        ]
+    return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", type=Path, default=ROOT / "docs" / "results" / "paged_mqa_h200.json")
+    parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    grid = json.loads(args.grid.read_text())
-    print(f"importing the patched dsa_backend (about 15 s) ... grid: {args.grid.name}, {grid['device']}", flush=True)
-    rule = load_rule(grid["num_sms"])
-    rows = [r for r in grid["rows"] if "multi_us" in r]
-    print(f"{'next_n':>6} {'B':>4} {'ctx':>6} {'lengths':>8} | {'multi':>6} {'prev':>6} {'host':>6} {'graph':>6}")
-    results = []
-    for row in rows:
-        s = speedups(rule, row)
-        results.append(s)
+    print("importing the patched dsa_backend (about 15 s) ...", flush=True)
+    rule = load_rule()
+    rows = committed_rows(args.results)
+    print(f"{'source':<40} {'next_n':>6} {'B':>4} {'ctx':>6} {'lengths':>8} {'width':>6} | {'2/row':>6} rule")
+    chosen = []
+    for r in rows:
+        tokens = rule(r["next_n"], r["batch_size"], r["width"], r["num_sms"])
+        r["tokens"] = tokens
+        chosen.append(r["speedup"] if tokens == 2 else 1.0)
         print(
-            f"{row['next_n']:>6} {row['batch_size']:>4} {row['ctx']:>6} {row['lengths']:>8} | "
-            f"{s['multi']:>5.2f}x {s['previous']:>5.2f}x {s['host_lengths']:>5.2f}x {s['graph']:>5.2f}x"
+            f"{r['source']:<40} {r['next_n']:>6} {r['batch_size']:>4} {r['ctx']:>6} {r['lengths']:>8} "
+            f"{r['width']:>6} | {r['speedup']:>5.3f}x {tokens}"
         )
-    print("\nover the whole grid (speedup over per-token of the layout each rule picks):")
-    for key, label in (
-        ("previous", "previous rule (B >= 8)"),
-        ("host_lengths", "patch 2, host lengths"),
-        ("graph", "patch 2, graph capture"),
+    taken = [r for r in rows if r["tokens"] == 2]
+    print(f"\n{len(rows)} rows; the rule takes two tokens per row in {len(taken)}")
+    print(f"  lowest measured speedup where it does: {min(r['speedup'] for r in taken):.3f}x")
+    print(f"  speedup of its choices: min {min(chosen):.3f}x, geomean {statistics.geometric_mean(chosen):.3f}x")
+    print("rows that set the floors (8 and 16 two-token rows; the lowest speedup of each):")
+    for label, pick in (
+        ("8 rows (next_n 2 x 8, next_n 4 x 4)", lambda r: r["batch_size"] * (r["next_n"] // 2) == 8),
+        ("16 rows (next_n 2 x 16, next_n 4 x 8)", lambda r: r["batch_size"] * (r["next_n"] // 2) == 16),
     ):
-        values = [s[key] for s in results]
-        print(f"  {label:<24} min {min(values):.3f}x  geomean {statistics.geometric_mean(values):.3f}x")
-    gains = [(r, s) for r, s in zip(rows, results, strict=True) if s["host_lengths"] > s["previous"]]
-    print(f"  cases where host lengths gain over the previous rule: {len(gains)}")
-    for r, s in gains:
-        print(
-            f"    next_n={r['next_n']} B={r['batch_size']} ctx={r['ctx']} {r['lengths']}: {s['previous']:.2f}x -> {s['host_lengths']:.2f}x"
-        )
+        group = sorted((r for r in rows if pick(r)), key=lambda r: r["speedup"])
+        low = ", ".join(f"{r['speedup']:.3f}x ({r['source']}, n={r['next_n']} B={r['batch_size']} {r['ctx']} {r['lengths']})" for r in group[:3])
+        print(f"  {label}: {len(group)} rows, lowest {low}")
     return 0
 
 

@@ -51,7 +51,9 @@ DIM = 128  # indexer head dim
 PAGE_BYTES = PAGE * (DIM + 4)  # fp8 values then one float32 scale per token
 FP8_MAX = 448.0
 
-# Mirrors SM90_PAGED_MQA_MIN_BATCH_SIZE in patch 1 (dsa_backend.py).
+# The batch-size rule of an earlier revision of the series (multi-token from 8 requests), kept
+# for the "chosen" column of the committed kernel grid; the series' rule now is
+# dsa_backend.pick_sm90_tokens_per_row (bench/layout_rule.py applies it to this grid).
 DEFAULT_MIN_BS = 8
 
 

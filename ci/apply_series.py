@@ -12,6 +12,8 @@ DIR is the folder that contains `sglang/` (the package, not a git checkout).
 
 Patches may name files as a/python/sglang/... (a git checkout of sglang) or a/sglang/...
 (a package folder); the strip level is worked out per patch from where `sglang/` starts.
+Files a patch adds to sglang's own test tree (a/test/registered/...) go under DIR/test/, so
+`python -m pytest DIR/test/...` runs them against DIR/sglang (with DIR on PYTHONPATH).
 The series file is read by the toolkit's own parser (scripts/sglpatch/series.py) and each
 patch is applied with `git apply` through the toolkit's git runner (scripts/sglpatch/git.py),
 or with `patch` on a box without git. Any failure stops the series with a non-zero exit.
@@ -27,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -82,6 +85,23 @@ def strip_level(patch: Path) -> int:
     raise SystemExit(f"{patch.name}: no file under sglang/ found in its headers")
 
 
+def split_test_tree(patch: Path, workdir: Path) -> tuple[Path, Path | None]:
+    """(the patch without its test-tree files, a patch of those files or None), as files in workdir."""
+    text = patch.read_text(encoding="utf-8")
+    starts = [m.start() for m in re.finditer(r"^diff --git ", text, re.MULTILINE)]
+    sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+    tests = [sec for sec in sections if sec.startswith("diff --git a/test/")]
+    if not tests:
+        return patch, None
+    package = [sec for sec in sections if sec not in tests]
+    head = text[: starts[0]] if starts else text
+    package_file = workdir / patch.name
+    test_file = workdir / f"test-tree-{patch.name}"
+    package_file.write_text(head + "".join(package), encoding="utf-8")
+    test_file.write_text(head + "".join(tests), encoding="utf-8")
+    return package_file, test_file
+
+
 def apply_one(patch: Path, root: Path, level: int) -> str:
     if shutil.which("git"):
         # GIT_CEILING_DIRECTORIES: never let git take a repository above the package folder for its own
@@ -112,12 +132,17 @@ def main(argv=None) -> int:
     if not (root / "sglang").is_dir():
         raise SystemExit(f"{root} has no sglang/ folder")
     applied = []
-    for patch in list_series(args.source):
-        level = strip_level(patch)
-        tool = apply_one(patch, root, level)
-        digest = hashlib.sha256(patch.read_bytes()).hexdigest()
-        print(f"[apply-series] {patch.name}: applied with {tool} -p{level} (sha256 {digest[:12]})", flush=True)
-        applied.append(dict(name=patch.name, sha256=digest, strip=level, tool=tool))
+    with tempfile.TemporaryDirectory() as workdir:
+        for patch in list_series(args.source):
+            package, tests = split_test_tree(patch, Path(workdir))
+            level = strip_level(package)
+            tool = apply_one(package, root, level)
+            if tests is not None:
+                apply_one(tests, root, 1)
+            digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+            where = " (its sglang test-tree files under test/)" if tests is not None else ""
+            print(f"[apply-series] {patch.name}: applied with {tool} -p{level}{where} (sha256 {digest[:12]})", flush=True)
+            applied.append(dict(name=patch.name, sha256=digest, strip=level, tool=tool, test_tree=tests is not None))
     if not applied:
         print("[apply-series] no patches: pristine tree", flush=True)
     if args.record:

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "scripts")]
 
 import pytest  # noqa: E402
-from dsa_kit_layouts import RECORDER, sm90_min_batch_size  # noqa: E402
+from dsa_kit_layouts import RECORDER, sm90_rule_constants  # noqa: E402
 
 from sglpatch.ci_summary import count_outcomes, tests_from_junit  # noqa: E402
 from sglpatch.gpu_environment import environment_facts  # noqa: E402
@@ -63,7 +63,7 @@ def build_summary(meta: dict, junit: Path, exit_status: int, wall_s: float) -> d
         "environment": environment_facts(),
         "layout_field_names_seen": sorted(RECORDER.field_names),
         "layout_recorder_installed": RECORDER.installed,
-        "sm90_min_batch_size": sm90_min_batch_size(),
+        "sm90_rule": sm90_rule_constants(),
         "counts": count_outcomes(tests),
         "exit_status": exit_status,
         "wall_s": wall_s,

@@ -25,7 +25,7 @@ FORCE_PER_TOKEN_ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
 
 
 def normalize_layout(value) -> str | None:
-    """Map a layout value of any spelling (enum, str, int-backed enum) to per_token/native/paired."""
+    """Map a layout value of any spelling (enum, str, int-backed enum) to per_token/native/paired/pair_tail."""
     if value is None:
         return None
     if isinstance(value, enum.Enum):
@@ -33,6 +33,8 @@ def normalize_layout(value) -> str | None:
     else:
         text = str(value)
     t = text.lower().replace("-", "_")
+    if "tail" in t:
+        return "pair_tail"
     if "pair" in t:
         return "paired"
     if "native" in t or "2d" in t:
@@ -52,6 +54,8 @@ def infer_from_ctx_lens(ctx_lens, batch_size: int, next_n: int) -> str | None:
         return "native"
     if cols == 2 and next_n > 2 and rows * 2 == batch_size * next_n:
         return "paired"
+    if cols == 2 and next_n % 2 and next_n > 2 and rows * 2 == batch_size * (next_n + 1):
+        return "pair_tail"
     return f"unknown:{rows}x{cols}"
 
 
@@ -176,25 +180,32 @@ class _FakeFB:
 RECORDER = MetadataLayoutRecorder()
 
 
-def sm90_min_batch_size() -> int:
-    """The batch size from which the patched tree's CUDA graphs use multi-token rows on SM90; 1 if it names none."""
+def sm90_rule_constants() -> dict:
+    """The floors of the patched tree's SM90 row-width rule (fewest two-token rows for even next_n,
+    fewest requests for odd next_n), under whichever name the tree gives them; {} without them."""
     try:
         from sglang.srt.layers.attention import dsa_backend
-
-        for name in ("SM90_PAGED_MQA_GRAPH_MIN_BATCH_SIZE", "SM90_PAGED_MQA_MIN_BATCH_SIZE"):
-            if hasattr(dsa_backend, name):
-                return int(getattr(dsa_backend, name))
-        return 1
     except Exception:
-        return 1
+        return {}
+    names = {
+        "min_paired_rows": ("SM90_PAGED_MQA_MIN_PAIRED_ROWS", "_SM90_PAGED_MQA_MIN_PAIRED_ROWS"),
+        "pair_tail_min_batch_size": ("SM90_PAIR_TAIL_MIN_BATCH_SIZE", "_SM90_PAIR_TAIL_MIN_BS"),
+    }
+    found = {}
+    for key, candidates in names.items():
+        for name in candidates:
+            if hasattr(dsa_backend, name):
+                found[key] = int(getattr(dsa_backend, name))
+    return found
 
 
 def allowed_layouts(next_n: int, sm_major: int, tree: str) -> set[str] | None:
     """The layouts the series permits for a TARGET_VERIFY batch, written out independently of the
     patched code: SM100 -> native for next_n >= 2 (as upstream); SM90 -> per-token, or native for
-    next_n == 2, or paired for even next_n >= 4 (which of the two depends on the work per SM, a rule
-    the CPU tests check against the H200 grid); the force-per-token switch wins. Pristine v0.5.14:
-    native on SM100, per-token on SM90. None: no rule asserted (no tree, other GPUs)."""
+    next_n == 2, paired for even next_n >= 4, pair_tail for odd next_n >= 3 (which of the two depends
+    on the batch size and the block table's width, a rule the CPU tests check against the H200
+    grids); the force-per-token switch wins. Pristine: native on SM100, per-token on SM90. None: no
+    rule asserted (no tree, other GPUs)."""
     if tree == "none":
         return None
     if next_n < 2:
@@ -204,7 +215,9 @@ def allowed_layouts(next_n: int, sm_major: int, tree: str) -> set[str] | None:
     if sm_major == 10:
         return {"native"}
     if sm_major == 9:
-        if tree == "pristine" or next_n % 2:
+        if tree == "pristine":
             return {"per_token"}
+        if next_n % 2:
+            return {"per_token", "pair_tail"}
         return {"per_token", "native" if next_n == 2 else "paired"}
     return None

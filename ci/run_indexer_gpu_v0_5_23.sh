@@ -63,8 +63,8 @@ say "unpacked into $WORK"
 # 2. the line's series onto the patched tree
 "$PY" "$REPO/ci/apply_series.py" "$REPO/patches/$LINE/series" --root "$WORK/trees/patched" \
   --record "$OUTDIR/applied_series_v0_5_23.json" || { echo "patch series did not apply" >&2; exit 4; }
-grep -q _sm90_paged_mqa_tokens_per_row "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
-  || { echo "series reported applied but dsa_backend.py has no _sm90_paged_mqa_tokens_per_row" >&2; exit 4; }
+grep -q pick_sm90_tokens_per_row "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
+  || { echo "series reported applied but dsa_backend.py has no pick_sm90_tokens_per_row" >&2; exit 4; }
 
 # 3. environment (no sglang in pkgs/: each run imports its own tree)
 use_bundle_env "$BUNDLE" "$WORK"

@@ -98,6 +98,7 @@ def make_series(
     for message, edits in commits:
         for path, old, new in edits:
             if old is None:
+                (workdir / path).parent.mkdir(parents=True, exist_ok=True)
                 (workdir / path).write_text(new)
             else:
                 replace_in(workdir / path, old, new)

@@ -5,9 +5,11 @@
    pinned base in build/sglang); "already applied" is fine.
 2. upstream's test/registered/attention/unittests/dsa/test_dsa.py, where PATH is a checkout
    that has it (a package install has no test/ folder);
-3. ci/dsa_kit_driver.py (sglang's own DSA test kit, always);
-4. the project's tests/gpu (with pytest-xdist, file by file, where it is installed);
-5. one junit file for all parts, one JSON summary (docs/ci/gpu-leg-summary.md), and the
+3. each test the series adds to sglang's tree (test/registered/...), run in the checkout; a
+   package install has none, so they are missing there and a leg that requires them fails;
+4. ci/dsa_kit_driver.py (sglang's own DSA test kit, always);
+5. the project's tests/gpu (with pytest-xdist, file by file, where it is installed);
+6. one junit file for all parts, one JSON summary (docs/ci/gpu-leg-summary.md), and the
    check against ci/leg-expectations.json; exit 1 when the leg fails the check.
 
 Every part runs under the same Python (--python, default this one) with the patched tree
@@ -33,7 +35,7 @@ from pathlib import Path
 from sglpatch import ci_summary
 from sglpatch.errors import FatalError
 from sglpatch.project import PROJECT_ROOT, default_base_dir, default_patch_dir
-from sglpatch.series import load_series, sha256_hex
+from sglpatch.series import TEST_TREE_PREFIX, load_series, sha256_hex
 
 UPSTREAM_TEST_DSA = "test/registered/attention/unittests/dsa/test_dsa.py"
 KIT_DRIVER = "ci/dsa_kit_driver.py"
@@ -123,21 +125,28 @@ class _Tee(io.TextIOBase):
 # -- parts -------------------------------------------------------------------------------
 
 
-def plan_parts(kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: str, jobs: int) -> list[Part]:
-    pytest_common = PYTEST_OPTIONS
-    parts = []
-    upstream = sglang / UPSTREAM_TEST_DSA
-    part = Part(
-        "upstream-test-dsa",
-        f"upstream {UPSTREAM_TEST_DSA}",
-        ["-m", "pytest", UPSTREAM_TEST_DSA, f"--rootdir={sglang}", *pytest_common],
-        cwd=sglang,
-        required=False,
-    )
-    if kind != "checkout" or not upstream.is_file():
+def series_sglang_tests(patch_dir: Path) -> list[str]:
+    """The test files the series adds to (or changes in) sglang's own test tree."""
+    paths = load_series(patch_dir).touched_paths
+    return [p for p in paths if p.startswith(TEST_TREE_PREFIX) and p.rsplit("/", 1)[-1].startswith("test_")]
+
+
+def _sglang_tree_part(name: str, what: str, test: str, kind: str, sglang: Path, required: bool) -> Part:
+    part = Part(name, what, ["-m", "pytest", test, f"--rootdir={sglang}", *PYTEST_OPTIONS], cwd=sglang, required=required)
+    if kind != "checkout" or not (sglang / test).is_file():
         part.status = "absent"
-        part.detail = f"{'the package install' if kind != 'checkout' else 'this checkout'} has no {UPSTREAM_TEST_DSA}"
-    parts.append(part)
+        part.detail = f"{'the package install' if kind != 'checkout' else 'this checkout'} has no {test}"
+    return part
+
+
+def plan_parts(
+    kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: str, jobs: int, sglang_tests: list[str] = ()
+) -> list[Part]:
+    pytest_common = PYTEST_OPTIONS
+    parts = [_sglang_tree_part("upstream-test-dsa", f"upstream {UPSTREAM_TEST_DSA}", UPSTREAM_TEST_DSA, kind, sglang, False)]
+    for test in sglang_tests:
+        stem = test.rsplit("/", 1)[-1].removesuffix(".py")
+        parts.append(_sglang_tree_part(f"series-{stem}", f"the series' test in sglang's tree, {test}", test, kind, sglang, True))
     parts.append(
         Part(
             "dsa-kit",
@@ -316,7 +325,7 @@ def run_leg(args, command: str, run_command) -> int:
     )
 
     jobs = args.jobs if env.get("xdist") else 1
-    parts = plan_parts(kind, sglang, leg, parts_dir, command, jobs)
+    parts = plan_parts(kind, sglang, leg, parts_dir, command, jobs, series_sglang_tests(patch_dir))
     for part in parts:  # files of an earlier run into the same --out must not be merged as this run's
         for suffix in (".xml", ".log"):
             (parts_dir / f"{part.name}{suffix}").unlink(missing_ok=True)

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import FatalError
+from sglpatch.series import PACKAGE_PREFIX, TEST_TREE_PREFIX
 
 PIN_FILE = "pin.json"
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
+# Files a series may touch: the package, and sglang's test tree (tests a patch adds)
+BLOB_PREFIXES = (PACKAGE_PREFIX, TEST_TREE_PREFIX)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
 
@@ -88,8 +91,8 @@ def _blobs(blobs: dict) -> dict[str, str]:
     if not isinstance(blobs, dict) or not blobs:
         raise ValueError("blobs must be a non-empty object")
     for path, blob in blobs.items():
-        if not isinstance(path, str) or not path.startswith("python/sglang/") or ".." in path.split("/"):
-            raise ValueError(f"blob path {path!r} is not under python/sglang/")
+        if not isinstance(path, str) or not path.startswith(BLOB_PREFIXES) or ".." in path.split("/"):
+            raise ValueError(f"blob path {path!r} is not under python/sglang/ or test/")
         if not isinstance(blob, str) or not (blob == "" or _SHA1.match(blob)):
             raise ValueError(f"blob id {blob!r} for {path} is not a git blob id")
     return dict(blobs)

@@ -71,6 +71,8 @@ def open_workspace(target: Target, series: Series) -> Workspace:
 
 
 def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> ApplyPlan:
+    if not target.is_git:  # a package folder has no test tree: it takes the package part of each patch
+        series = series.package_part()
     workspace = open_workspace(target, series)
     try:
         applied = _applied_prefix(workspace, series.patches)

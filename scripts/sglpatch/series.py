@@ -23,6 +23,10 @@ SUMS_FILE = "SHA256SUMS"
 # Present while a rebase rewrites the folder; holds the path of the checkout whose `recover` finishes it.
 REWRITE_MARKER = ".sglpatch-rewriting"
 PACKAGE_PREFIX = "python/sglang/"
+# sglang's own test tree (test/registered/...): a patch may add its tests there. A checkout holds
+# them; a package folder has no test tree, so it gets each patch's package part only.
+TEST_TREE_PREFIX = "test/"
+_DIFF_START = re.compile(r"^diff --git ", re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.+)$")
@@ -79,6 +83,23 @@ class Patch:
         return self.trailers.get(key.lower())
 
     @property
+    def touches_test_tree(self) -> bool:
+        return any(path.startswith(TEST_TREE_PREFIX) for path in self.touched_paths)
+
+    def package_part(self) -> Patch | None:
+        """This patch without its files in sglang's test tree (what a package folder gets); None when
+        it only touches the test tree."""
+        if not self.touches_test_tree:
+            return self
+        text = self.data.decode("utf-8")
+        starts = [m.start() for m in _DIFF_START.finditer(text)]
+        sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+        kept = [section for section, diff in zip(sections, self.files, strict=True) if diff.path.startswith(PACKAGE_PREFIX)]
+        if not kept:
+            return None
+        return parse_patch(self.name, (text[: starts[0]] + "".join(kept)).encode("utf-8"), self.path)
+
+    @property
     def related_prs(self) -> list[str]:
         """The sglang PRs it cites: the one it carries (`Upstream-PR`, which rebase and drift look for
         upstream) and the one it only extends (`Extends-PR`, informational), in that order."""
@@ -110,6 +131,11 @@ class Series:
             for p in patch.touched_paths:
                 seen[p] = None
         return list(seen)
+
+    def package_part(self) -> Series:
+        """The series as a package folder takes it: each patch's package files only."""
+        parts = [patch.package_part() for patch in self.patches]
+        return Series(self.directory, [patch for patch in parts if patch is not None])
 
     def digest(self) -> str:
         h = hashlib.sha256()
@@ -309,8 +335,8 @@ def check_path_is_safe(path: str) -> None:
         raise ValueError(f"path {path!r} is not a plain relative path")
     if any(p.lower() == ".git" for p in parts):
         raise ValueError(f"path {path!r} reaches inside .git/")
-    if not path.startswith(PACKAGE_PREFIX):
-        raise ValueError(f"path {path!r} is outside {PACKAGE_PREFIX}")
+    if not path.startswith((PACKAGE_PREFIX, TEST_TREE_PREFIX)):
+        raise ValueError(f"path {path!r} is outside {PACKAGE_PREFIX} (and sglang's {TEST_TREE_PREFIX})")
 
 
 def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:

@@ -43,6 +43,8 @@ class Target:
     def local_path(self, upstream_path: str) -> Path:
         if self.is_git:
             return self.root / upstream_path
+        if not upstream_path.startswith(PACKAGE_PREFIX):  # sglang's test tree: a checkout's only
+            raise FatalError(f"{upstream_path} has no place in the package folder {self.root}")
         return self.root / upstream_path[len(PACKAGE_PREFIX) :]
 
     def read_files(self, paths: list[str]) -> dict[str, bytes | None]:

@@ -117,13 +117,14 @@ class Workspace:
 
     def applies(self, patch: Patch, reverse: bool = False, three_way: bool = False) -> bool:
         args = ["apply", "--cached", "--check"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
-        status, _, _ = self.git.try_run(*args, str(patch.path))
+        status, _, _ = self.git.try_run(*args, "-", stdin=patch.data)
         return status == 0
 
     def apply(self, patch: Patch, reverse: bool = False, three_way: bool = False) -> ApplyFailure | None:
         args = ["apply", "--cached"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
         before = self.git.run("write-tree")
-        status, _, err = self.git.try_run(*args, str(patch.path))
+        # the patch's own bytes: a package folder's view of a patch exists in memory only
+        status, _, err = self.git.try_run(*args, "-", stdin=patch.data)
         if status == 0:
             return None
         self.git.run("read-tree", before)  # a failed --3way can leave conflict stages

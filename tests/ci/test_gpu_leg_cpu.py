@@ -94,7 +94,13 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
     summary = ci_summary.load_leg_summary(stem.with_suffix(".json"))
     assert summary["leg"] == "h100" and summary["environment"]["gpu"] is None
     assert summary["sglang"]["kind"] == "package"
-    assert [p["status"] for p in summary["parts"]] == ["absent", "ran", "ran"]
+    # upstream's test_dsa.py and the series' own test in sglang's tree: a package install has neither
+    assert [(p["name"], p["status"]) for p in summary["parts"]] == [
+        ("upstream-test-dsa", "absent"),
+        ("series-test_dsa_sm90_paged_mqa", "absent"),
+        ("dsa-kit", "ran"),
+        ("project-gpu", "ran"),
+    ]
     outcomes = {t["nodeid"]: (t["outcome"], t["reason"]) for t in summary["tests"]}
     assert outcomes == {
         "ci/dsa_kit_driver.py::test_target_verify_eight_requests[bs8-next_n2]": ("skipped", "CUDA is required"),
@@ -136,6 +142,7 @@ def test_leg_whose_series_does_not_apply_still_writes_a_failing_summary(tmp_path
     assert summary["check"]["problems"][0].startswith(f"the series did not apply to {package}: ")
     assert [(p["name"], p["status"]) for p in summary["parts"]] == [
         ("upstream-test-dsa", "absent"),
+        ("series-test_dsa_sm90_paged_mqa", "absent"),
         ("dsa-kit", "error"),
         ("project-gpu", "error"),
     ]
@@ -152,3 +159,18 @@ def test_a_part_that_hangs_is_killed_and_reported(tmp_path):
     assert part.status == "error" and part.detail == "timed out after 2 s; see stuck.log"
     assert part.wall_s < 30
     assert (tmp_path / "stuck.log").read_text() == "started\n"
+
+
+def test_the_series_test_in_sglangs_tree_is_a_required_part_of_a_checkout_leg(tmp_path):
+    from sglpatch.gpu_leg import plan_parts, series_sglang_tests
+
+    tests = series_sglang_tests(REPO / "patches" / "v0.5.14")
+    assert tests == ["test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py"]
+    assert series_sglang_tests(REPO / "patches" / "v0.5.23") == tests
+    checkout = tmp_path / "sglang"
+    (checkout / tests[0]).parent.mkdir(parents=True)
+    (checkout / tests[0]).write_text("")
+    parts = plan_parts("checkout", checkout, "h100", tmp_path / "parts", "cmd", 1, tests)
+    part = next(p for p in parts if p.name == "series-test_dsa_sm90_paged_mqa")
+    assert part.required and part.status == "pending" and part.cwd == checkout
+    assert part.args[:3] == ["-m", "pytest", tests[0]]

@@ -52,7 +52,7 @@ def set_outcome(summary: dict, nodeid: str, outcome: str, reason: str = "") -> N
 def test_good_h100_leg_passes(expectations):
     summary = load("leg_h100_good.json")
     assert ci_summary.check_leg(summary, "h100", expectations) == []
-    assert ci_summary.gpu_tests_ran(summary) == 42
+    assert ci_summary.gpu_tests_ran(summary) == 44
 
 
 def test_good_b200_leg_passes_with_the_sm90_module_skipped(expectations):
@@ -92,7 +92,7 @@ def test_leg_with_no_tests_at_all_fails(expectations):
     summary["tests"] = []
     problems = ci_summary.check_leg(summary, "h100", expectations)
     assert "no GPU test ran: 0 collected, all skipped or none at all" in problems
-    assert sum(p.startswith("required test missing") for p in problems) == 23  # all but the upstream one
+    assert sum(p.startswith("required test missing") for p in problems) == 25  # all but the upstream one
 
 
 def test_leg_missing_a_required_test_fails(expectations):
@@ -160,7 +160,9 @@ def test_upstream_tests_are_required_only_where_they_ran(expectations):
 
 def test_a_required_part_that_errored_fails(expectations):
     summary = load("leg_h100_good.json")
-    summary["parts"][2].update(status="error", detail="exit status 4; see project-gpu.log")
+    next(p for p in summary["parts"] if p["name"] == "project-gpu").update(
+        status="error", detail="exit status 4; see project-gpu.log"
+    )
     assert ci_summary.check_leg(summary, "h100", expectations) == [
         "part project-gpu did not run: exit status 4; see project-gpu.log"
     ]
@@ -295,6 +297,8 @@ def test_real_leg_with_a_broken_environment_fails(expectations):
     summary = load("leg_h100_broken_env.json")
     assert summary["counts"] == {"passed": 20, "failed": 27, "skipped": 1}
     problems = ci_summary.check_leg(summary, "h100", expectations)
-    assert len(problems) == 27
+    # recorded before the series added its test to sglang's tree: those two are missing on top
+    missing = [p for p in problems if p.startswith("required test missing: test/registered/")]
+    assert len(missing) == 2 and len(problems) == 29
     assert f"failed: {KIT}test_target_verify_eight_requests[bs8-next_n4]: " in " | ".join(problems)
-    assert all("ModuleNotFoundError" in p for p in problems)
+    assert all("ModuleNotFoundError" in p for p in problems if p not in missing)

@@ -6,6 +6,8 @@
   ``make apply`` writes); None when neither holds ``sglang/``.
 - ``pristine_tree(tmp)``: ``$SGLPATCH_PRISTINE_TREE``, else the sglang 0.5.14 wheel in the
   sglpatch cache (``$SGLPATCH_CACHE`` or ``~/.cache/sglpatch``) unpacked into ``tmp``.
+- ``expected_sm90_layout(next_n, batch_size, width)``: the series' SM90 row-width rule, written out
+  here independently of the patched trees, for the GPU runs to check the trees against.
 
 ci/run_indexer_gpu.sh sets both variables from the bundle: the pristine package folder, and
 the same folder with ``patches/v0.5.14/series`` applied.
@@ -70,3 +72,21 @@ def pristine_tree(tmp: Path) -> Path | None:
     with zipfile.ZipFile(wheels[0]) as zf:
         zf.extractall(tmp, [n for n in zf.namelist() if n.startswith("sglang/") and not n.endswith(".so")])
     return tmp.resolve()
+
+
+def expected_sm90_layout(next_n: int, batch_size: int, width: int, num_sms: int = 132) -> str:
+    """The layout the series' SM90 rule gives a TARGET_VERIFY batch of ``batch_size`` requests whose
+    block table is ``width`` tokens wide: two tokens per row (native for next_n 2, paired for even
+    next_n, pair_tail for odd) from 16 two-token rows (even) or 32 requests (odd), where that needs
+    fewer waves of (row, 256-key chunk) units over the SMs than one token per row; else per_token."""
+    if next_n < 2:
+        return "per_token"
+    rows = batch_size * ((next_n + 1) // 2)
+    if (next_n % 2 and batch_size < 32) or (next_n % 2 == 0 and rows < 16):
+        return "per_token"
+    chunks = -(-width // 256)
+    if -(-rows * chunks // num_sms) >= -(-batch_size * next_n * chunks // num_sms):
+        return "per_token"
+    if next_n == 2:
+        return "native"
+    return "pair_tail" if next_n % 2 else "paired"

@@ -26,7 +26,6 @@ the reason, without an SM90/SM100 GPU, DeepGEMM or sgl-kernel, or either tree.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -53,7 +52,7 @@ REQUIRED_EXERCISED = (
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_forward_metadata_out_graph",
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._apply_cuda_graph_metadata",
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._paged_mqa_tokens_per_row",
-    "sglang.srt.layers.attention.dsa_backend._sm90_paged_mqa_tokens_per_row",
+    "sglang.srt.layers.attention.dsa_backend.pick_sm90_tokens_per_row",
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._captured_paged_mqa_tokens_per_row",
     "sglang.srt.layers.attention.dsa.dsa_indexer.deepgemm_paged_mqa_logits_native",
     "sglang.srt.layers.attention.dsa_backend.DSAIndexerMetadata.topk_transform",
@@ -65,7 +64,6 @@ TOPK_KERNELS = (
     "sglang.kernels.ops.attention.dsv4.topk.topk_transform_paged_v2",
     "sgl_kernel.fast_topk_transform_fused",
 )
-NUM_SMS_H200 = 132
 
 
 def _tree(var):
@@ -111,17 +109,6 @@ def runs(tmp_path_factory):
     return dict(rc=rc, log=log, doc=doc, pristine=pristine_doc, grid=grid, rc_p=rc_p, log_p=log_p)
 
 
-def expected_tokens_per_row(next_n, lengths, graph, num_sms=NUM_SMS_H200):
-    """The patch's SM90 rule, restated: 2 for even next_n when (next_n/2) * sum of
-    ceil(L / 256) over the requests' KV lengths L (= seq_len + next_n) reaches the SM count;
-    at graph capture (no lengths) from 8 requests; else 1."""
-    if next_n % 2:
-        return 1
-    if graph:
-        return 2 if len(lengths) >= 8 else 1
-    return 2 if (next_n // 2) * sum(math.ceil(L / 256) for L in lengths) >= num_sms else 1
-
-
 def test_both_runs_finished(runs):
     assert runs["rc_p"] == 0, runs["log_p"][-6000:]
     assert runs["rc"] == 0, runs["log"][-6000:]
@@ -151,18 +138,14 @@ def test_logits_bit_identical_across_row_widths(runs):
 
 
 def test_row_width_follows_the_sm90_rule_and_reached_deepgemm(runs):
-    from bench import indexer_step
-
     cap = runs["doc"]["compute_capability"]
     if cap[0] != 9:
         pytest.skip(f"the SM90 rule; this GPU is SM{cap[0]}{cap[1]}")
     for r in runs["doc"]["rows"]:
         assert r["kernel_q_per_token"][1] == 1, r
-        lengths = indexer_step.make_lengths(r["lengths"], r["batch_size"], r["ctx"], r["next_n"])
-        want = expected_tokens_per_row(r["next_n"], lengths, r["cuda_graph"])
-        assert r["kernel_q_chosen"][1] == want, (want, r)
-        layout = {1: "per_token", 2: "native" if r["next_n"] == 2 else "paired"}[want]
+        layout = gpu_trees.expected_sm90_layout(r["next_n"], r["batch_size"], r["block_table_width"])
         assert r["layout"] == layout, (layout, r)
+        assert r["kernel_q_chosen"][1] == (1 if layout == "per_token" else 2), (layout, r)
     layouts = {(r["next_n"], r["layout"]) for r in runs["doc"]["rows"]}
     assert (2, "native") in layouts and (4, "paired") in layouts, layouts
 

@@ -165,6 +165,45 @@ class FusedVerifyMetadata:
             paged_mqa_ctx_lens_2d.copy_(lens.view(-1, 1).expand(-1, next_n))
 
 
+class TopKV2:
+    """Stand-in for 0.5.23's default PAGED top-k, the JIT ``topk_transform_paged_v2``
+    (CUDA-only), and its ``plan_topk_v2``.
+
+    Models what sglang relies on: scores row ``i`` is transformed through page-table
+    row ``i`` (``real_page_table`` has one row per scores row), each of its top-k
+    positions ``p`` (all positions when the row is shorter) becoming the slot
+    ``page_table[i, p // page_size] * page_size + p % page_size``, padded with -1;
+    the plan is built per forward from the same lengths (its shape is checked).
+    """
+
+    def __init__(self):
+        self.calls = []
+
+    def plan_topk_v2(self, seq_lens, static_threshold=-1, *, out=None):
+        plan = torch.zeros((seq_lens.shape[0] + 1, 2), dtype=torch.int32)
+        plan[:-1, 0] = seq_lens.to(torch.int32)
+        return plan
+
+    def topk_transform_paged_v2(self, scores, seq_lens, page_tables, out_page_indices, page_size, metadata):
+        rows, topk = out_page_indices.shape
+        assert page_tables.shape[0] == rows == seq_lens.shape[0] == scores.shape[0]
+        assert metadata.shape[0] == rows + 1 and torch.equal(metadata[:-1, 0], seq_lens.to(torch.int32))
+        self.calls.append(dict(rows=rows))
+        out_page_indices.fill_(-1)
+        for i in range(rows):
+            n = int(seq_lens[i])
+            pos = torch.arange(n) if n <= topk else scores[i, :n].topk(topk).indices
+            slots = page_tables[i, pos // page_size].long() * page_size + pos % page_size
+            out_page_indices[i, : pos.numel()] = slots.to(torch.int32)
+
+    def install(self, monkeypatch) -> None:
+        topk_v2 = import_sglang("sglang.kernels.ops.attention.dsv4.topk")
+        monkeypatch.setattr(topk_v2, "plan_topk_v2", self.plan_topk_v2)
+        monkeypatch.setattr(topk_v2, "topk_transform_paged_v2", self.topk_transform_paged_v2)
+        monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "1")
+        monkeypatch.setenv("SGLANG_OPT_USE_TOPK_V2", "1")
+
+
 def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
     """A DSA backend object for target_verify with next_n draft tokens."""
     num_pages = 1 + num_reqs * (MAX_CONTEXT // PAGE)

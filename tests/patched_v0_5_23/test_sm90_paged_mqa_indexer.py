@@ -4,13 +4,16 @@ dsa_backend chose.
 The real 0.5.23 indexer method runs under a real forward context; only the
 DeepGEMM entry points are a recording stand-in (FakeDeepGemm, which enforces
 SM90's two-tokens-per-row limit and the schedule/context-length match and
-computes logits in plain torch), so the returned top-k can be compared with
-the per-token path bit for bit.
+computes logits in plain torch), and, where named, 0.5.23's JIT top-k v2
+(support23.TopKV2), so the returned top-k can be compared with the per-token
+path bit for bit. Odd next_n runs as pairs plus a tail row (the last token
+and a copy of it); its top-k rows come back in sglang's order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import support23 as S
@@ -25,51 +28,63 @@ def _clean_env(monkeypatch):
     monkeypatch.delenv(S.FORCE_ENV, raising=False)
 
 
-def setup(monkeypatch, arch, next_n, bs, forced=False, cuda_graph=False):
+def setup(monkeypatch, arch, next_n, bs, forced=False):
     if forced:
         monkeypatch.setenv(S.FORCE_ENV, "1")
     else:
         monkeypatch.delenv(S.FORCE_ENV, raising=False)
-    # 4 SMs: the short test contexts qualify for two tokens per row on SM90
+    # 4 SMs: the short test contexts give two tokens per row fewer waves on SM90
     fake = S.FakeDeepGemm(max_tokens_per_row=S.KERNEL_TOKENS_PER_ROW[arch], num_sms=4)
     S.use_kernels(monkeypatch, fake)
-    backend = S.make_backend(next_n)
-    seq_lens = (SEQ_LENS * 2)[:bs]
+    backend = S.make_backend(next_n, num_reqs=64)
+    seq_lens = (SEQ_LENS * 4)[:bs]
     batch = S.make_forward_batch(TV, seq_lens, next_n)
     return fake, backend, batch
 
 
-def topk(monkeypatch, arch, next_n, bs, q, w, forced=False, cuda_graph=False, mutate=None):
+def prepare(backend, batch, bs, cuda_graph, pool=None):
+    if cuda_graph:
+        backend.init_cuda_graph_state(max_bs=64, max_num_tokens=64 * backend.speculative_num_draft_tokens)
+        for lens in (torch.ones(bs, dtype=torch.int64), batch.seq_lens):  # capture, replay
+            backend._apply_cuda_graph_metadata(
+                bs=bs,
+                req_pool_indices=batch.req_pool_indices if pool is None else pool,
+                seq_lens=lens,
+                seq_lens_cpu=lens.clone(),
+                forward_mode=TV,
+                spec_info=None,
+            )
+    else:
+        backend.init_forward_metadata(batch)
+
+
+def topk(monkeypatch, arch, next_n, bs, q, w, forced=False, cuda_graph=False, mutate=None, top_k_v2=None):
     fake, backend, batch = setup(monkeypatch, arch, next_n, bs, forced)
+    if top_k_v2 is not None:
+        top_k_v2.install(monkeypatch)
+        backend.dsa_topk_backend = S.topk_mod.DSATopKBackend.SGL_KERNEL
+        backend.use_fused_topk = True
     with S.platform(monkeypatch, arch):
-        if cuda_graph:
-            backend.init_cuda_graph_state(max_bs=32, max_num_tokens=32 * next_n)
-            for lens in (torch.ones(bs, dtype=torch.int64), batch.seq_lens):  # capture, replay
-                backend._apply_cuda_graph_metadata(
-                    bs=bs,
-                    req_pool_indices=batch.req_pool_indices,
-                    seq_lens=lens,
-                    seq_lens_cpu=lens.clone(),
-                    forward_mode=TV,
-                    spec_info=None,
-                )
-        else:
-            backend.init_forward_metadata(batch)
+        prepare(backend, batch, bs, cuda_graph)
         metadata = backend.get_indexer_metadata(0, batch)
         if mutate is not None:
             metadata = mutate(metadata)
         out = S.run_topk(backend, batch, q, w, metadata=metadata)
-    assert len(fake.fp8_paged_mqa_logits.calls) == 1
-    return out, fake.fp8_paged_mqa_logits.calls[0], backend.forward_metadata
+    calls = fake.fp8_paged_mqa_logits.calls
+    # 0.5.23 splits more than sm_count (132) kernel rows over several calls
+    rows = sum(args[0].shape[0] for args, _ in calls)
+    assert len(calls) == -(-rows // 132), len(calls)
+    return out, calls[-1], backend.forward_metadata
 
 
 @pytest.mark.parametrize(
     "arch,next_n,bs,tokens",
     [
-        ("sm90", 2, 8, 2),
-        ("sm90", 2, 12, 2),
+        ("sm90", 2, 16, 2),
+        ("sm90", 2, 20, 2),
         ("sm90", 4, 8, 2),
-        ("sm90", 6, 10, 2),
+        ("sm90", 6, 6, 2),
+        ("sm90", 2, 8, 1),
         ("sm90", 3, 8, 1),
         ("sm100", 4, 3, 4),
         ("sm80", 4, 8, 1),
@@ -94,7 +109,7 @@ def test_kernel_call_and_topk_match_per_token(monkeypatch, arch, next_n, bs, tok
     # every tokens-th block-table row, as a view of the per-token table
     table = meta.real_page_table
     assert table_arg.data_ptr() == table.data_ptr()
-    assert torch.equal(table_arg, table[::tokens])
+    assert torch.equal(table_arg, table[: bs * next_n : tokens])
     assert w_arg.shape == (bs * next_n, S.NUM_HEADS)
     assert max_len == table.shape[1] * S.PAGE
     # one top-k row per draft token, identical to the per-token path
@@ -102,10 +117,62 @@ def test_kernel_call_and_topk_match_per_token(monkeypatch, arch, next_n, bs, tok
     assert torch.equal(got, ref)
 
 
+@pytest.mark.parametrize("next_n", [3, 5])
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
+def test_pairs_plus_tail_call_and_topk_match_per_token(monkeypatch, next_n, cuda_graph):
+    bs = 33
+    q, w = S.make_queries(bs * next_n, seed=next_n)
+    ref, _, _ = topk(monkeypatch, "sm90", next_n, bs, q, w, forced=True, cuda_graph=cuda_graph)
+    got, (args, _), meta = topk(monkeypatch, "sm90", next_n, bs, q, w, cuda_graph=cuda_graph)
+    q_arg, _, w_arg, ctx_arg, table_arg, sched_arg, _ = args
+    rows = (next_n + 1) // 2
+    assert tuple(q_arg.shape) == (bs * rows, 2, S.NUM_HEADS, S.HEAD_DIM)
+    padded = q_arg.view(bs, next_n + 1, S.NUM_HEADS, S.HEAD_DIM).view(torch.uint8)
+    per_request = q.view(bs, next_n, S.NUM_HEADS, S.HEAD_DIM).view(torch.uint8)
+    assert torch.equal(padded[:, :next_n], per_request) and torch.equal(padded[:, next_n], per_request[:, -1])
+    assert torch.equal(w_arg.view(bs, next_n + 1, -1)[:, :next_n], w.view(bs, next_n, -1))
+    table = meta.real_page_table
+    for r in range(bs * rows):  # one block-table row per kernel row: its request's
+        assert torch.equal(table_arg[r], table[(r // rows) * next_n])
+    assert ctx_arg is meta.paged_mqa_ctx_lens_2d and sched_arg is meta.paged_mqa_schedule_metadata
+    # top-k rows: request-major, token-minor, equal to per-token's
+    assert got.shape == (bs * next_n, S.INDEX_TOPK)
+    assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("next_n,bs", [(3, 32), (5, 32), (4, 8)])
+def test_rows_through_the_top_k_v2_match_per_token(monkeypatch, next_n, bs):
+    # 0.5.23's default top-k maps scores row i through page-table row i with a per-forward plan:
+    # the pair-tail rows must each carry their own request's page-table row and plan entry
+    q, w = S.make_queries(bs * next_n, seed=17 + next_n)
+    v2 = S.TopKV2()
+    ref, (ref_args, _), _ = topk(monkeypatch, "sm90", next_n, bs, q, w, forced=True, top_k_v2=v2)
+    got, (args, _), _ = topk(monkeypatch, "sm90", next_n, bs, q, w, top_k_v2=v2)
+    assert ref_args[0].shape[1] == 1 and args[0].shape[1] == 2
+    assert v2.calls[-1]["rows"] == bs * (next_n + 1 if next_n % 2 else next_n)
+    assert bool((ref >= 0).any())  # slots, not positions
+    assert torch.equal(got, ref)
+
+
 def test_sm90_never_gets_more_than_two_tokens_per_row(monkeypatch):
     q, w = S.make_queries(64)
     _, (args, _), _ = topk(monkeypatch, "sm90", 8, 8, q, w)
     assert tuple(args[0].shape[:2]) == (32, 2)
+
+
+def test_spare_block_table_rows_are_never_passed(monkeypatch):
+    # a page table with spare rows (e.g. a padded graph bucket) must still give DeepGEMM one row per
+    # kernel row: block_tables[:q_offset:t], not block_tables[::t]
+    def spare_rows(meta):
+        table = meta.attn_metadata.real_page_table
+        attn = dataclasses.replace(meta.attn_metadata, real_page_table=torch.cat([table, table[:8]]).contiguous())
+        return dataclasses.replace(meta, attn_metadata=attn)
+
+    q, w = S.make_queries(32, seed=4)
+    got, (args, _), meta = topk(monkeypatch, "sm90", 4, 8, q, w, mutate=spare_rows)
+    assert tuple(args[0].shape[:2]) == (16, 2) and args[4].shape[0] == 16
+    ref, _, _ = topk(monkeypatch, "sm90", 4, 8, q, w, forced=True)
+    assert torch.equal(got, ref)
 
 
 def test_rows_that_do_not_divide_next_n_fall_back_to_per_token(monkeypatch):
@@ -118,18 +185,79 @@ def test_rows_that_do_not_divide_next_n_fall_back_to_per_token(monkeypatch):
     got, (args, _), _ = topk(monkeypatch, "sm90", 6, 8, q, w, mutate=rows_of_four)
     q_arg, _, _, ctx_arg, _, sched_arg, _ = args
     assert tuple(q_arg.shape[:2]) == (48, 1)
-    assert ctx_arg.reshape(-1).tolist() == S.expected_token_lengths((SEQ_LENS * 2)[:8], 6)
+    assert ctx_arg.reshape(-1).tolist() == S.expected_token_lengths((SEQ_LENS * 4)[:8], 6)
     assert torch.equal(sched_arg[0], S.FakeDeepGemm._fingerprint(ctx_arg))
     ref, _, _ = topk(monkeypatch, "sm90", 6, 8, q, w, forced=True)
     assert torch.equal(got, ref)
 
 
-def test_padded_q_keeps_rows_and_pads_output(monkeypatch):
-    # dp-attention / MAX_LEN padding: q has more rows than the batch's tokens
-    q, w = S.make_queries(32 + 5, seed=3)
-    got, (args, _), _ = topk(monkeypatch, "sm90", 4, 8, q, w)
-    assert tuple(args[0].shape[:2]) == (16, 2)
-    assert got.shape == (37, S.INDEX_TOPK)
-    assert bool((got[32:] == -1).all())
-    ref, _, _ = topk(monkeypatch, "sm90", 4, 8, q, w, forced=True)
+def test_pair_tail_rows_without_topk_offsets_fall_back_to_per_token(monkeypatch):
+    # pair-tail lengths have one row per padded token: a per-token fallback takes the per-token lengths
+    def no_offsets(meta):
+        attn = dataclasses.replace(meta.attn_metadata, paged_mqa_topk_cu_seqlens_q=None)
+        return dataclasses.replace(meta, attn_metadata=attn)
+
+    q, w = S.make_queries(96, seed=6)
+    got, (args, _), _ = topk(monkeypatch, "sm90", 3, 32, q, w, mutate=no_offsets)
+    q_arg, _, _, ctx_arg, _, sched_arg, _ = args
+    assert tuple(q_arg.shape[:2]) == (96, 1)
+    assert ctx_arg.reshape(-1).tolist() == S.expected_token_lengths((SEQ_LENS * 4)[:32], 3)
+    assert torch.equal(sched_arg[0], S.FakeDeepGemm._fingerprint(ctx_arg))
+    ref, _, _ = topk(monkeypatch, "sm90", 3, 32, q, w, forced=True)
     assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("next_n,bs", [(4, 8), (3, 32)])
+def test_padded_q_keeps_rows_and_pads_output(monkeypatch, next_n, bs):
+    # dp-attention / MAX_LEN padding: q has more rows than the batch's tokens
+    q, w = S.make_queries(bs * next_n + 5, seed=3)
+    got, (args, _), _ = topk(monkeypatch, "sm90", next_n, bs, q, w)
+    assert args[0].shape[1] == 2
+    assert got.shape == (bs * next_n + 5, S.INDEX_TOPK)
+    assert bool((got[bs * next_n :] == -1).all())
+    ref, _, _ = topk(monkeypatch, "sm90", next_n, bs, q, w, forced=True)
+    assert torch.equal(got, ref)
+
+
+# --- padded batches (DP attention, CUDA-graph buckets): real rows unchanged ---------------------
+
+
+def padded_forward_batch(backend, seq_lens, next_n, padded_bs):
+    """A real ForwardBatch of ``seq_lens`` padded to ``padded_bs`` requests by sglang's own
+    ForwardBatch._pad_inputs_to_size (the DP-attention path), without host lengths as 0.5.23's
+    spec-v2 target_verify has them."""
+    bs = len(seq_lens)
+    lens = torch.tensor(seq_lens, dtype=torch.int64)
+    fb = S.fbi.ForwardBatch(
+        forward_mode=TV,
+        batch_size=bs,
+        input_ids=torch.zeros(bs * next_n, dtype=torch.int64),
+        req_pool_indices=torch.arange(1, bs + 1),
+        seq_lens=lens,
+        seq_lens_cpu=None,
+        out_cache_loc=torch.zeros(bs * next_n, dtype=torch.int64),
+        seq_lens_sum=int(lens.sum()),
+        positions=torch.zeros(bs * next_n, dtype=torch.int64),
+    )
+    fb.batch_size = padded_bs
+    fb._pad_inputs_to_size(types.SimpleNamespace(attn_backend=backend), padded_bs * next_n, padded_bs)
+    assert fb.seq_lens.shape[0] == padded_bs and fb.req_pool_indices.shape[0] == padded_bs
+    return fb
+
+
+@pytest.mark.parametrize("next_n,real,padded", [(2, 13, 16), (4, 5, 8), (6, 5, 6), (3, 29, 32), (5, 30, 32)])
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
+def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, cuda_graph):
+    q, w = S.make_queries(padded * next_n, seed=real)
+    ref, _, _ = topk(monkeypatch, "sm90", next_n, real, q[: real * next_n], w[: real * next_n], forced=True,
+                     cuda_graph=cuda_graph)
+    fake, backend, _ = setup(monkeypatch, "sm90", next_n, real)
+    batch = padded_forward_batch(backend, (SEQ_LENS * 4)[:real], next_n, padded)
+    if cuda_graph:  # the graph runner's padding: the same fill value and pool index 0
+        batch.seq_lens_cpu = batch.seq_lens.clone()
+    with S.platform(monkeypatch, "sm90"):
+        prepare(backend, batch, padded, cuda_graph)
+        got = S.run_topk(backend, batch, q, w)
+    (q_arg, *_), _ = fake.fp8_paged_mqa_logits.calls[0]
+    assert q_arg.shape[1] == 2
+    assert torch.equal(got[: real * next_n], ref)

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""What a run of ci/run_gpu_layouts.sh showed, against the criteria of issues 22 and 23.
+
+Reads the patched runs' JSONs (bench/indexer_step.py, grids holdout and odd, CUDA graphs) and the
+parts' exit statuses, and checks, per series line:
+
+- hold-out (issue 22): wherever the SM90 rule took two tokens per row, at least 0.97x of forced
+  per-token; no row's top-k differs from per-token's beyond the counted ties, and the logits are
+  bit-identical on every attended position;
+- odd next_n (issue 23): pair_tail at least 1.25x (next_n 3) and 1.2x (next_n 5) at 32 or more
+  requests x 64k, and no odd-next_n row that took pair_tail below 0.97x, hold-out rows included;
+- identity: the cases a pristine tree ran too have its top-k.
+
+    python bench/layouts_report.py RUN.json [RUN.json ...] [--parts parts.tsv] [--summary OUT.json]
+
+Prints a short summary; --summary writes it as JSON. Exit 0 when every criterion that had rows
+held, 1 otherwise (a criterion without rows is reported as "no rows", not as a pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+FLOOR = 0.97
+ODD_TARGETS = {3: 1.25, 5: 1.2}  # next_n: speedup at >= 32 requests x 64k
+
+
+def _graph_rows(doc, grid):
+    return [r for r in doc.get("rows", []) if r.get("cuda_graph") and grid in r.get("grids", [doc.get("grid")])]
+
+
+def _two_per_row(rows):
+    return [r for r in rows if r["layout"] != "per_token" and r.get("speedup") is not None]
+
+
+def _where(r):
+    return f"n={r['next_n']} B={r['batch_size']} ctx={r['ctx']} {r['lengths']} {r['layout']} {r['speedup']}x"
+
+
+def _check(name, rows, ok, detail):
+    status = "no rows" if not rows else ("pass" if ok else "FAIL")
+    return dict(criterion=name, status=status, rows=len(rows), detail=detail)
+
+
+def line_report(doc):
+    """The criteria for one patched run."""
+    checks = []
+    hold = _graph_rows(doc, "holdout")
+    chosen = _two_per_row(hold)
+    low = [r for r in chosen if r["speedup"] < FLOOR]
+    speeds = [r["speedup"] for r in chosen]
+    checks.append(
+        _check(
+            "holdout: two tokens per row never below 0.97x of per-token",
+            chosen,
+            not low,
+            (
+                f"{len(chosen)} of {len(hold)} rows took two tokens per row; speedup min "
+                f"{min(speeds, default=0):.3f}, median {statistics.median(speeds) if speeds else 0:.3f}; "
+                f"below 0.97x: {[_where(r) for r in low[:5]]}"
+            ),
+        )
+    )
+    measured = [r for r in doc.get("rows", []) if r.get("cuda_graph")]
+    bad_topk = [r for r in measured if not r.get("topk_equivalent")]
+    checks.append(
+        _check(
+            "top-k: every row equal to per-token's (ties counted)",
+            measured,
+            not bad_topk,
+            f"identical {sum(bool(r.get('topk_identical')) for r in measured)}, mismatching "
+            f"{len(bad_topk)}: {[_where(r) for r in bad_topk[:5]]}",
+        )
+    )
+    multi = [r for r in measured if r["layout"] != "per_token"]
+    bad_logits = [r for r in multi if r.get("logits_bit_identical") is not True]
+    checks.append(
+        _check(
+            "logits: bit-identical to per-token on every attended position",
+            multi,
+            not bad_logits,
+            f"{len(multi) - len(bad_logits)} of {len(multi)} two-token rows; differing: "
+            f"{[_where(r) for r in bad_logits[:5]]}",
+        )
+    )
+    odd_rows = [r for r in measured if r["next_n"] % 2 and r["layout"] == "pair_tail" and r.get("speedup")]
+    odd_low = [r for r in odd_rows if r["speedup"] < FLOOR]
+    checks.append(
+        _check(
+            "odd next_n: pair_tail never below 0.97x (odd and hold-out grids)",
+            odd_rows,
+            not odd_low,
+            f"min {min((r['speedup'] for r in odd_rows), default=0):.3f}; below: {[_where(r) for r in odd_low[:5]]}",
+        )
+    )
+    odd_grid = _graph_rows(doc, "odd")
+    for next_n, target in ODD_TARGETS.items():
+        rows = [r for r in odd_grid if r["next_n"] == next_n and r["batch_size"] >= 32 and r["ctx"] >= 65536]
+        got = [r["speedup"] for r in rows if r.get("speedup") is not None]
+        checks.append(
+            _check(
+                f"odd next_n {next_n}: at least {target}x at >= 32 requests x 64k",
+                rows,
+                bool(got) and min(got) >= target and all(r["layout"] == "pair_tail" for r in rows),
+                f"layouts {sorted({r['layout'] for r in rows})}, speedups {sorted(got)}",
+            )
+        )
+    pristine = [r for r in measured if "pristine" in r.get("compared_with", [])]
+    bad = [r for r in pristine if r.get("mismatch_rows", {}).get("pristine")]
+    checks.append(
+        _check(
+            "identity: per-token top-k equal to the pristine tree's",
+            pristine,
+            not bad,
+            f"{len(pristine)} cases compared; mismatching: {[_where(r) for r in bad[:5]]}",
+        )
+    )
+    return dict(
+        sglang=doc.get("sglang"),
+        device=doc.get("device"),
+        deep_gemm=doc.get("deep_gemm"),
+        sgl_kernel=doc.get("sgl_kernel"),
+        torch=doc.get("torch"),
+        partial=doc.get("partial"),
+        rows=len(doc.get("rows", [])),
+        checks=checks,
+    )
+
+
+def read_parts(path):
+    parts = []
+    for line in Path(path).read_text().splitlines():
+        name, rc, wall = line.split("\t")[:3]
+        parts.append(dict(part=name, exit_status=rc, wall_s=float(wall)))
+    return parts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="*", type=Path)
+    ap.add_argument("--parts", type=Path, help="tab-separated part, exit status, seconds (one a line)")
+    ap.add_argument("--summary", type=Path, help="write the summary as JSON here")
+    args = ap.parse_args(argv)
+    lines, missing = [], []
+    for path in args.runs:
+        if not path.is_file():
+            missing.append(str(path))
+            continue
+        lines.append(dict(file=path.name, **line_report(json.loads(path.read_text()))))
+    parts = read_parts(args.parts) if args.parts and args.parts.is_file() else []
+    failed = [c for line in lines for c in line["checks"] if c["status"] == "FAIL"]
+    summary = dict(lines=lines, missing_runs=missing, parts=parts, ok=not failed and not missing)
+    for part in parts:
+        print(f"[layouts] part {part['part']}: exit {part['exit_status']} ({part['wall_s']:.0f} s)")
+    for path in missing:
+        print(f"[layouts] {path}: no results")
+    for line in lines:
+        head = f"sglang {line['sglang']}, {line['rows']} rows{' (partial)' if line['partial'] else ''}"
+        print(f"[layouts] {line['file']}: {head}")
+        for c in line["checks"]:
+            print(f"[layouts]   {c['status']:7s} {c['criterion']}: {c['detail']}")
+    if args.summary:
+        args.summary.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The plan of ci/run_gpu_layouts.sh, checked without a GPU: its grids, their cases, the runner's arguments."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bench import indexer_step
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "ci" / "run_gpu_layouts.sh"
+
+
+def test_holdout_grid_is_the_issues():
+    g = indexer_step.GRIDS["holdout"]
+    assert g["batch_sizes"] == (2, 6, 12, 16, 24, 48, 96)
+    assert g["ctxs"] == (2048, 8192, 32768, 131072)
+    assert set(g["next_ns"]) == {2, 3, 4, 5, 6} and set(g["lengths"]) == {"uniform", "ragged"}
+    # none of its (batch size, context) cases is in a committed grid the rule was fitted on
+    # (kernel grid: B 1-128, ctx 4k/16k/64k; indexer grids: B 1-128, ctx 4k/16k/64k)
+    fitted_ctxs = {4096, 16384, 65536}
+    assert not set(g["ctxs"]) & fitted_ctxs
+
+
+def test_cases_are_counted_once_and_keep_their_grids():
+    cases = indexer_step.grid_cases(["holdout", "odd", "identity"])
+    assert len(cases) == 280 + 36  # identity is a subset of the hold-out grid
+    assert cases[(3, 48, 8192, "ragged")] == ["holdout", "identity"]
+    assert cases[(5, 128, 65536, "uniform")] == ["odd"]
+    assert all(n == 6 or n % 2 for n, *_ in indexer_step.grid_cases(["odd"]))
+
+
+def test_estimate_grows_with_the_work():
+    small = indexer_step.estimate_s([(2, 2, 2048, "ragged")], (True,), 10, 5, True)
+    large = indexer_step.estimate_s([(6, 96, 131072, "uniform")], (True,), 10, 5, True)
+    assert 0 < small < large
+
+
+def test_runner_refuses_a_bad_budget_and_parses():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    done = subprocess.run(["bash", str(SCRIPT), "--budget", "soon"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--budget takes whole seconds" in done.stderr
+    done = subprocess.run(["bash", str(SCRIPT), "--frobnicate"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown argument" in done.stderr

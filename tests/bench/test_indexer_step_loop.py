@@ -1,0 +1,153 @@
+"""bench/indexer_step.py's case loop on a CPU, with a stand-in for the GPU side.
+
+The real run needs a CUDA device (DeepGEMM, sgl-kernel, CUDA graphs). This drives its own loop
+(grids, eager and graph variants, the per-token / chosen comparison, pair_tail logits rows, the
+pristine dump and compare, the JSON) with a fixture whose "kernel" is plain torch: logits a fixed
+function of (token, key), top-k the largest per row; a pair_tail batch's raw logits carry each
+request's copy row, as DeepGEMM's do. A CUDA graph stands in as a recorded call replayed in place.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+
+from bench import indexer_step, indexer_trees
+
+TOPK = indexer_step.INDEX_TOPK
+
+
+class FakeBackend:
+    def __init__(self, layout):
+        self.layout = layout
+        self.forward_metadata = None
+
+    def _meta(self, fb):
+        width = -(-max(fb.lengths) // indexer_step.PAGE)
+        table = torch.zeros((len(fb.lengths) * fb.next_n, width), dtype=torch.int32)
+        # what a captured graph reads: the metadata buffers, refreshed in place at replay
+        self.forward_metadata = types.SimpleNamespace(
+            paged_mqa_layout=self.layout, real_page_table=table, lengths=list(fb.lengths), next_n=fb.next_n
+        )
+
+    def init_forward_metadata(self, fb):
+        self._meta(fb)
+
+    def init_forward_metadata_out_graph(self, fb, in_capture=False):
+        self._meta(fb)
+
+
+class FakeFixture:
+    """What run() and run_case() use of indexer_step.Fixture."""
+
+    def __init__(self, max_bs, max_ctx, next_ns, device, calls, chosen=None):
+        self.torch, self.device, self.calls, self.entry_pos = torch, device, calls, None
+        self.max_ctx = max_ctx
+        chosen = chosen or {2: "native", 3: "pair_tail", 4: "paired"}
+        self.backends = {}
+        for n in next_ns:
+            self.backends[(n, True)] = FakeBackend("per_token")
+            self.backends[(n, False)] = FakeBackend(chosen[n])
+
+    def queries(self, n_tokens, seed):
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randn((n_tokens, 4), generator=gen), torch.ones((n_tokens, 1))
+
+    def forward_batch(self, lengths, next_n):
+        return types.SimpleNamespace(lengths=list(lengths), next_n=next_n, seq_lens=torch.tensor(lengths))
+
+    def step(self, backend, fb, q, w):
+        meta = backend.forward_metadata  # not fb: a replayed graph sees the refreshed metadata
+        n, lengths = meta.next_n, meta.lengths
+        width = self.max_ctx  # a captured block table is as wide as the pool
+        keys = torch.arange(width, dtype=torch.float32)
+        logits = torch.sin(q[:, :1] * 7.0 + keys[None, :] * 0.37) * q[:, 1:2]
+        valid = torch.tensor([length - n + 1 + j for length in lengths for j in range(n)])
+        masked = logits.masked_fill(keys[None, :] >= valid[:, None], float("-inf"))
+        top = masked.topk(min(TOPK, width), dim=-1)
+        out = torch.full((len(valid), TOPK), -1, dtype=torch.int32)
+        out[:, : top.indices.shape[1]] = torch.where(top.values > float("-inf"), top.indices, -1).to(torch.int32)
+        raw = logits
+        if backend.layout == "pair_tail":  # DeepGEMM's rows: the copy of each request's last token before it
+            per = logits.view(len(lengths), n, width)
+            raw = torch.cat([per[:, :-1], torch.full_like(per[:, -1:], 1e9), per[:, -1:]], dim=1).view(-1, width)
+        tokens = 2 if backend.layout != "per_token" else 1
+        self.calls.logits_calls.append(dict(q=[raw.shape[0] // tokens, tokens, 64, 128], ctx=[raw.shape[0] // tokens, tokens]))
+        buf = getattr(backend, "logits", None)  # DeepGEMM's output: the graph's static buffer
+        if buf is None or buf.shape != raw.shape:
+            backend.logits = buf = raw.clone()
+        buf.copy_(raw)
+        self.calls.last_logits = buf
+        return out
+
+
+class ReplayedCall:
+    """A 'CUDA graph': the call once at capture, again in place at every replay."""
+
+    def __init__(self, torch_, fn):
+        self.fn = fn
+        self.out = fn()
+
+    def replay(self):
+        self.out.copy_(self.fn())
+
+
+@pytest.fixture
+def cpu_bench(monkeypatch):
+    monkeypatch.setitem(indexer_step.GRIDS, "cpu", dict(next_ns=(2, 3), batch_sizes=(2, 3), ctxs=(4096,), lengths=("ragged",)))
+    monkeypatch.setattr(indexer_step, "Fixture", FakeFixture)
+    monkeypatch.setattr(indexer_step, "CapturedStep", ReplayedCall)
+    monkeypatch.setattr(indexer_step, "select_tree", lambda tree: None)
+    monkeypatch.setattr(indexer_trees, "for_tree", lambda tree: indexer_trees.Tree("0.5.14"))
+    monkeypatch.setattr(indexer_step.Calls, "install", lambda self, names=None: None)
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(__version__="0.5.14"))
+
+
+def bench(tmp_path, *extra):
+    return indexer_step.main(["--tree", str(tmp_path), "--grid", "cpu", "--device", "cpu", *extra])
+
+
+def test_rows_compare_chosen_with_per_token_in_both_modes(cpu_bench, tmp_path):
+    out = tmp_path / "run.json"
+    assert bench(tmp_path, "--json", str(out), "--dump-topk", str(tmp_path / "dump")) == 0
+    doc = json.loads(out.read_text())
+    assert doc["partial"] is False and doc["modes"] == "both" and doc["fixture"] == dict(max_bs=3, max_ctx=4096)
+    assert doc["comparison_self_check"]["detected"] is True
+    rows = doc["rows"]
+    assert len(rows) == 2 * 2 * 2  # next_n x B x (eager, graph)
+    for r in rows:
+        assert r["topk_identical"] and r["topk_equivalent"] and r["logits_bit_identical"] is True, r
+        assert r["layout"] == {2: "native", 3: "pair_tail"}[r["next_n"]] and r["per_token_layout"] == "per_token"
+        assert r["grids"] == ["cpu"] and r["speedup"] is None  # no CUDA: not timed
+        assert r["kernel_q_chosen"][1] == 2 and r["kernel_q_per_token"][1] == 1
+    graph = [r for r in rows if r["cuda_graph"]]
+    assert all(r["block_table_width"] == 4096 and r["graph_vs_eager_per_token"]["mismatch_rows"] == 0 for r in graph)
+    assert sorted(p.name for p in (tmp_path / "dump").iterdir())[0] == "n2_b2_c4096_ragged.pt"
+
+
+def test_a_graph_only_run_compares_with_the_pristine_dumps(cpu_bench, tmp_path):
+    assert bench(tmp_path, "--label", "pristine", "--modes", "graph", "--dump-topk", str(tmp_path / "dump")) == 0
+    out = tmp_path / "run.json"
+    assert bench(tmp_path, "--modes", "graph", "--json", str(out), "--compare-topk", str(tmp_path / "dump")) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 4 and all(r["cuda_graph"] for r in rows)
+    assert all(r["compared_with"] == ["per_token", "chosen", "pristine"] for r in rows)
+    assert all(r["mismatch_rows"] == dict(chosen=0, pristine=0) for r in rows)
+
+
+def test_a_wrong_pair_tail_row_order_is_caught(cpu_bench, tmp_path, monkeypatch):
+    # token_rows must drop the copy row; keeping the last row instead misplaces every request's rows
+    monkeypatch.setattr(indexer_step, "token_rows", lambda logits, layout, next_n: logits[: logits.shape[0] * next_n // (next_n + 1)] if layout == "pair_tail" else logits)
+    out = tmp_path / "run.json"
+    bench(tmp_path, "--modes", "eager", "--json", str(out))
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["layout"] == "pair_tail"]
+    assert rows and all(r["logits_bit_identical"] is False for r in rows)
+
+
+def test_unknown_grid_is_refused():
+    with pytest.raises(SystemExit, match="unknown grid"):
+        indexer_step.main(["--grid", "holdout,nope", "--plan"])
