@@ -80,6 +80,7 @@ GRIDS = {
         (32, 65536, "uniform"),
         (32, 65536, "ragged"),
     ],
+    "targets64k": [(32, 65536, "uniform"), (32, 65536, "ragged")],
     "probe": [(8, 4096, "uniform")],
 }
 # Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
@@ -517,14 +518,14 @@ class Bench:
             for engine in pair.values():
                 engine.call({"op": "generate", "requests": warm, "probe_window": False})
             t0 = time.time()
-            pool = [{"prompt": [i, n], "max_new_tokens": 1} for i, n in POOL]
+            pool = pool_for(cases)
             for label, engine in pair.items():
                 t = time.time()
                 engine.call(
                     {"op": "generate", "requests": pool, "probe_window": False}, timeout_s=max(60.0, self.left_s())
                 )
                 self.notes.append(
-                    f"next_n={next_n} {label}: prompt pool ({len(pool)} prompts, {sum(n for _, n in POOL)} tokens) prefilled in {time.time() - t:.1f} s"
+                    f"next_n={next_n} {label}: prompt pool ({len(pool)} prompts, {sum(r['prompt'][1] for r in pool)} tokens) prefilled in {time.time() - t:.1f} s"
                 )
                 log(self.notes[-1])
             log(f"next_n={next_n}: pool prefilled ({time.time() - t0:.0f} s)")
