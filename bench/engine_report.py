@@ -112,19 +112,34 @@ def plot(doc: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     next_ns = sorted({r["next_n"] for r in doc["rows"]})
+    rows = [r for r in doc["rows"] if r.get("speedup_verify")]
+    cases = sorted({(r["ctx"], r["batch_size"], r["lengths"]) for r in rows})
+    labels = [f"{bs}x{ctx // 1024}k{'r' if lengths == 'ragged' else ''}" for ctx, bs, lengths in cases]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for n in next_ns:
-        rows = [r for r in doc["rows"] if r["next_n"] == n and r.get("speedup_verify")]
-        labels = [f"{r['batch_size']}x{r['ctx'] // 1024}k{'r' if r['lengths'] == 'ragged' else ''}" for r in rows]
-        axes[0].plot(labels, [r["speedup_verify"] for r in rows], marker="o", label=f"next_n {n}")
-        axes[1].plot(
-            labels, [r.get("speedup_step_interval") or float("nan") for r in rows], marker="o", label=f"next_n {n}"
-        )
-    for ax, title in zip(axes, ("verify forward (GPU time)", "step interval (time per output token)"), strict=True):
+    panels = (
+        ("speedup_verify", "verify", "verify forward (GPU time)"),
+        ("speedup_step_interval", "step_interval", "step interval (time per output token)"),
+    )
+    for ax, (key, aa_key, title) in zip(axes, panels, strict=True):
+        for n in next_ns:
+            points = [
+                (cases.index((r["ctx"], r["batch_size"], r["lengths"])), r)
+                for r in rows
+                if r["next_n"] == n and r.get(key)
+            ]
+            if not points:
+                continue
+            points.sort(key=lambda point: point[0])
+            xs = [x for x, _ in points]
+            color = f"C{next_ns.index(n)}"
+            ax.plot(xs, [r[key] for _, r in points], marker="o", color=color, label=f"next_n {n}")
+            ax.scatter(
+                xs, [(r.get("aa_noise") or {}).get(aa_key) or float("nan") for _, r in points], marker="x", color="grey"
+            )
         ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(labels)), labels, rotation=60)
         ax.set_title(f"pristine / patched: {title}")
-        ax.set_xlabel("requests x context (r: ragged)")
-        ax.tick_params(axis="x", rotation=60)
+        ax.set_xlabel("requests x context (r: ragged); x: A/A (pristine vs pristine)")
         ax.legend()
     fig.suptitle("sglang Engine, MTP (EAGLE topk 1), CUDA graphs, overlap scheduler; H200; 4 DSA layers, dummy weights")
     fig.tight_layout()
