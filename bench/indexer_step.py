@@ -677,7 +677,6 @@ def time_interleaved(torch, fns, iters, reps):
 
 def eager_variant(fx, next_n, lengths, forced, seed, keep_logits=False):
     """Top-k, layout and logits of one eager step for one variant (forced per-token or chosen)."""
-    torch = fx.torch
     backend = fx.backends[(next_n, forced)]
     with forced_per_token(forced):
         q_fp8, weights = fx.queries(len(lengths) * next_n, seed)
@@ -879,7 +878,9 @@ def run(args):
             row, ref = run_case(fx, case, grids, graph, args, dumped.get(mode), patched)
             refs[mode] = ref
             if self_check is None:
-                self_check = sensitivity_check(torch, ref, fx.entry_pos, case[0], make_lengths(case[3], *case[1:3], case[0]))
+                self_check = sensitivity_check(
+                    torch, ref, fx.entry_pos, case[0], make_lengths(case[3], *case[1:3], case[0])
+                )
                 log(f"comparison self-check: {self_check}")
             if graph and "eager" in refs:
                 lengths = make_lengths(case[3], case[1], case[2], case[0])

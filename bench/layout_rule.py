@@ -101,7 +101,10 @@ def main(argv=None) -> int:
         ("16 rows (next_n 2 x 16, next_n 4 x 8)", lambda r: r["batch_size"] * (r["next_n"] // 2) == 16),
     ):
         group = sorted((r for r in rows if pick(r)), key=lambda r: r["speedup"])
-        low = ", ".join(f"{r['speedup']:.3f}x ({r['source']}, n={r['next_n']} B={r['batch_size']} {r['ctx']} {r['lengths']})" for r in group[:3])
+        low = ", ".join(
+            f"{r['speedup']:.3f}x ({r['source']}, n={r['next_n']} B={r['batch_size']} {r['ctx']} {r['lengths']})"
+            for r in group[:3]
+        )
         print(f"  {label}: {len(group)} rows, lowest {low}")
     return 0
 

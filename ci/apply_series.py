@@ -89,7 +89,7 @@ def split_test_tree(patch: Path, workdir: Path) -> tuple[Path, Path | None]:
     """(the patch without its test-tree files, a patch of those files or None), as files in workdir."""
     text = patch.read_text(encoding="utf-8")
     starts = [m.start() for m in re.finditer(r"^diff --git ", text, re.MULTILINE)]
-    sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+    sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
     tests = [sec for sec in sections if sec.startswith("diff --git a/test/")]
     if not tests:
         return patch, None
@@ -141,7 +141,9 @@ def main(argv=None) -> int:
                 apply_one(tests, root, 1)
             digest = hashlib.sha256(patch.read_bytes()).hexdigest()
             where = " (its sglang test-tree files under test/)" if tests is not None else ""
-            print(f"[apply-series] {patch.name}: applied with {tool} -p{level}{where} (sha256 {digest[:12]})", flush=True)
+            print(
+                f"[apply-series] {patch.name}: applied with {tool} -p{level}{where} (sha256 {digest[:12]})", flush=True
+            )
             applied.append(dict(name=patch.name, sha256=digest, strip=level, tool=tool, test_tree=tests is not None))
     if not applied:
         print("[apply-series] no patches: pristine tree", flush=True)

@@ -132,7 +132,9 @@ def series_sglang_tests(patch_dir: Path) -> list[str]:
 
 
 def _sglang_tree_part(name: str, what: str, test: str, kind: str, sglang: Path, required: bool) -> Part:
-    part = Part(name, what, ["-m", "pytest", test, f"--rootdir={sglang}", *PYTEST_OPTIONS], cwd=sglang, required=required)
+    part = Part(
+        name, what, ["-m", "pytest", test, f"--rootdir={sglang}", *PYTEST_OPTIONS], cwd=sglang, required=required
+    )
     if kind != "checkout" or not (sglang / test).is_file():
         part.status = "absent"
         part.detail = f"{'the package install' if kind != 'checkout' else 'this checkout'} has no {test}"
@@ -143,10 +145,14 @@ def plan_parts(
     kind: str, sglang: Path, leg: str, parts_dir: Path, leg_command: str, jobs: int, sglang_tests: list[str] = ()
 ) -> list[Part]:
     pytest_common = PYTEST_OPTIONS
-    parts = [_sglang_tree_part("upstream-test-dsa", f"upstream {UPSTREAM_TEST_DSA}", UPSTREAM_TEST_DSA, kind, sglang, False)]
+    parts = [
+        _sglang_tree_part("upstream-test-dsa", f"upstream {UPSTREAM_TEST_DSA}", UPSTREAM_TEST_DSA, kind, sglang, False)
+    ]
     for test in sglang_tests:
         stem = test.rsplit("/", 1)[-1].removesuffix(".py")
-        parts.append(_sglang_tree_part(f"series-{stem}", f"the series' test in sglang's tree, {test}", test, kind, sglang, True))
+        parts.append(
+            _sglang_tree_part(f"series-{stem}", f"the series' test in sglang's tree, {test}", test, kind, sglang, True)
+        )
     parts.append(
         Part(
             "dsa-kit",

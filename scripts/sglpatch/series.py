@@ -93,8 +93,10 @@ class Patch:
             return self
         text = self.data.decode("utf-8")
         starts = [m.start() for m in _DIFF_START.finditer(text)]
-        sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
-        kept = [section for section, diff in zip(sections, self.files, strict=True) if diff.path.startswith(PACKAGE_PREFIX)]
+        sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+        kept = [
+            section for section, diff in zip(sections, self.files, strict=True) if diff.path.startswith(PACKAGE_PREFIX)
+        ]
         if not kept:
             return None
         return parse_patch(self.name, (text[: starts[0]] + "".join(kept)).encode("utf-8"), self.path)

@@ -76,7 +76,9 @@ class FakeFixture:
             per = logits.view(len(lengths), n, width)
             raw = torch.cat([per[:, :-1], torch.full_like(per[:, -1:], 1e9), per[:, -1:]], dim=1).view(-1, width)
         tokens = 2 if backend.layout != "per_token" else 1
-        self.calls.logits_calls.append(dict(q=[raw.shape[0] // tokens, tokens, 64, 128], ctx=[raw.shape[0] // tokens, tokens]))
+        self.calls.logits_calls.append(
+            dict(q=[raw.shape[0] // tokens, tokens, 64, 128], ctx=[raw.shape[0] // tokens, tokens])
+        )
         buf = getattr(backend, "logits", None)  # DeepGEMM's output: the graph's static buffer
         if buf is None or buf.shape != raw.shape:
             backend.logits = buf = raw.clone()
@@ -98,7 +100,9 @@ class ReplayedCall:
 
 @pytest.fixture
 def cpu_bench(monkeypatch):
-    monkeypatch.setitem(indexer_step.GRIDS, "cpu", dict(next_ns=(2, 3), batch_sizes=(2, 3), ctxs=(4096,), lengths=("ragged",)))
+    monkeypatch.setitem(
+        indexer_step.GRIDS, "cpu", dict(next_ns=(2, 3), batch_sizes=(2, 3), ctxs=(4096,), lengths=("ragged",))
+    )
     monkeypatch.setattr(indexer_step, "Fixture", FakeFixture)
     monkeypatch.setattr(indexer_step, "CapturedStep", ReplayedCall)
     monkeypatch.setattr(indexer_step, "select_tree", lambda tree: None)
@@ -141,7 +145,13 @@ def test_a_graph_only_run_compares_with_the_pristine_dumps(cpu_bench, tmp_path):
 
 def test_a_wrong_pair_tail_row_order_is_caught(cpu_bench, tmp_path, monkeypatch):
     # token_rows must drop the copy row; keeping the last row instead misplaces every request's rows
-    monkeypatch.setattr(indexer_step, "token_rows", lambda logits, layout, next_n: logits[: logits.shape[0] * next_n // (next_n + 1)] if layout == "pair_tail" else logits)
+    monkeypatch.setattr(
+        indexer_step,
+        "token_rows",
+        lambda logits, layout, next_n: (
+            logits[: logits.shape[0] * next_n // (next_n + 1)] if layout == "pair_tail" else logits
+        ),
+    )
     out = tmp_path / "run.json"
     bench(tmp_path, "--modes", "eager", "--json", str(out))
     rows = [r for r in json.loads(out.read_text())["rows"] if r["layout"] == "pair_tail"]

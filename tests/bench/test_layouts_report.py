@@ -9,9 +9,19 @@ from bench import layouts_report
 
 def row(next_n, bs, ctx, layout, speedup, grids=("holdout",), **extra):
     base = dict(
-        next_n=next_n, batch_size=bs, ctx=ctx, lengths="ragged", cuda_graph=True, layout=layout, speedup=speedup,
-        topk_equivalent=True, topk_identical=True, logits_bit_identical=True, grids=list(grids),
-        compared_with=["per_token", "chosen"], mismatch_rows={"chosen": 0},
+        next_n=next_n,
+        batch_size=bs,
+        ctx=ctx,
+        lengths="ragged",
+        cuda_graph=True,
+        layout=layout,
+        speedup=speedup,
+        topk_equivalent=True,
+        topk_identical=True,
+        logits_bit_identical=True,
+        grids=list(grids),
+        compared_with=["per_token", "chosen"],
+        mismatch_rows={"chosen": 0},
     )
     return base | extra
 
@@ -31,8 +41,15 @@ def good_rows():
         row(3, 48, 131072, "pair_tail", 1.31),
         row(3, 64, 65536, "pair_tail", 1.3, grids=("odd",)),
         row(5, 32, 65536, "pair_tail", 1.22, grids=("odd",)),
-        row(4, 16, 8192, "paired", 1.1, compared_with=["per_token", "chosen", "pristine"],
-            mismatch_rows={"chosen": 0, "pristine": 0}),
+        row(
+            4,
+            16,
+            8192,
+            "paired",
+            1.1,
+            compared_with=["per_token", "chosen", "pristine"],
+            mismatch_rows={"chosen": 0, "pristine": 0},
+        ),
     ]
 
 

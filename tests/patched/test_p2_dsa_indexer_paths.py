@@ -122,8 +122,14 @@ def _committed_rows():
     kernel = json.loads((RESULTS / "paged_mqa_h200.json").read_text())
     assert kernel["num_sms"] == H200_SMS
     rows = [
-        dict(source="paged_mqa_h200", n=r["next_n"], bs=r["batch_size"], width=r["ctx"],
-             speedup=r["per_token_us"] / r["multi_us"], case=(r["ctx"], r["lengths"]))
+        dict(
+            source="paged_mqa_h200",
+            n=r["next_n"],
+            bs=r["batch_size"],
+            width=r["ctx"],
+            speedup=r["per_token_us"] / r["multi_us"],
+            case=(r["ctx"], r["lengths"]),
+        )
         for r in kernel["rows"]
     ]
     # the indexer-step runs: CUDA-graph rows with two tokens per row; their block table was the
@@ -132,8 +138,14 @@ def _committed_rows():
         doc = json.loads((RESULTS / name).read_text())
         width = max(r["ctx"] for r in doc["rows"])
         rows += [
-            dict(source=name, n=r["next_n"], bs=r["batch_size"], width=width, speedup=r["speedup"],
-                 case=(r["ctx"], r["lengths"]))
+            dict(
+                source=name,
+                n=r["next_n"],
+                bs=r["batch_size"],
+                width=width,
+                speedup=r["speedup"],
+                case=(r["ctx"], r["lengths"]),
+            )
             for r in doc["rows"]
             if r["cuda_graph"] and r["layout"] in ("native", "paired")
         ]
@@ -211,16 +223,24 @@ def _capture_then_replay(backend, bs, replay_lens, pool=None):
     backend.init_cuda_graph_state(max_bs=64, max_num_tokens=64 * backend.speculative_num_draft_tokens)
     fill = torch.ones(bs, dtype=torch.int64)
     backend._apply_cuda_graph_metadata(
-        bs=bs, req_pool_indices=torch.arange(1, bs + 1), seq_lens=fill,
-        seq_lens_cpu=fill.clone(), forward_mode=S.ForwardMode.TARGET_VERIFY, spec_info=None,
+        bs=bs,
+        req_pool_indices=torch.arange(1, bs + 1),
+        seq_lens=fill,
+        seq_lens_cpu=fill.clone(),
+        forward_mode=S.ForwardMode.TARGET_VERIFY,
+        spec_info=None,
     )
     captured = backend.decode_cuda_graph_metadata[bs]
     pointers = captured.paged_mqa_ctx_lens_2d.data_ptr(), captured.paged_mqa_schedule_metadata.data_ptr()
     lens = torch.tensor(replay_lens, dtype=torch.int64)
     pool = torch.arange(1, bs + 1) if pool is None else pool
     backend._apply_cuda_graph_metadata(
-        bs=bs, req_pool_indices=pool, seq_lens=lens, seq_lens_cpu=lens.clone(),
-        forward_mode=S.ForwardMode.TARGET_VERIFY, spec_info=None,
+        bs=bs,
+        req_pool_indices=pool,
+        seq_lens=lens,
+        seq_lens_cpu=lens.clone(),
+        forward_mode=S.ForwardMode.TARGET_VERIFY,
+        spec_info=None,
     )
     meta = backend.forward_metadata
     assert meta is captured
@@ -382,10 +402,14 @@ def _padded_forward_batch(backend, seq_lens, next_n, padded_bs):
     bs = len(seq_lens)
     lens = torch.tensor(seq_lens, dtype=torch.int64)
     fb = fbi.ForwardBatch(
-        forward_mode=S.ForwardMode.TARGET_VERIFY, batch_size=bs,
+        forward_mode=S.ForwardMode.TARGET_VERIFY,
+        batch_size=bs,
         input_ids=torch.zeros(bs * next_n, dtype=torch.int64),
-        req_pool_indices=torch.arange(1, bs + 1), seq_lens=lens, seq_lens_cpu=lens.clone(),
-        out_cache_loc=torch.zeros(bs * next_n, dtype=torch.int64), seq_lens_sum=int(lens.sum()),
+        req_pool_indices=torch.arange(1, bs + 1),
+        seq_lens=lens,
+        seq_lens_cpu=lens.clone(),
+        out_cache_loc=torch.zeros(bs * next_n, dtype=torch.int64),
+        seq_lens_sum=int(lens.sum()),
         positions=torch.zeros(bs * next_n, dtype=torch.int64),
     )
     fb.lora_ids = [None] * bs
@@ -395,7 +419,9 @@ def _padded_forward_batch(backend, seq_lens, next_n, padded_bs):
     return fb
 
 
-@pytest.mark.parametrize("next_n,real,padded,layout", [(2, 13, 16, "native"), (4, 5, 8, "paired"), (3, 29, 32, "pair_tail")])
+@pytest.mark.parametrize(
+    "next_n,real,padded,layout", [(2, 13, 16, "native"), (4, 5, 8, "paired"), (3, 29, 32, "pair_tail")]
+)
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
 def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, layout, cuda_graph):
     q, w = S.make_queries(padded * next_n, seed=real)
@@ -467,7 +493,7 @@ def test_fallback_when_layout_does_not_fit_next_n(monkeypatch):
     # the indexer only trusts the metadata when its context lengths fit
     for name in ("native", "pair_tail"):
         got, q_arg, ctx_arg, table_arg, _ = _fallback_case(
-            monkeypatch, lambda meta: dataclasses.replace(meta, paged_mqa_layout=L(name))
+            monkeypatch, lambda meta, name=name: dataclasses.replace(meta, paged_mqa_layout=L(name))
         )
         _assert_per_token_call(q_arg, ctx_arg, table_arg)
         assert got.shape == (32, S.INDEX_TOPK)

@@ -249,8 +249,9 @@ def padded_forward_batch(backend, seq_lens, next_n, padded_bs):
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
 def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, cuda_graph):
     q, w = S.make_queries(padded * next_n, seed=real)
-    ref, _, _ = topk(monkeypatch, "sm90", next_n, real, q[: real * next_n], w[: real * next_n], forced=True,
-                     cuda_graph=cuda_graph)
+    ref, _, _ = topk(
+        monkeypatch, "sm90", next_n, real, q[: real * next_n], w[: real * next_n], forced=True, cuda_graph=cuda_graph
+    )
     fake, backend, _ = setup(monkeypatch, "sm90", next_n, real)
     batch = padded_forward_batch(backend, (SEQ_LENS * 4)[:real], next_n, padded)
     if cuda_graph:  # the graph runner's padding: the same fill value and pool index 0

@@ -162,7 +162,9 @@ def test_a_tie_in_waves_keeps_one_token_per_row():
 def test_rule_per_mode_and_next_n(monkeypatch, arch):
     S.use_kernels(monkeypatch, S.FakeDeepGemm(num_sms=1))
     for next_n, mode, bs in itertools.product(
-        [0, 1, 2, 3, 4, 5, 6], [S.ForwardMode.DECODE, S.ForwardMode.DRAFT_EXTEND_V2, S.ForwardMode.EXTEND, TV], [1, 8, 16, 64]
+        [0, 1, 2, 3, 4, 5, 6],
+        [S.ForwardMode.DECODE, S.ForwardMode.DRAFT_EXTEND_V2, S.ForwardMode.EXTEND, TV],
+        [1, 8, 16, 64],
     ):
         backend = S.make_backend(next_n)
         with S.platform(monkeypatch, arch):
@@ -339,8 +341,13 @@ def committed_h200_rows():
     kernel = json.loads((RESULTS / "paged_mqa_h200.json").read_text())
     assert kernel["num_sms"] == 132
     rows = [
-        dict(source="paged_mqa_h200", n=r["next_n"], bs=r["batch_size"], width=r["ctx"],
-             speedup=r["per_token_us"] / r["multi_us"])
+        dict(
+            source="paged_mqa_h200",
+            n=r["next_n"],
+            bs=r["batch_size"],
+            width=r["ctx"],
+            speedup=r["per_token_us"] / r["multi_us"],
+        )
         for r in kernel["rows"]
     ]
     for name in ("indexer_h200.json", "indexer_h200_v0_5_23.json", "indexer_h200_v0_5_23_large.json"):

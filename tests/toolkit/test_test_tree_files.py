@@ -30,7 +30,15 @@ def test_tree_series(tmp_path_factory, base_repo, project_pin):
         tmp / "dev",
         tmp / "patches",
         project_pin,
-        [(message, [(BACKEND, "class DSAIndexerMetadata", "# noted\nclass DSAIndexerMetadata"), (SGLANG_TEST, None, TEST_TEXT)])],
+        [
+            (
+                message,
+                [
+                    (BACKEND, "class DSAIndexerMetadata", "# noted\nclass DSAIndexerMetadata"),
+                    (SGLANG_TEST, None, TEST_TEXT),
+                ],
+            )
+        ],
     )
 
 
