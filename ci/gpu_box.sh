@@ -1,6 +1,45 @@
-# Sourced by ci/run_dsa_kit.sh and ci/run_indexer_gpu.sh on the GPU box: the bundle's
-# unpacking and the environment (import path, JIT caches) both runners need.
-# Expects PY (a python) and a `say` function to be defined by the caller.
+# Sourced by every runner in ci/ on the GPU box: their options and start, the bundle's unpacking,
+# the trees of a series line, and the environment (import path, JIT caches) they need.
+# Expects PY (a python) and a `say` function to be defined by the caller (box_start defines say).
+
+# box_options "$@": the options every runner takes: --out DIR, --bundle DIR, --work DIR,
+# --save-jit-cache; and the runner's own value options, named in BOX_OPTIONS as "--flag=VAR ..."
+# (e.g. "--grid=GRID --patches=PATCHES"), or flags in BOX_FLAGS as "--flag=VAR" (set to 1). Sets
+# OUTDIR, BUNDLE, WORK, SAVE_JIT and those variables; the words after `--` land in BOX_REST.
+# An unknown option is refused (exit 2).
+box_options() {
+  BOX_REST=()
+  local pair matched
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --out) OUTDIR="$2"; shift 2; continue ;;
+      --bundle) BUNDLE="$2"; shift 2; continue ;;
+      --work) WORK="$2"; shift 2; continue ;;
+      --save-jit-cache) SAVE_JIT=1; shift; continue ;;
+      --) shift; BOX_REST=("$@"); return 0 ;;
+    esac
+    matched=0
+    for pair in ${BOX_OPTIONS:-}; do
+      if [ "$1" = "${pair%%=*}" ]; then printf -v "${pair#*=}" '%s' "$2"; shift 2; matched=1; break; fi
+    done
+    for pair in ${BOX_FLAGS:-}; do
+      [ "$matched" = 0 ] || break
+      if [ "$1" = "${pair%%=*}" ]; then printf -v "${pair#*=}" '%s' 1; shift; matched=1; fi
+    done
+    [ "$matched" = 1 ] || { echo "unknown argument: $1" >&2; exit 2; }
+  done
+}
+
+# box_start NAME: the output folder, a clock and `say` (lines prefixed [NAME +Ns]), the box's GPU and
+# python in the log, CUDA_HOME.
+box_start() {
+  BOX_NAME="$1"
+  mkdir -p "$OUTDIR" || exit 2
+  T0=$(date +%s)
+  say() { echo "[$BOX_NAME +$(( $(date +%s) - T0 ))s] $*"; }
+  say "box: $(nvidia-smi -L 2>/dev/null | head -1); python: $($PY -V 2>&1)"
+  export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+}
 
 # unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing)
 unpack_bundle() {

@@ -29,28 +29,14 @@ OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/dsa-kit
 SAVE_JIT=0
 PY="${PYTHON:-python3}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --patches) PATCHES="$2"; shift 2 ;;
-    --label) LABEL="$2"; shift 2 ;;
-    --out) OUTDIR="$2"; shift 2 ;;
-    --bundle) BUNDLE="$2"; shift 2 ;;
-    --work) WORK="$2"; shift 2 ;;
-    --save-jit-cache) SAVE_JIT=1; shift ;;
-    --) shift; break ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
+BOX_OPTIONS="--patches=PATCHES --label=LABEL"
+box_options "$@"
+set -- "${BOX_REST[@]}"
 if [ -z "$LABEL" ]; then
   if [ "$PATCHES" = none ]; then LABEL=pristine; else LABEL=patched; fi
 fi
-mkdir -p "$OUTDIR"
-T0=$(date +%s)
-say() { echo "[run-dsa-kit +$(( $(date +%s) - T0 ))s] $*"; }
-
-say "box: $(nvidia-smi -L 2>/dev/null | head -1)"
-say "python: $($PY -V 2>&1); git: $(command -v git || echo none); patch: $(command -v patch || echo none)"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+box_start run-dsa-kit
+say "git: $(command -v git || echo none); patch: $(command -v patch || echo none)"
 say "nvcc: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -1 || echo missing)"
 
 # 1. unpack the bundle ------------------------------------------------------------------

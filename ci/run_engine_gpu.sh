@@ -25,22 +25,10 @@ OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-engine
 SAVE_JIT=0
 PY="${PYTHON:-python3}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --line) LINE="$2"; shift 2 ;;
-    --out) OUTDIR="$2"; shift 2 ;;
-    --bundle) BUNDLE="$2"; shift 2 ;;
-    --work) WORK="$2"; shift 2 ;;
-    --save-jit-cache) SAVE_JIT=1; shift ;;
-    --) shift; break ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$OUTDIR"
-T0=$(date +%s)
-say() { echo "[run-engine-gpu-$LINE +$(( $(date +%s) - T0 ))s] $*"; }
-say "box: $(nvidia-smi -L 2>/dev/null | head -1); python: $($PY -V 2>&1)"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+BOX_OPTIONS="--line=LINE"
+box_options "$@"
+set -- "${BOX_REST[@]}"
+box_start "run-engine-gpu-$LINE"
 SUFFIX=$([ "$LINE" = v0.5.14 ] && echo "" || echo "_${LINE//./_}")
 
 make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/applied_series$SUFFIX.json"

@@ -25,38 +25,19 @@ OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-gpu
 SAVE_JIT=0
 PY="${PYTHON:-python3}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --grid) GRID="$2"; shift 2 ;;
-    --out) OUTDIR="$2"; shift 2 ;;
-    --patches) PATCHES="$2"; shift 2 ;;
-    --bundle) BUNDLE="$2"; shift 2 ;;
-    --work) WORK="$2"; shift 2 ;;
-    --save-jit-cache) SAVE_JIT=1; shift ;;
-    --) shift; break ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$OUTDIR"
-T0=$(date +%s)
-say() { echo "[run-indexer-gpu +$(( $(date +%s) - T0 ))s] $*"; }
-say "box: $(nvidia-smi -L 2>/dev/null | head -1); python: $($PY -V 2>&1)"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+BOX_OPTIONS="--grid=GRID --patches=PATCHES"
+box_options "$@"
+set -- "${BOX_REST[@]}"
+box_start run-indexer-gpu
 
-# 1. unpack: site/ (deps), pkgs/ (sgl_kernel, triton_kernels), trees/{pristine,patched}/sglang
-rm -rf "$WORK" && mkdir -p "$WORK/trees/pristine" "$WORK/trees/patched"
-unpack_bundle "$BUNDLE" "$WORK"
-mv "$WORK/pkgs/sglang" "$WORK/trees/pristine/sglang"
-cp -a "$WORK/trees/pristine/sglang" "$WORK/trees/patched/sglang"
-say "unpacked into $WORK"
-
-# 2. the series onto the patched tree (outside any git work tree: git apply stays honest there)
-"$PY" "$REPO/ci/apply_series.py" "$PATCHES" --root "$WORK/trees/patched" --record "$OUTDIR/applied_series.json" \
-  || { echo "patch series did not apply" >&2; exit 4; }
+# 1. the trees: WORK/trees/pristine (the bundle's v0.5.14) and WORK/trees/patched (the series applied by
+#    ci/apply_series.py, outside any git work tree: git apply stays honest there)
+make_line_trees "$BUNDLE" "$WORK" v0.5.14 "$PATCHES" "$OUTDIR/applied_series.json"
+say "trees ready in $WORK/trees"
 grep -q paged_mqa_layout "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
   || { echo "series reported applied but dsa_backend.py has no paged_mqa_layout" >&2; exit 4; }
 
-# 3. environment
+# 2. environment
 use_bundle_env "$BUNDLE" "$WORK"
 export SGLPATCH_SGLANG_TREE="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE="$WORK/trees/pristine"
 export SGLPATCH_INDEXER_GRID="$GRID"
@@ -65,15 +46,12 @@ export SGLPATCH_SEED_LOOP_JSON="$OUTDIR/seed_draft_loop_h200.json"
 "$PY" -c "import torch, deep_gemm, sgl_kernel; print('torch', torch.__version__, torch.cuda.get_device_name())" \
   || say "imports failed (the tests will skip with the reason)"
 
-# 4. the tests
+# 3. the tests
 say "pytest (grid $GRID)"
 "$PY" -m pytest -v -rA -p no:cacheprovider --junitxml "$OUTDIR/gpu_tests.xml" \
   "$REPO/tests/gpu/test_indexer_paged_mqa.py" "$REPO/tests/gpu/test_seed_draft_loop.py" "$@"
 rc=$?
 say "pytest exit $rc"
 
-if [ "$SAVE_JIT" = 1 ]; then
-  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit 2>/dev/null
-  say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
-fi
+[ "$SAVE_JIT" = 1 ] && save_jit_cache "$WORK" "$OUTDIR"
 exit $rc

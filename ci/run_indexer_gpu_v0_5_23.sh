@@ -27,46 +27,20 @@ BUNDLE="$REPO/.gpu-bundle"
 GRID=smoke
 OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-gpu-v0_5_23
+SAVE_JIT=0
 PY="${PYTHON:-python3}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --grid) GRID="$2"; shift 2 ;;
-    --out) OUTDIR="$2"; shift 2 ;;
-    --bundle) BUNDLE="$2"; shift 2 ;;
-    --work) WORK="$2"; shift 2 ;;
-    --) shift; break ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$OUTDIR"
-T0=$(date +%s)
-say() { echo "[run-indexer-gpu-$LINE +$(( $(date +%s) - T0 ))s] $*"; }
-say "box: $(nvidia-smi -L 2>/dev/null | head -1); python: $($PY -V 2>&1)"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+BOX_OPTIONS="--grid=GRID"
+box_options "$@"
+set -- "${BOX_REST[@]}"
+box_start "run-indexer-gpu-$LINE"
 
-# 1. unpack: site/ (deps), pkgs/ (sgl_kernel), trees/{pristine,patched}/sglang (0.5.23)
-[ -f "$BUNDLE/$LINE/sglang.tar.xz" ] || { echo "missing $BUNDLE/$LINE/sglang.tar.xz (ci/gpu_bundle.py --line $LINE)" >&2; exit 3; }
-rm -rf "$WORK" && mkdir -p "$WORK/trees/pristine" "$WORK/trees/patched"
-"$PY" - "$BUNDLE" "$WORK" "$LINE" <<'PYEOF' || exit 3
-import sys, tarfile
-bundle, work, line = sys.argv[1:4]
-for name in ("deps", "sgl-kernel"):
-    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
-        t.extractall(work, filter="data")
-with tarfile.open(f"{bundle}/{line}/sglang.tar.xz") as t:  # members are pkgs/sglang/...
-    t.extractall(f"{work}/line", filter="data")
-PYEOF
-mv "$WORK/line/pkgs/sglang" "$WORK/trees/pristine/sglang"
-cp -a "$WORK/trees/pristine/sglang" "$WORK/trees/patched/sglang"
-say "unpacked into $WORK"
-
-# 2. the line's series onto the patched tree
-"$PY" "$REPO/ci/apply_series.py" "$REPO/patches/$LINE/series" --root "$WORK/trees/patched" \
-  --record "$OUTDIR/applied_series_v0_5_23.json" || { echo "patch series did not apply" >&2; exit 4; }
+# 1. the trees: WORK/trees/pristine (sglang 0.5.23 as shipped) and WORK/trees/patched (the line's series)
+make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/applied_series_v0_5_23.json"
+say "trees ready in $WORK/trees"
 grep -q pick_sm90_tokens_per_row "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
   || { echo "series reported applied but dsa_backend.py has no pick_sm90_tokens_per_row" >&2; exit 4; }
 
-# 3. environment (no sglang in pkgs/: each run imports its own tree)
+# 2. environment (no sglang in pkgs/: each run imports its own tree)
 use_bundle_env "$BUNDLE" "$WORK"
 export SGLPATCH_SGLANG_TREE_V0_5_23="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE_V0_5_23="$WORK/trees/pristine"
 export SGLPATCH_INDEXER_GRID="$GRID"
@@ -75,7 +49,7 @@ export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_h200_v0_5_23.json"
 print('torch', torch.__version__, torch.cuda.get_device_name(), 'deep_gemm', v('sgl-deep-gemm'), 'sgl-kernel', v('sglang-kernel'))" \
   || say "imports failed (the tests will skip with the reason)"
 
-# 4. 0.5.23's default top-k (sglang's JIT top-k v2): does it build and load here?
+# 3. 0.5.23's default top-k (sglang's JIT top-k v2): does it build and load here?
 ( cd "$WORK/trees/pristine" && timeout 300 "$PY" -c "
 import torch
 from sglang.kernels.ops.attention.dsv4 import topk
@@ -90,7 +64,7 @@ else
   say "$(tail -1 "$OUTDIR/topk_v2_probe.log")"
 fi
 
-# 5. the test
+# 4. the test
 say "pytest (grid $GRID)"
 "$PY" -m pytest -v -rA -p no:cacheprovider --junitxml "$OUTDIR/gpu_tests_v0_5_23.xml" \
   "$REPO/tests/gpu/test_indexer_paged_mqa_v0_5_23.py" "$@"
