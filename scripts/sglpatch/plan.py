@@ -11,6 +11,7 @@ applied patches taken back out, is compared with the pin.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from sglpatch.pin import Pin, drifted_files
@@ -39,6 +40,7 @@ class ApplyPlan:
     states: list[PatchState]
     drift: list[str]
     dirty: list[str] = field(default_factory=list)
+    in_the_way: list[str] = field(default_factory=list)  # files the series creates that are there already
 
     @property
     def all_applied(self) -> bool:
@@ -81,7 +83,14 @@ def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False)
     except BaseException:
         workspace.close()
         raise
-    return ApplyPlan(target, workspace, states, drift, dirty)
+    return ApplyPlan(target, workspace, states, drift, dirty, files_in_the_way(target, states))
+
+
+def files_in_the_way(target: Target, states: list[PatchState]) -> list[str]:
+    """Files the patches still to apply create that the target holds already: in a checkout an untracked or
+    git-ignored file (git would overwrite it, and a revert delete it), in a package folder any file."""
+    created = [p for s in states if s.state != ALREADY_APPLIED for p in s.patch.created_paths]
+    return [p for p in dict.fromkeys(created) if os.path.lexists(target.local_path(p))]
 
 
 def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:

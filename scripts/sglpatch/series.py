@@ -75,6 +75,11 @@ class Patch:
                     seen[p] = None
         return list(seen)
 
+    @property
+    def created_paths(self) -> list[str]:
+        """Files the patch creates (absent before it)."""
+        return [diff.new_path for diff in self.files if diff.old_path is None and diff.new_path]
+
     def trailer(self, key: str) -> str | None:
         return self.trailers.get(key.lower())
 

@@ -69,6 +69,12 @@ def run(args) -> int:
 
 
 def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None:
+    if plan.in_the_way:
+        kind = "untracked or git-ignored file" if plan.target.is_git else "file"
+        raise FatalError(
+            f"{plan.target.local_path(plan.in_the_way[0])} is there already ({kind}), and the series creates it; "
+            "move it away first (apply would overwrite it, revert delete it); nothing was changed"
+        )
     if plan.dirty:
         raise FatalError(
             f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
