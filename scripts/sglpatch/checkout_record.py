@@ -11,10 +11,12 @@ it replaced under "before", so a revert goes back one step at a time.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 
 from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
+from sglpatch.series import check_path_is_safe
 from sglpatch.target import Target
 from sglpatch.write_states import WriteState
 
@@ -40,11 +42,22 @@ class CheckoutRecord:
         """The record a JSON object holds; ValueError naming what is wrong."""
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("branch", "previous")):
             raise ValueError("missing branch or previous")
+        for key in ("branch", "previous"):  # handed to git as arguments: never empty, never an option
+            if not data[key] or data[key].startswith("-") or any(c.isspace() for c in data[key]):
+                raise ValueError(f"{key} {data[key][:60]!r} is not a branch or commit name")
         if data.get("state", WriteState.APPLIED) not in tuple(WriteState):
             raise ValueError(f"unknown state {data['state']!r}")
+        for key in ("head", "rebased_onto"):
+            if not isinstance(data.get(key, ""), str):
+                raise ValueError(f"{key} is not a string")
+        if data.get("head") is not None and not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", data["head"]):
+            raise ValueError(f"head {data['head'][:60]!r} is not a commit id")
         for key in ("patches", "touched"):
-            if not isinstance(data.get(key, []), list):
-                raise ValueError(f"{key} is not a list")
+            value = data.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise ValueError(f"{key} is not a list of names")
+        for path in data.get("touched", []):
+            check_path_is_safe(path)
         before = data.get("before")
         return cls(
             branch=data["branch"],
@@ -77,7 +90,7 @@ def read_state(target: Target) -> CheckoutRecord | None:
         return None
     try:
         return CheckoutRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise FatalError(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
 
 

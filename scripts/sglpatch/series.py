@@ -9,6 +9,7 @@ traceback.
 
 from __future__ import annotations
 
+import email.errors
 import email.header
 import hashlib
 import re
@@ -169,12 +170,15 @@ def render_sums(patches: list[Patch]) -> str:
 
 
 def _decode_header(value: str) -> str:
+    """A mail header as text (RFC 2047 words decoded); ValueError for one that cannot be read."""
     parts = []
-    for chunk, charset in email.header.decode_header(value):
-        if isinstance(chunk, bytes):
-            parts.append(chunk.decode(charset or "utf-8", "replace"))
-        else:
-            parts.append(chunk)
+    try:
+        for chunk, charset in email.header.decode_header(value):
+            parts.append(chunk.decode(charset or "utf-8", "replace") if isinstance(chunk, bytes) else chunk)
+    except LookupError:
+        raise ValueError(f"header {value[:60]!r} is in an unknown charset") from None
+    except email.errors.HeaderParseError as exc:
+        raise ValueError(f"header {value[:60]!r} cannot be decoded ({exc})") from None
     return " ".join("".join(parts).split())
 
 
@@ -334,21 +338,22 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
             for p in (f.old_path, f.new_path):
                 if p is not None:
                     check_path_is_safe(p)
+        for key in ("from", "date", "subject"):
+            if not headers.get(key):
+                raise ValueError(f"no {key.capitalize()}: header")
+        author, subject = _decode_header(headers["from"]), _decode_header(headers["subject"])
     except UnsupportedMode as exc:
         raise FatalError(f"{name}: refused: {exc}") from None
     except ValueError as exc:
         raise FatalError(f"{name}: malformed patch: {exc}") from None
-    for key in ("from", "date", "subject"):
-        if not headers.get(key):
-            raise FatalError(f"{name}: malformed patch: no {key.capitalize()}: header")
     body = message.strip("\n")
     return Patch(
         name=name,
         path=path or Path(name),
         data=data,
-        author=_decode_header(headers["from"]),
+        author=author,
         date=headers["date"],
-        subject=_strip_patch_prefix(_decode_header(headers["subject"])),
+        subject=_strip_patch_prefix(subject),
         body=body,
         trailers=parse_trailers(body),
         files=files,
