@@ -69,7 +69,8 @@ def open_workspace(target: Target, series: Series) -> Workspace:
         base = default_base_dir() / ".git" / "objects"
         extra = [base] if base.is_dir() and base.resolve() != (target.git.git_dir() / "objects").resolve() else []
         return Workspace.from_git_target(target.git, extra_objects=extra)
-    return Workspace.from_files(target.read_files(series.touched_paths))
+    paths = series.touched_paths
+    return Workspace.from_files(target.read_files(paths), target.executables(paths))
 
 
 def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> ApplyPlan:
@@ -99,6 +100,8 @@ def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
     try:
         for k in range(len(patches), 0, -1):
             workspace.git.run("read-tree", target_tree)
+            if not _modes_are_set(workspace, patches[:k]):
+                continue
             if all(workspace.apply(patch, reverse=True) is None for patch in reversed(patches[:k])):
                 return k
         return 0
@@ -106,8 +109,15 @@ def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
         workspace.git.run("read-tree", target_tree)
 
 
+def _modes_are_set(workspace: Workspace, patches: list[Patch]) -> bool:
+    """Whether the workspace's files have the modes `patches` give them (git apply -R ignores modes)."""
+    modes = {path: mode for patch in patches for path, mode in patch.modes.items()}
+    executable = workspace.executables(list(modes)) if modes else set()
+    return all((path in executable) == (mode == "100755") for path, mode in modes.items())
+
+
 def _try_patch(workspace: Workspace, patch: Patch, three_way: bool) -> PatchState:
-    if workspace.applies(patch, reverse=True):
+    if workspace.applies(patch, reverse=True) and _modes_are_set(workspace, [patch]):
         return PatchState(patch, ALREADY_APPLIED)
     failure = workspace.apply(patch, three_way=three_way)
     if failure:

@@ -54,6 +54,10 @@ class Target:
             files[path] = local.read_bytes() if local.is_file() else None
         return files
 
+    def executables(self, paths: list[str]) -> set[str]:
+        """The paths whose file is executable (git's mode 100755: any x bit set)."""
+        return {p for p in paths if self.local_path(p).is_file() and os.stat(self.local_path(p)).st_mode & 0o111}
+
     def current_blobs(self, paths: list[str]) -> dict[str, str]:
         return {p: blob_id(data) if data is not None else "" for p, data in self.read_files(paths).items()}
 

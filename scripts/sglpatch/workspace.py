@@ -69,13 +69,13 @@ class Workspace:
         return ws
 
     @classmethod
-    def from_files(cls, files: dict[str, bytes | None]) -> "Workspace":
+    def from_files(cls, files: dict[str, bytes | None], executables: set[str] = frozenset()) -> "Workspace":
         ws = cls._empty()
         entries = []
         for path, data in sorted(files.items()):
             if data is None:
                 continue
-            entries.append(f"100644 {ws.write_blob(data)}\t{path}\n")
+            entries.append(f"{'100755' if path in executables else '100644'} {ws.write_blob(data)}\t{path}\n")
         if entries:
             ws.git.run_with_input(["update-index", "--index-info"], "".join(entries).encode())
         return ws
@@ -112,6 +112,11 @@ class Workspace:
     def read(self, path: str) -> bytes | None:
         blob = self.blobs([path])[path]
         return self.git.run_bytes("cat-file", "blob", blob) if blob else None
+
+    def executables(self, paths: list[str]) -> set[str]:
+        """The paths whose index entry has mode 100755."""
+        listed = self.git.run("ls-files", "-s", "-z", "--", *paths, strip=False)
+        return {e.split("\t", 1)[1] for e in filter(None, listed.split("\0")) if e.startswith("100755 ")}
 
     # -- patches -------------------------------------------------------------------
 

@@ -32,27 +32,33 @@ def checkout_mismatch(target: Target, branch: str | None, head: str, touched: li
 
 
 def package_mismatch(package: Path, record: journal.Journal, expect: str) -> list[str]:
-    """Journaled files of a package folder whose bytes are not as `expect` ("before" or "after")."""
-    wrong = []
-    for entry in record.files:
-        path = package / entry.path
-        now = blob_id(path.read_bytes()) if path.is_file() and not path.is_symlink() else ""
-        if now != getattr(entry, expect):
-            wrong.append(entry.path)
-    return wrong
+    """Journaled files of a package folder whose bytes or mode are not as `expect` ("before" or "after")."""
+    return journal.files_not_as(package, record, expect)
 
 
 def restore_package(target: Target, force: bool) -> list[str]:
-    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand."""
+    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand
+    (checked file by file: "fully patched" or "as it was" only when every file is)."""
     try:
         return journal.restore(target.root, force=force)
     except OSError as exc:
+        why = f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
         record = journal.read_journal(target.root)
-        if record is not None and record.state == WriteState.REVERTING:
-            where = f"the revert stopped part-way; make it writable, then run {hints.recover(target.root)}"
+        if record is None:
+            raise FatalError(
+                f"{why}; the journal is gone but {journal.JOURNAL_DIR}/ is left: run " f"{hints.recover(target.root)}"
+            ) from None
+        if record.state == WriteState.APPLIED and not journal.files_not_as(target.root, record, "after"):
+            where = f"nothing was changed: {target.root} is still fully patched"
+        elif not journal.files_not_as(target.root, record, "before"):
+            where = f"every file is back, but the journal is left: run {hints.recover(target.root)}"
         else:
-            where = f"nothing was changed: {target.root} is as before"
-        raise FatalError(f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); {where}") from None
+            left = journal.files_not_as(target.root, record, "before")
+            where = (
+                f"stopped part-way, {len(left)} of {len(record.files)} files not yet back ({', '.join(left[:3])}); "
+                f"free space or make it writable, then run {hints.recover(target.root)}"
+            )
+        raise FatalError(f"{why}; {where}") from None
 
 
 def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -> list[str]:

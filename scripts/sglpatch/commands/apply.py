@@ -181,23 +181,16 @@ def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, wrong: list[str
 
 def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
     target = plan.target
-    paths = [p for s in plan.to_apply for p in s.patch.touched_paths]
-    before = target.read_files(list(dict.fromkeys(paths)))
+    paths = list(dict.fromkeys(p for s in plan.to_apply for p in s.patch.touched_paths))
+    before, was_executable = target.read_files(paths), target.executables(paths)
+    executable = plan.workspace.executables(paths)
     changes = []
     for path, old in before.items():
         new = plan.workspace.read(path)
-        if new != old:
-            changes.append(journal.Change(target.local_path(path), old, new))
+        if new != old or (new is not None and (path in executable) != (path in was_executable)):
+            changes.append(journal.Change(target.local_path(path), old, new, path in executable))
     names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
-    try:
-        journal.write_changes(target.root, changes, digest, names)
-    except OSError as exc:  # before the first file was replaced (write_changes rolls back later failures)
-        if journal.has_leftover(target.root):
-            journal.discard_leftover(target.root)
-        raise FatalError(
-            f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); nothing was changed: "
-            f"{target.root} is as it was"
-        ) from None
+    journal.write_changes(target.root, journal.with_bytecode(changes), digest, names)
     record = journal.read_journal(target.root)
     wrong = package_mismatch(target.root, record, "after")
     if wrong:
