@@ -48,6 +48,13 @@ class GitFailed(FatalError):
         self.stderr = stderr
 
 
+def git_reason(stderr: str) -> str:
+    """What to say about a failed git call: its message under -v; otherwise where to find it."""
+    if os.environ.get(VERBOSE_VARIABLE):
+        return " ".join(stderr.split()) or "(no message)"
+    return "`sglpatch -v` (make ... V=1) shows git's message"
+
+
 def require_git() -> None:
     if shutil.which("git") is None:
         raise FatalError("git is not installed or not on PATH; install git (2.39 or newer) and run this again")
@@ -147,6 +154,10 @@ class Git:
 
     def git_dir(self) -> Path:
         return Path(self.run("rev-parse", "--absolute-git-dir"))
+
+    def common_dir(self) -> Path:
+        """Where the objects and the shared refs are: the git dir itself, except in a `git worktree`."""
+        return Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir"))
 
     def toplevel(self) -> Path | None:
         status, out, _ = self.try_run("rev-parse", "--show-toplevel")

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.durable import fsync_dir, remove_durably, write_durably
-from sglpatch.errors import FatalError
+from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
 from sglpatch.write_states import WriteState
@@ -110,7 +110,7 @@ def read_journal(package: Path) -> Journal | None:
     try:
         return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise FatalError(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
+        raise CorruptState(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
 
 
 def has_leftover(package: Path) -> bool:

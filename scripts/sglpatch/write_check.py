@@ -66,23 +66,34 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     else:
         git.run("update-ref", "--no-deref", "HEAD", to)
         commit = to
-    there = _tree_paths(target, commit, touched)
+    there = tree_blobs(target, commit, touched)
     git.try_run("reset", "-q", commit, "--", *touched)
     if there:
         git.try_run("checkout", "-q", commit, "--", *there)
-    leaving = _tree_paths(target, away_from, touched) if away_from else {}
+    leaving = tree_blobs(target, away_from, touched) if away_from else {}
     for path in set(touched) - set(there):
         local = target.root / path
         if path in leaving and local.is_file() and not local.is_symlink():
             if blob_id(local.read_bytes()) == leaving[path]:
                 try:
                     local.unlink()
+                    _remove_emptied_folders(local.parent, target.root)
                 except OSError:
                     pass
     return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
 
 
-def _tree_paths(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
+def _remove_emptied_folders(folder: Path, root: Path) -> None:
+    """Folders left empty by removing a file the series created (git removes them the same way)."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def tree_blobs(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
     """Blob id per path that exists in `commit`."""
     listed = target.git.run("ls-tree", "-r", "-z", commit, "--", *paths, strip=False)
     found = {}
