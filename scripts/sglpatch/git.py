@@ -39,11 +39,11 @@ _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 
 
 class GitFailed(FatalError):
-    """A git command we expected to work exited non-zero: the message names the whole command and its stderr."""
+    """A git command we expected to work exited non-zero: the message names the whole command; git's own
+    stderr only under -v (which has printed it already), as sglpatch's refusals are sglpatch's words."""
 
     def __init__(self, command: str, status: int, stderr: str):
-        message = stderr.strip() or "(no message)"
-        super().__init__(f"`{command}` failed ({status}): {message}")
+        super().__init__(f"`{command}` failed ({status}): {git_reason(stderr)}")
         self.status = status
         self.stderr = stderr
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import hints, journal, rebase_settle, rebase_store, target_state
+from sglpatch import hints, journal, rebase_settle, rebase_store, scratch, target_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
@@ -40,6 +40,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     target = resolve_target(args)
     with guarded("recover", str(target.root)), target_lock(target):
+        scratch.remove_stale()
         state = target_state.read(target)
         if isinstance(state, Foreign):
             raise FatalError(state.seen)
