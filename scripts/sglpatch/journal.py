@@ -13,6 +13,7 @@ to the package or after its last (`sglpatch recover` removes it).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -127,6 +128,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
     journal_dir = package / JOURNAL_DIR
     if journal_dir.exists():
         raise FatalError(f"{journal_dir} exists: an earlier run was interrupted; run `sglpatch recover` first")
+    _refuse_too_long(package, [c.path for c in changes] + [journal_dir / "originals" / str(len(changes))])
     originals = journal_dir / "originals"
     originals.mkdir(parents=True)
     fault_point("journal: folder made")
@@ -215,13 +217,16 @@ def restore(package: Path, force: bool = False) -> list[str]:
                 f"{package / path} changed since sglpatch wrote it; revert would lose that edit (use --force)"
             )
     originals = [_original(journal_dir, entry) for entry in journal.files]
+    if journal.state == WriteState.APPLIED:
+        _refuse_unwritable(package, [e for e in journal.files if not _is_as_before(package, e)])
     if journal.state != WriteState.REVERTING:
         journal.state = WriteState.REVERTING
         _write_journal(journal_dir, journal)
     for entry, data in zip(journal.files, originals, strict=True):
         path = package / entry.path
-        _replace(path, data, entry.mode)
-        _tmp_for(path).unlink(missing_ok=True)
+        if not _is_as_before(package, entry):  # a file the interrupted write never reached needs no write
+            _replace(path, data, entry.mode)
+        _remove_tmp(path)
         if data is None:
             _remove_empty_dirs(package, entry.created_dirs)
     os.unlink(journal_dir / JOURNAL_FILE)
@@ -230,6 +235,55 @@ def restore(package: Path, force: bool = False) -> list[str]:
     shutil.rmtree(journal_dir)
     fault_point("journal: folder removed")
     return [e.path for e in journal.files]
+
+
+def _is_as_before(package: Path, entry: JournalEntry) -> bool:
+    path = package / entry.path
+    if not entry.before:
+        return not os.path.lexists(path)
+    try:
+        return blob_id(path.read_bytes()) == entry.before and path.stat().st_mode & 0o777 == entry.mode
+    except OSError:
+        return False
+
+
+def _refuse_unwritable(package: Path, entries: list[JournalEntry]) -> None:
+    """Before a revert starts: every folder it writes in must take a write, or it stops part-way."""
+    for entry in entries:
+        folder = (package / entry.path).parent
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK, **_EFFECTIVE):
+            raise FatalError(
+                f"cannot write {folder} (Permission denied); nothing was changed: {package} is still patched "
+                "(make the folder writable, then revert again)"
+            )
+
+
+_EFFECTIVE = {"effective_ids": True} if os.access in os.supports_effective_ids else {}
+
+
+def _refuse_too_long(package: Path, paths: list[Path]) -> None:
+    """Before the first write: a path (or the temporary name beside it) the file system cannot take would make
+    the apply fail half-way, and its roll-back too."""
+    path_max, name_max = os.pathconf(package, "PC_PATH_MAX"), os.pathconf(package, "PC_NAME_MAX")
+    for path in paths:
+        for candidate in (path, _tmp_for(path)):
+            size = len(os.fsencode(candidate))
+            if size >= path_max or len(os.fsencode(candidate.name)) > name_max:
+                raise FatalError(
+                    f"{candidate} is too long for the file system ({size} bytes; it takes {path_max - 1}, "
+                    f"names up to {name_max}); nothing was changed: move the package to a shorter path"
+                )
+
+
+def _remove_tmp(path: Path) -> None:
+    """Remove the temporary file beside `path`; a name too long to exist is no error."""
+    try:
+        _tmp_for(path).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
 
 
 def _original(journal_dir: Path, entry: JournalEntry) -> bytes | None:

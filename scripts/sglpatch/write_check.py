@@ -9,6 +9,7 @@ reported as success.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from sglpatch import hints, journal
@@ -49,7 +50,11 @@ def restore_package(target: Target, force: bool) -> list[str]:
     except OSError as exc:
         record = journal.read_journal(target.root)
         if record is not None and record.state == WriteState.REVERTING:
-            where = f"the revert stopped part-way; make it writable, then run {hints.recover(target.root)}"
+            if exc.errno == errno.ENAMETOOLONG:
+                fix = "move the package folder to a shorter path, then run `sglpatch recover --sglang NEW-PATH`"
+            else:
+                fix = f"make it writable, then run {hints.recover(target.root)}"
+            where = f"the revert stopped part-way; {fix}"
         else:
             where = f"nothing was changed: {target.root} is as before"
         raise FatalError(f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); {where}") from None
