@@ -3,54 +3,87 @@
 from __future__ import annotations
 
 from sglpatch import hints
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
+from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, drop_record, write_state
 from sglpatch.errors import FatalError
+from sglpatch.git_locks import GitLock, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.plan import dirty_paths
 from sglpatch.target import Target
-from sglpatch.write_check import checkout_mismatch, move_checkout
+from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState
 
 
-def undo_checkout(target: Target, record: CheckoutRecord) -> str:
-    """Back to the branch the series was applied from, the series branch gone; returns the line saying so."""
+def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...] = ()) -> str:
+    """Back to the branch the series was applied from, the series branch gone; returns the line saying so.
+
+    For an interrupted apply or revert, `locks` are the git locks found in the checkout: those the killed
+    run left are removed first (any other is refused), and series files a `git checkout` killed half-way
+    left behind are put back as they were on the previous branch."""
     git = target.git
     branch, previous = record.branch, record.previous
     was = record.state
     on_branch = git.current_branch() == branch
-    if was in INTERRUPTED:
-        # Our own steps leave these files clean; a git checkout killed half-way (or an edit since) does not.
-        dirty = dirty_paths(target, record.touched or ["python/sglang"])
-        if dirty:
-            raise FatalError(
-                f"the interrupted {'apply' if was == WriteState.APPLYING else 'revert'} left changes in "
-                f"{', '.join(dirty[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
-                "changed: check them, then `git checkout -- <files>` and run recover again"
-            )
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
-        if was != WriteState.REVERTING:
-            try:
-                write_state(target, record.with_state(WriteState.REVERTING))
-            except OSError as exc:
-                (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
-                raise FatalError(f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed") from None
-        if on_branch:
+        half_switched = _settle_killed_git(target, record, locks) if was in INTERRUPTED else []
+        try:
+            write_state(target, record.with_state(WriteState.REVERTING))
+        except OSError as exc:
+            (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
+            raise FatalError(f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed") from None
+        if half_switched:
+            _put_back(target, record)
+        elif on_branch:
             _, _, err = git.try_run("checkout", "-q", previous)
             fault_point("checkout: back on the previous branch")
             _check_switched_back(target, record, err)
         if git.rev_parse(f"refs/heads/{branch}") is not None:
             git.run("branch", "-q", "-D", branch)
             fault_point("checkout: series branch deleted")
-        if record.before:  # a rebase's branch: back to the series it was rebased from
-            write_state(target, record.before)
-        else:
-            (git.git_dir() / STATE_FILE).unlink()
+        drop_record(target, record)
         fault_point("checkout: state file removed")
     action = {
         WriteState.APPLYING: "rolled back the interrupted apply",
         WriteState.REVERTING: "finished the interrupted revert",
     }
     return f"{action.get(was, 'reverted')} on {target.root}: back on {previous}, branch {branch} removed"
+
+
+def _settle_killed_git(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...]) -> list[str]:
+    """After a kill: remove the git locks the killed run left, and return the series files that a `git checkout`
+    killed half-way left between the two branches. Each must hold the series branch's bytes, the previous
+    branch's, or be missing (git removes a file before it writes the new one); anything else is an edit made
+    since, and nothing is changed."""
+    git = target.git
+    remove_own(locks, target.root)
+    touched = record.touched or ["python/sglang"]
+    dirty = dirty_paths(target, touched)
+    if not dirty:
+        return []
+    allowed = [tree_blobs(target, commit, dirty) for commit in (record.head, _commit_of(git, record.previous))]
+    now = target.current_blobs(dirty)
+    edited = [path for path in dirty if now[path] and all(now[path] != blobs.get(path) for blobs in allowed)]
+    if edited:
+        raise FatalError(
+            f"the interrupted {'apply' if record.state == WriteState.APPLYING else 'revert'} left changes in "
+            f"{', '.join(edited[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
+            "changed: check them, then `git checkout -- <files>` and run recover again"
+        )
+    return dirty
+
+
+def _put_back(target: Target, record: CheckoutRecord) -> None:
+    """The previous branch's files, index and HEAD, without `git checkout` (the index and work tree disagree)."""
+    still = move_checkout(target, record.previous, record.head, record.touched or ["python/sglang"])
+    if still:
+        raise FatalError(
+            f"could not put {target.root} back on {record.previous} after the interrupted run: {still[0]}; "
+            f"fix the cause, then run {hints.recover(target.root)}"
+        )
+    fault_point("checkout: half-switched files put back")
+
+
+def _commit_of(git, name: str) -> str:
+    return git.rev_parse(f"refs/heads/{name}") or git.rev_parse(name) or name
 
 
 def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> None:

@@ -25,6 +25,7 @@ the patched source meanwhile.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from sglpatch.bytecode import bytecode_of, is_bytecode
 from sglpatch.durable import fsync_dir, remove_durably, write_durably, write_synced
-from sglpatch.errors import FatalError
+from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
 from sglpatch.write_states import WriteState
@@ -147,7 +148,7 @@ def read_journal(package: Path) -> Journal | None:
     try:
         return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise FatalError(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
+        raise CorruptState(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
 
 
 def has_leftover(package: Path) -> bool:
@@ -174,6 +175,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
     journal_dir = package / JOURNAL_DIR
     if journal_dir.exists():
         raise FatalError(f"{journal_dir} exists: an earlier run was interrupted; run `sglpatch recover` first")
+    _refuse_too_long(package, [c.path for c in changes] + [journal_dir / "originals" / str(len(changes))])
     entries = [_entry(package, number, change) for number, change in enumerate(changes)]
     journal = Journal(WriteState.APPLYING, series_digest, patch_names, entries)
     try:
@@ -357,6 +359,7 @@ def restore(package: Path, force: bool = False) -> list[str]:
     for entry in journal.files:
         _check_backup(package, journal_dir, entry)
     if journal.state == WriteState.APPLIED:
+        _refuse_unwritable(package, [e for e in journal.files if not is_as(package / e.path, e, "before")])
         journal.state = WriteState.REVERTING
         _write_journal(journal_dir, journal)
     for entry in journal.files:
@@ -382,7 +385,7 @@ def _check_backup(package: Path, journal_dir: Path, entry: JournalEntry) -> None
 
 def _put_back(package: Path, journal_dir: Path, entry: JournalEntry) -> None:
     path = package / entry.path
-    _tmp_for(path).unlink(missing_ok=True)
+    _remove_tmp(path)
     if is_as(path, entry, "before"):
         pass
     elif entry.backup is None:
@@ -403,6 +406,45 @@ def _remove_fresh_bytecode(package: Path, journal: Journal, entry: JournalEntry)
     for pyc in bytecode_of(package / entry.path):
         if pyc not in journaled:
             remove_durably(pyc, f"package: {pyc.name} removed")
+
+
+def _refuse_unwritable(package: Path, entries: list[JournalEntry]) -> None:
+    """Before a revert starts: every folder it writes in must take a write, or it stops part-way."""
+    for entry in entries:
+        folder = (package / entry.path).parent
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK, **_EFFECTIVE):
+            raise FatalError(
+                f"cannot write {folder} (Permission denied); nothing was changed: {package} is still patched "
+                "(make the folder writable, then revert again)"
+            )
+
+
+_EFFECTIVE = {"effective_ids": True} if os.access in os.supports_effective_ids else {}
+
+
+def _refuse_too_long(package: Path, paths: list[Path]) -> None:
+    """Before the first write: a path (or the temporary name beside it) the file system cannot take would make
+    the apply fail half-way, and its roll-back too."""
+    path_max, name_max = os.pathconf(package, "PC_PATH_MAX"), os.pathconf(package, "PC_NAME_MAX")
+    for path in paths:
+        for candidate in (path, _tmp_for(path)):
+            size = len(os.fsencode(candidate))
+            if size >= path_max or len(os.fsencode(candidate.name)) > name_max:
+                raise FatalError(
+                    f"{candidate} is too long for the file system ({size} bytes; it takes {path_max - 1}, "
+                    f"names up to {name_max}); nothing was changed: move the package to a shorter path"
+                )
+
+
+def _remove_tmp(path: Path) -> None:
+    """Remove the temporary file beside `path`; a name too long to exist is no error."""
+    try:
+        _tmp_for(path).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
 
 
 def _remove_empty_dirs(package: Path, created: list[str]) -> None:

@@ -67,7 +67,7 @@ class ApplyPlan:
 def open_workspace(target: Target, series: Series) -> Workspace:
     if target.is_git:
         base = default_base_dir() / ".git" / "objects"
-        extra = [base] if base.is_dir() and base.resolve() != (target.git.git_dir() / "objects").resolve() else []
+        extra = [base] if base.is_dir() and base.resolve() != (target.git.common_dir() / "objects").resolve() else []
         return Workspace.from_git_target(target.git, extra_objects=extra)
     paths = series.touched_paths
     return Workspace.from_files(target.read_files(paths), target.executables(paths))

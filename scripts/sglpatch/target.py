@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.git import Git, blob_id
+from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir
@@ -105,8 +105,10 @@ def open_target(path: str | Path) -> Target:
     root = given.resolve()
     if (root / PACKAGE_PREFIX / "__init__.py").is_file():
         if (root / ".git").exists():
-            top = Git(root).toplevel()
-            if top is not None and top.resolve() == root:
+            status, top, err = Git(root).try_run("rev-parse", "--show-toplevel")
+            if status != 0:
+                raise FatalError(_unusable_checkout(root, err))
+            if Path(top).resolve() == root:
                 return Target(GIT_CHECKOUT, root)
         return _found_inside(root, root / PACKAGE_PREFIX.rstrip("/"))
     if _is_package(root / "sglang"):
@@ -116,6 +118,17 @@ def open_target(path: str | Path) -> Target:
     raise FatalError(
         f"{given} is not sglang: expected a checkout with python/sglang/ or a package folder with __init__.py and srt/"
     )
+
+
+def _unusable_checkout(root: Path, stderr: str) -> str:
+    """A checkout git will not work in is never patched as a plain folder: its tracked files are git's."""
+    if "dubious ownership" in stderr:
+        return (
+            f"{root} is a git checkout owned by another user, which git refuses to use (safe.directory); "
+            f"nothing was changed: if you trust it, `git config --global --add safe.directory {root}`, "
+            "or run as its owner"
+        )
+    return f"{root} has a .git that git cannot use ({git_reason(stderr)}); nothing was changed"
 
 
 def _found_inside(given: Path, package: Path) -> Target:

@@ -9,6 +9,7 @@ reported as success.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from sglpatch import hints, journal
@@ -46,12 +47,17 @@ def restore_package(target: Target, force: bool) -> list[str]:
         record = journal.read_journal(target.root)
         if record is None:
             raise FatalError(
-                f"{why}; the journal is gone but {journal.JOURNAL_DIR}/ is left: run " f"{hints.recover(target.root)}"
+                f"{why}; the journal is gone but {journal.JOURNAL_DIR}/ is left: run {hints.recover(target.root)}"
             ) from None
         if record.state == WriteState.APPLIED and not journal.files_not_as(target.root, record, "after"):
             where = f"nothing was changed: {target.root} is still fully patched"
         elif not journal.files_not_as(target.root, record, "before"):
             where = f"every file is back, but the journal is left: run {hints.recover(target.root)}"
+        elif exc.errno == errno.ENAMETOOLONG:
+            where = (
+                "the revert stopped part-way; move the package folder to a shorter path, "
+                "then run `sglpatch recover --sglang NEW-PATH`"
+            )
         else:
             left = journal.files_not_as(target.root, record, "before")
             where = (
@@ -72,23 +78,34 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     else:
         git.run("update-ref", "--no-deref", "HEAD", to)
         commit = to
-    there = _tree_paths(target, commit, touched)
+    there = tree_blobs(target, commit, touched)
     git.try_run("reset", "-q", commit, "--", *touched)
     if there:
         git.try_run("checkout", "-q", commit, "--", *there)
-    leaving = _tree_paths(target, away_from, touched) if away_from else {}
+    leaving = tree_blobs(target, away_from, touched) if away_from else {}
     for path in set(touched) - set(there):
         local = target.root / path
         if path in leaving and local.is_file() and not local.is_symlink():
             if blob_id(local.read_bytes()) == leaving[path]:
                 try:
                     local.unlink()
+                    _remove_emptied_folders(local.parent, target.root)
                 except OSError:
                     pass
     return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
 
 
-def _tree_paths(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
+def _remove_emptied_folders(folder: Path, root: Path) -> None:
+    """Folders left empty by removing a file the series created (git removes them the same way)."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def tree_blobs(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
     """Blob id per path that exists in `commit`."""
     listed = target.git.run("ls-tree", "-r", "-z", commit, "--", *paths, strip=False)
     found = {}

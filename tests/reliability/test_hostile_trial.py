@@ -123,10 +123,12 @@ def test_a_hand_corrupted_checkout_state_file_is_a_one_line_refusal(sglpatch, ap
     record = state_file.read_text()
     state_file.write_text(CORRUPT_RECORDS[corruption](json.loads(record)))
     try:
-        for command in ("apply", "revert", "recover", "status"):
-            args = ["--patches", series_dir] if command in ("apply", "status") else []
+        for command in ("apply", "revert", "recover"):
+            args = ["--patches", series_dir] if command == "apply" else []
             err = refused(sglpatch, applied_checkout, *args, command=command)
             assert f"{state_file} is corrupt" in err, (command, err)
+        code, out, err = sglpatch("status", "--sglang", applied_checkout, "--patches", series_dir)  # a report
+        assert code == 0 and f"{state_file} is corrupt" in out and "Traceback" not in out + err, (out, err)
     finally:
         state_file.write_text(record)
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import time
 
-from sglpatch import hints, journal
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, read_state, write_state
+from sglpatch import hints, journal, target_state
+from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, drop_record, write_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
-from sglpatch.git import GitFailed
-from sglpatch.interrupted import refuse_interrupted
+from sglpatch.git import GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
 from sglpatch.series import Series
 from sglpatch.target import Target, target_lock
+from sglpatch.target_state import Applied, TargetState
 from sglpatch.write_check import checkout_mismatch, move_checkout, package_mismatch
 from sglpatch.write_states import WriteState
 
@@ -41,12 +41,17 @@ def run(args) -> int:
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with guarded("apply", str(target.root)), target_lock(target):
-        refuse_interrupted(target)
-        with _plan(target, series, pin, args) as plan:
+        state = target_state.read(target)
+        target_state.refuse_unless_settled(state)
+        if _recorded_as_applied(state, series):
+            say(f"already applied: all {len(series.patches)} patches are in {target.describe()} ({state.describe()})")
+            return 0
+        plan, state = _plan(target, state, series, pin, args)
+        with plan:
             if plan.all_applied:
                 say(f"already applied: all {len(plan.states)} patches are in {target.describe()}")
                 return 0
-            if not target.is_git and journal.read_journal(target.root):
+            if isinstance(state, Applied) and state.journal is not None:
                 raise FatalError(
                     f"{target.root} carries an earlier apply of another series; run {hints.revert(target.root)} first"
                 )
@@ -54,9 +59,10 @@ def run(args) -> int:
             done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
                 branch = args.branch or f"sglpatch/{pin.tag}"
+                below = _stack_below(state)
                 with write_phase(done):
-                    _apply_to_checkout(plan, branch)
-                where = f"branch {branch}"
+                    _apply_to_checkout(plan, branch, below, series.digest(), three_way=args.three_way)
+                where = f"branch {branch}" + (f", stacked on {below.branch}" if below else "")
             else:
                 with write_phase(done):
                     _apply_to_package(plan, series.digest())
@@ -88,22 +94,45 @@ def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None
         raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
 
 
-def _plan(target: Target, series: Series, pin: Pin, args) -> ApplyPlan:
-    """The apply plan; on the default base a series applied before patches/ changed is taken out first."""
+def _recorded_as_applied(state: TargetState, series: Series) -> bool:
+    """A 3-way apply cannot be replayed backwards to find it: its record says this series is applied here."""
+    if not (isinstance(state, Applied) and state.record and state.record.three_way and state.in_place):
+        return False
+    record = state.record
+    return record.series == series.digest() and not dirty_paths(state.target, record.touched or ["python/sglang"])
+
+
+def _stack_below(state: TargetState) -> CheckoutRecord | None:
+    """The record of a series already applied here, which the new one goes on top of (revert peels one at a time)."""
+    if not (isinstance(state, Applied) and state.record):
+        return None
+    record = state.record
+    if not state.on_branch:
+        raise FatalError(
+            f"{state.target.root} carries a series on branch {record.branch}, and HEAD is not on it: switch to "
+            f"{record.branch} to apply another series on top, or run {hints.revert(state.target.root)} after switching"
+        )
+    return record
+
+
+def _plan(target: Target, state: TargetState, series: Series, pin: Pin, args) -> tuple[ApplyPlan, TargetState]:
+    """The apply plan, and the state it starts from: on the default base a series applied before patches/
+    changed is taken out first."""
     plan = make_plan(target, series, pin, three_way=args.three_way)
-    if plan.all_applied or args.sglang is not None or read_state(target) is None:
-        return plan
+    if plan.all_applied or args.sglang is not None or not isinstance(state, Applied) or state.record is None:
+        return plan, state
     plan.close()
-    _take_out_an_earlier_series(target)
-    return make_plan(target, series, pin, three_way=args.three_way)
+    while isinstance(state, Applied) and state.record is not None:
+        _take_out_an_earlier_series(state)
+        state = target_state.read(target)
+    return make_plan(target, series, pin, three_way=args.three_way), state
 
 
-def _take_out_an_earlier_series(target: Target) -> None:
+def _take_out_an_earlier_series(state: Applied) -> None:
     """build/sglang is the tool's own: revert the series recorded there, unless it has changes of its own."""
-    record = read_state(target)
-    git = target.git
+    target, record = state.target, state.record
     edited = dirty_paths(target, record.touched or ["python/sglang"])
-    if git.current_branch() != record.branch or git.run("rev-parse", "HEAD") != record.head or edited:
+    if not state.in_place or edited:
         raise FatalError(
             f"{target.root} carries an earlier version of the series and changes of its own; "
             "run `make clean` (it only removes build/), then `make apply`"
@@ -113,7 +142,7 @@ def _take_out_an_earlier_series(target: Target) -> None:
         say(undo_checkout(target, record))
 
 
-def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
+def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | None, digest: str, three_way: bool) -> str:
     git = plan.target.git
     if git.rev_parse(f"refs/heads/{branch}") is not None:
         raise FatalError(f"branch {branch} already exists; pass --branch NAME (BRANCH=NAME) or delete it")
@@ -132,6 +161,10 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
         head=parent,
         patches=[s.patch.name for s in plan.states],
         touched=sorted({p for s in plan.states for p in s.patch.touched_paths}),
+        before=below,
+        series=digest,
+        base=head,
+        three_way=three_way,
     )
     try:
         write_state(plan.target, record)
@@ -146,17 +179,18 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
         status, _, err = git.try_run("checkout", "-q", branch)
     except GitFailed as exc:
         status, err = exc.status, exc.stderr
-    if status != 0:
+    if status != 0 and git.current_branch() != branch:
         if git.rev_parse(f"refs/heads/{branch}") is not None:
             git.run("branch", "-D", branch)
-        (git.git_dir() / STATE_FILE).unlink()
-        last = (err.strip().splitlines() or ["git failed"])[-1]
-        raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
+        drop_record(plan.target, record)
+        raise FatalError(f"could not make and switch to {branch} ({git_reason(err)}); rolled back, nothing changed")
     fault_point("checkout: switched to the branch")
     wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
     if wrong:
         _roll_back_checkout(plan, record, wrong, err)
     write_state(plan.target, record.with_state(WriteState.APPLIED))
+    if status != 0:  # git switched, then its post-checkout hook failed: git says the hook cannot undo a switch
+        say(f"note: git's post-checkout hook exited {status} after the switch to {branch} ({git_reason(err)})")
     return branch
 
 
@@ -172,7 +206,7 @@ def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, wrong: list[str
             f"({still[0]}); fix the cause, then run {hints.recover(root)}"
         )
     git.run("branch", "-q", "-D", record.branch)
-    (git.git_dir() / STATE_FILE).unlink()
+    drop_record(plan.target, record)
     raise FatalError(
         f"git switched {root} to {record.branch} but left it unwritten: {cause}; "
         f"rolled back, nothing changed: {root} is as it was"
