@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SIGNALS = ("INT", "TERM", "KILL")
+DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.interrupts)
 FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"  # `make test-fault`: every write point
 GRID_PROPERTY = "fault_grid"  # each grid test records its figures under this junit property
 KINDS = ("checkout", "package")
@@ -225,9 +226,10 @@ class Lab:
         self.template(state)
         return self._references[state]
 
-    def fresh(self, state: str) -> Run:
+    def fresh(self, state: str, where: Path | None = None) -> Run:
+        """A copy of the `state` tree, in the lab's folder or in `where` (a small disk)."""
         self._copies += 1
-        dest = self.workdir / f"run-{self._copies}"
+        dest = (where or self.workdir) / f"run-{self._copies}"
         copy_tree(self.template(state).root, dest)
         return self.run_at(dest)
 
@@ -280,9 +282,11 @@ class Lab:
             shutil.rmtree(run.root, ignore_errors=True)
 
     def _interrupt(self, operation: Operation, run: Run, point: int, sig: str) -> str | None:
-        signum = signal.Signals[f"SIG{sig}"]
         result = self.sglpatch(*operation.argv(run), SGLPATCH_FAULT_AT=str(point), SGLPATCH_FAULT_SIGNAL=sig)
         self.last_mid_way = False
+        if sig == DISK_FULL:
+            return self.after_disk_full(operation, run, result)
+        signum = signal.Signals[f"SIG{sig}"]
         if sig == "KILL":
             if result.returncode != -signum:
                 return f"expected death by SIGKILL, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
@@ -319,6 +323,68 @@ class Lab:
             return f"recover had work to do on a tree that should need none: {last!r}"
         return None
 
+    def after_disk_full(self, operation: Operation, run: Run, result: subprocess.CompletedProcess) -> str | None:
+        """After a run the disk ran out under (space is back now): exit 0 and its end state, or one line, exit 2,
+        naming the state the tree is in byte for byte (or saying recover finishes it, which it then must); a
+        rebase may stop for the user instead, and `--continue` then finishes it. None when all holds."""
+        if result.returncode == 0:
+            if self.which_state(run) != operation.end:
+                return f"exit 0, but the tree is {self._describe(run, operation.end, operation)}"
+            return self._recover(operation, run, first=False)
+        lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("... ")]
+        if result.returncode not in (1, 2) or len(lines) != 1 or "Traceback" in result.stderr:
+            return f"expected one line and exit 2, got exit {result.returncode}: {result.stderr.strip()[-400:]!r}"
+        said = self._said(lines[0], operation)
+        if said is not None:
+            if self.which_state(run) != said:
+                return f"said {said!r} ({lines[0]!r}) but the tree is {self._describe(run, said, operation)}"
+            return self._recover(operation, run, first=False)
+        self.last_mid_way = True
+        if operation.name == "rebase" and "the rebase is stopped" in lines[0]:
+            resumed = self.sglpatch("rebase", "--sglang", str(run.target), "--continue")
+            if resumed.returncode != 0 or self.which_state(run) != operation.end:
+                return f"stopped ({lines[0]!r}); --continue: exit {resumed.returncode} {resumed.stderr.strip()!r}"
+            return self._recover(operation, run, first=False)
+        if "recover" not in lines[0]:
+            return f"says neither where the tree stands nor what to run: {lines[0]!r}"
+        return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
+
+    # -- a real full disk ----------------------------------------------------------------
+
+    def space_trace(self, operation: Operation, disk) -> list[int]:
+        """Bytes an uninterrupted run on `disk` has taken at each of its write points, then at its end."""
+        key = f"{operation.name} on a small disk"
+        if key not in self._traces:
+            run = self.fresh(operation.start, where=disk.root)
+            disk.free()
+            trace_file = self.workdir / f"trace-{operation.name}-space.txt"
+            free_before = disk.available()
+            result = self.sglpatch(
+                *operation.argv(run), SGLPATCH_FAULT_TRACE=str(trace_file), SGLPATCH_FAULT_SPACE=str(disk.root)
+            )
+            assert result.returncode == 0, result.stderr
+            taken = [free_before - int(line.rsplit("\t", 1)[1]) for line in trace_file.read_text().splitlines()]
+            self._traces[key] = [*taken, free_before - disk.available()]
+            shutil.rmtree(run.root)
+        return self._traces[key]
+
+    def run_out_of_space(self, operation: Operation, disk, leave: int) -> str | None:
+        """Run `operation` on a copy of its start tree on `disk` with `leave` bytes free; free the space; check
+        the outcome as `after_disk_full` does."""
+        for state in operation.allowed:
+            self.reference(state)
+        run = self.fresh(operation.start, where=disk.root)
+        try:
+            disk.fill(leave)
+            try:
+                result = self.sglpatch(*operation.argv(run))
+            finally:
+                disk.free()
+            self.last_mid_way = False
+            return self.after_disk_full(operation, run, result)
+        finally:
+            shutil.rmtree(run.root, ignore_errors=True)
+
     def _describe(self, run: Run, said: str | None, operation: Operation) -> str:
         got = self.which_state(run)
         return got or "in neither state: " + diff_states(run_state(run), self.reference(said or operation.start))
@@ -331,10 +397,11 @@ class Lab:
 
 
 def sample_points(count: int, sig: str, full: bool) -> list[int]:
-    """Every point for the full grid; else a fixed spread (first, last and one between for SIGKILL)."""
+    """Every point for the full grid; else a fixed spread (first, last and one between for SIGKILL and a full
+    disk)."""
     if full or count <= 1:
         return list(range(1, count + 1))
-    if sig == "KILL":
+    if sig in ("KILL", DISK_FULL):
         return sorted({1, (count + 1) // 2, count})
     return [max(1, count // 3)] if sig == "INT" else [max(1, (2 * count) // 3)]
 
@@ -350,4 +417,32 @@ def run_grid(lab: Lab, operation: Operation, sig: str, full: bool) -> Result:
             result.recovered += 1
         else:
             result.failures.append(f"point {point} ({labels[point - 1]}): {problem}")
+    return result
+
+
+def space_levels(taken: list[int], full: bool, page: int = 4096) -> list[int]:
+    """Free space to leave on a disk so that a run runs out between two of its write points, one level per
+    point where it takes space (several inside a large step, such as a `git checkout`, in the full grid),
+    and none at all; a sample of three (none, the middle one, the last) otherwise."""
+    levels, before = {0}, 0
+    for now in taken:
+        if now > before + page:
+            parts = min(4, (now - before) // (64 * 1024)) + 1 if full else 1
+            levels |= {(before + (now - before) * (i + 1) // (parts + 1)) // page * page for i in range(parts)}
+        before = max(before, now)
+    ordered = sorted(levels)
+    return ordered if full else sorted({ordered[0], ordered[len(ordered) // 2], ordered[-1]})
+
+
+def run_full_disk_grid(lab: Lab, operation: Operation, disk, full: bool) -> Result:
+    """`operation` on a real small disk, filled to run out at each level `space_levels` names."""
+    result = Result()
+    for leave in space_levels(lab.space_trace(operation, disk), full):
+        result.tried += 1
+        problem = lab.run_out_of_space(operation, disk, leave)
+        result.mid_way += lab.last_mid_way
+        if problem is None:
+            result.recovered += 1
+        else:
+            result.failures.append(f"{leave // 1024} KiB free: {problem}")
     return result

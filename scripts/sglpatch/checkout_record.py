@@ -132,6 +132,23 @@ def write_state(target: Target, record: CheckoutRecord) -> None:
     write_durably(state_path(target), text.encode())
 
 
+def replace_state(target: Target, record: CheckoutRecord) -> None:
+    """write_state, all or nothing: when it fails, the state file holds what it held before (or is absent)."""
+    path = state_path(target)
+    old = path.read_bytes() if path.is_file() else None
+    try:
+        write_state(target, record)
+    except OSError:
+        try:
+            if old is None:
+                path.unlink(missing_ok=True)
+            elif path.read_bytes() != old:
+                write_durably(path, old, fault_points=False)
+        except OSError:
+            pass  # the first failure is the one to report
+        raise
+
+
 def drop_record(target: Target, record: CheckoutRecord) -> None:
     """Take `record` out: the one it replaced (the series below it in a stack, or before a rebase) comes back,
     or, with none, the state file goes."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from sglpatch import hints
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, drop_record, write_state
+from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.errors import FatalError
+from sglpatch.git import GitFailed
 from sglpatch.git_locks import GitLock, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.plan import dirty_paths
+from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target
 from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState
@@ -25,27 +27,52 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
     on_branch = git.current_branch() == branch
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
         half_switched = _settle_killed_git(target, record, locks) if was in INTERRUPTED else []
+        free_reserve(target)  # what a killed run kept aside to roll back with: this is that roll-back
+        switching = on_branch and not half_switched
+        unchanged = "still fully patched" if was == WriteState.APPLIED else "as the interrupted run left it"
+        if switching:
+            try:
+                make_reserve(target, room_to_roll_back(target, record.touched or ["python/sglang"]))
+            except FatalError as exc:
+                raise FatalError(f"{exc}; nothing was changed: {target.root} is {unchanged}") from None
         try:
-            write_state(target, record.with_state(WriteState.REVERTING))
+            replace_state(target, record.with_state(WriteState.REVERTING))
         except OSError as exc:
-            (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
-            raise FatalError(f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed") from None
-        if half_switched:
-            _put_back(target, record)
-        elif on_branch:
-            _, _, err = git.try_run("checkout", "-q", previous)
-            fault_point("checkout: back on the previous branch")
-            _check_switched_back(target, record, err)
-        if git.rev_parse(f"refs/heads/{branch}") is not None:
-            git.run("branch", "-q", "-D", branch)
-            fault_point("checkout: series branch deleted")
-        drop_record(target, record)
-        fault_point("checkout: state file removed")
+            free_reserve(target)
+            raise FatalError(
+                f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {target.root} is "
+                f"{unchanged}"
+            ) from None
+        try:
+            _switch_back(target, record, half_switched, switching)
+        except (GitFailed, OSError) as exc:
+            cause = f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
+            raise FatalError(
+                f"{cause if isinstance(exc, OSError) else exc}; the revert stopped part-way (the record says "
+                f"reverting): free space or fix the cause, then run {hints.recover(target.root)} to finish it"
+            ) from None
     action = {
         WriteState.APPLYING: "rolled back the interrupted apply",
         WriteState.REVERTING: "finished the interrupted revert",
     }
     return f"{action.get(was, 'reverted')} on {target.root}: back on {previous}, branch {branch} removed"
+
+
+def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str], switching: bool) -> None:
+    """The writes of a revert once its record says "reverting": HEAD and files back, branch and record gone."""
+    git = target.git
+    if half_switched:
+        _put_back(target, record)
+    elif switching:
+        _, _, err = git.try_run("checkout", "-q", record.previous)
+        fault_point("checkout: back on the previous branch")
+        free_reserve(target)
+        _check_switched_back(target, record, err)
+    if git.rev_parse(f"refs/heads/{record.branch}") is not None:
+        git.run("branch", "-q", "-D", record.branch)
+        fault_point("checkout: series branch deleted")
+    drop_record(target, record)
+    fault_point("checkout: state file removed")
 
 
 def _settle_killed_git(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...]) -> list[str]:
@@ -106,5 +133,5 @@ def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> No
     write_state(target, record)
     raise FatalError(
         f"git could not switch {target.root} back to {previous}: {cause}; nothing was changed: "
-        f"it is still on {record.branch}"
+        f"{target.root} is still fully patched (on {record.branch})"
     )

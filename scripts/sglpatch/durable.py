@@ -30,9 +30,9 @@ def write_durably(
     tmp = beside or path.with_name(path.name + ".tmp")
     written, renamed = step_names or (f"durable: {path.name} written beside", f"durable: {path.name} renamed")
     write_synced(tmp, data, mode=mode)
-    if fault_points:
-        fault_point(written)
     try:
+        if fault_points:
+            fault_point(written)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -48,8 +48,18 @@ class GitFailed(FatalError):
         self.stderr = stderr
 
 
+_DISK_FULL = re.compile(r"No space left on device|Out of diskspace|Disk quota exceeded")
+
+
+def disk_full(stderr: str) -> bool:
+    """Whether git failed because the file system is full."""
+    return bool(_DISK_FULL.search(stderr))
+
+
 def git_reason(stderr: str) -> str:
-    """What to say about a failed git call: its message under -v; otherwise where to find it."""
+    """What to say about a failed git call: a full disk by name; its message under -v; otherwise where to find it."""
+    if disk_full(stderr) and not os.environ.get(VERBOSE_VARIABLE):
+        return "No space left on device"
     if os.environ.get(VERBOSE_VARIABLE):
         return " ".join(stderr.split()) or "(no message)"
     return "`sglpatch -v` (make ... V=1) shows git's message"

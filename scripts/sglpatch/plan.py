@@ -134,5 +134,8 @@ def _base_blobs(target: Target, series: Series, states: list[PatchState], paths:
 
 
 def dirty_paths(target: Target, paths: list[str]) -> list[str]:
-    listed = target.git.run("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False)
+    # --no-optional-locks: a check writes nothing (git status would refresh the index, and on a full disk fail)
+    listed = target.git.run(
+        "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False
+    )
     return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})

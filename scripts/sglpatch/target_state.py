@@ -32,6 +32,7 @@ from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git_locks import GitLock, classify, lock_files
 from sglpatch.journal import Journal
 from sglpatch.rebase_store import RebaseState
+from sglpatch.space import RESERVE
 from sglpatch.target import Target
 from sglpatch.write_states import INTERRUPTED, WriteState
 
@@ -207,11 +208,19 @@ def _read_checkout(target: Target) -> TargetState:
                 leftovers=leftovers,
                 seen=f"{operation} is in progress in {target.root} ({git_dir / name}); finish or abort it first",
             )
+    leftovers += _stray_reserve(git_dir)  # an interrupted run's own is freed when it is settled
     if record is None:
         return Pristine(target=target, leftovers=leftovers)
     on_branch = git.current_branch() == record.branch
     at_head = git.rev_parse("HEAD") == record.head
     return Applied(target=target, leftovers=leftovers, record=record, on_branch=on_branch, at_head=at_head)
+
+
+def _stray_reserve(git_dir: Path) -> tuple[Leftover, ...]:
+    """The room to roll back with (space.py) of a run killed before it wrote its record, or after it wrote
+    its last one."""
+    reserve = git_dir / RESERVE
+    return (Leftover(reserve, "the space a killed run set aside to roll back with"),) if reserve.exists() else ()
 
 
 def _checkout_leftovers(git_dir: Path) -> tuple[Leftover, ...]:

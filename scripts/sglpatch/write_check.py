@@ -67,6 +67,18 @@ def restore_package(target: Target, force: bool) -> list[str]:
         raise FatalError(f"{why}; {where}") from None
 
 
+def restore_previous(target: Target, record) -> list[str]:
+    """HEAD, the index and the series' files as they were before `record`'s switch (HEAD on its previous branch,
+    or detached at that commit), moved back only where they differ; returns what still differs."""
+    git = target.git
+    is_branch = git.rev_parse(f"refs/heads/{record.previous}") is not None
+    commit = git.rev_parse(f"refs/heads/{record.previous}" if is_branch else record.previous) or record.previous
+    touched = record.touched or ["python/sglang"]
+    if not checkout_mismatch(target, record.previous if is_branch else None, commit, touched):
+        return []
+    return move_checkout(target, record.previous, record.head, touched)
+
+
 def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -> list[str]:
     """Point HEAD at `to` (a branch name or a commit) and make the index and the series' files match it,
     touching nothing else: `git checkout` refuses here, as the work tree and the index disagree.

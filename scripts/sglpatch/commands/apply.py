@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from sglpatch import hints, journal, target_state
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, drop_record, write_state
+from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
@@ -15,9 +15,10 @@ from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
 from sglpatch.series import Series
+from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target, target_lock
 from sglpatch.target_state import Applied, TargetState
-from sglpatch.write_check import checkout_mismatch, move_checkout, package_mismatch
+from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.write_states import WriteState
 
 
@@ -166,51 +167,69 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
         base=head,
         three_way=three_way,
     )
+    room = room_to_roll_back(plan.target, record.touched)
     try:
-        write_state(plan.target, record)
+        make_reserve(plan.target, room)
+    except FatalError as exc:
+        raise FatalError(f"{exc}; nothing was changed: {plan.target.root} is as it was") from None
+    try:
+        replace_state(plan.target, record)
     except OSError as exc:
-        (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
+        free_reserve(plan.target)
         raise FatalError(
             f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {plan.target.root} is as it was"
         ) from None
+    status, err = 0, ""
     try:
         plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
         status, _, err = git.try_run("checkout", "-q", branch)
-    except GitFailed as exc:
-        status, err = exc.status, exc.stderr
-    if status != 0 and git.current_branch() != branch:
-        if git.rev_parse(f"refs/heads/{branch}") is not None:
-            git.run("branch", "-D", branch)
-        drop_record(plan.target, record)
-        raise FatalError(f"could not make and switch to {branch} ({git_reason(err)}); rolled back, nothing changed")
-    fault_point("checkout: switched to the branch")
-    wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
-    if wrong:
-        _roll_back_checkout(plan, record, wrong, err)
-    write_state(plan.target, record.with_state(WriteState.APPLIED))
+        fault_point("checkout: switched to the branch")
+        if status != 0 and git.current_branch() != branch:
+            raise _SwitchFailed(f"could not make and switch to {branch} ({git_reason(err)})")
+        wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
+        if wrong:
+            why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
+            cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
+            raise _SwitchFailed(f"git switched {plan.target.root} to {branch} but left it unwritten: {cause}")
+        free_reserve(plan.target)
+        write_state(plan.target, record.with_state(WriteState.APPLIED))
+    except (_SwitchFailed, GitFailed, OSError) as exc:
+        _roll_back_checkout(plan, record, _failure(exc, git.git_dir()))
     if status != 0:  # git switched, then its post-checkout hook failed: git says the hook cannot undo a switch
         say(f"note: git's post-checkout hook exited {status} after the switch to {branch} ({git_reason(err)})")
     return branch
 
 
-def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, wrong: list[str], err: str) -> None:
-    """`git checkout` said yes but the files are not the branch's (e.g. a read-only work tree): undo it."""
-    git, root = plan.target.git, plan.target.root
-    why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
-    cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
-    still = move_checkout(plan.target, record.previous, record.head, record.touched)
+class _SwitchFailed(Exception):
+    """The switch to the series branch did not happen, or not wholly: the message says how."""
+
+
+def _failure(exc: Exception, git_dir) -> str:
+    if isinstance(exc, OSError):
+        return f"cannot write {exc.filename or git_dir} ({exc.strerror or exc})"
+    return str(exc)
+
+
+def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> None:
+    """The switch failed part-way (a full disk, a read-only work tree): put HEAD, the index and the series'
+    files back as they were, then delete the branch and the record; verified before it says so."""
+    target, git, root = plan.target, plan.target.git, plan.target.root
+    try:
+        free_reserve(target)
+        still = restore_previous(target, record)
+        if not still:
+            if git.rev_parse(f"refs/heads/{record.branch}") is not None:
+                git.run("branch", "-q", "-D", record.branch)
+            drop_record(target, record)
+    except (GitFailed, OSError) as exc:
+        still = [_failure(exc, git.git_dir())]
     if still:
         raise FatalError(
-            f"git switched {root} to {record.branch} but left it unwritten: {cause}; rolling back failed too "
-            f"({still[0]}); fix the cause, then run {hints.recover(root)}"
+            f"{cause}; rolling back failed too ({still[0]}): the record says the apply was interrupted; "
+            f"free space or fix the cause, then run {hints.recover(root)}"
         )
-    git.run("branch", "-q", "-D", record.branch)
-    drop_record(plan.target, record)
-    raise FatalError(
-        f"git switched {root} to {record.branch} but left it unwritten: {cause}; "
-        f"rolled back, nothing changed: {root} is as it was"
-    )
+    raise FatalError(f"{cause}; rolled back, nothing changed: {root} is as it was")
 
 
 def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
