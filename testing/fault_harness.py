@@ -323,10 +323,13 @@ class Lab:
             return f"recover had work to do on a tree that should need none: {last!r}"
         return None
 
-    def after_disk_full(self, operation: Operation, run: Run, result: subprocess.CompletedProcess) -> str | None:
+    def after_disk_full(
+        self, operation: Operation, run: Run, result: subprocess.CompletedProcess, named: bool = False
+    ) -> str | None:
         """After a run the disk ran out under (space is back now): exit 0 and its end state, or one line, exit 2,
-        naming the state the tree is in byte for byte (or saying recover finishes it, which it then must); a
-        rebase may stop for the user instead, and `--continue` then finishes it. None when all holds."""
+        naming the state the tree is in byte for byte (or, unless `named`, saying recover finishes it, which it
+        then must); a rebase may stop for the user instead, and `--continue` then finishes it. None when all
+        holds."""
         if result.returncode == 0:
             if self.which_state(run) != operation.end:
                 return f"exit 0, but the tree is {self._describe(run, operation.end, operation)}"
@@ -340,6 +343,8 @@ class Lab:
                 return f"said {said!r} ({lines[0]!r}) but the tree is {self._describe(run, said, operation)}"
             return self._recover(operation, run, first=False)
         self.last_mid_way = True
+        if named:
+            return f"left part-way, in neither state ({self._describe(run, None, operation)}): {lines[0]!r}"
         if operation.name == "rebase" and "the rebase is stopped" in lines[0]:
             resumed = self.sglpatch("rebase", "--sglang", str(run.target), "--continue")
             if resumed.returncode != 0 or self.which_state(run) != operation.end:
@@ -368,22 +373,42 @@ class Lab:
             shutil.rmtree(run.root)
         return self._traces[key]
 
-    def run_out_of_space(self, operation: Operation, disk, leave: int) -> str | None:
-        """Run `operation` on a copy of its start tree on `disk` with `leave` bytes free; free the space; check
-        the outcome as `after_disk_full` does."""
+    def run_out_of_space(self, operation: Operation, disk, leave: int, named: bool = False) -> str | None:
+        """Run `operation` on a copy of its start tree on `disk` with `leave` bytes free, then `recover` while
+        the disk is still full (it must not call the tree what it is not); free the space; check the outcome
+        as `after_disk_full` does."""
         for state in operation.allowed:
             self.reference(state)
         run = self.fresh(operation.start, where=disk.root)
         try:
+            if self.kind == "checkout":  # a copy's index has stale stat data: refresh it, as a user's is
+                subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=run.target, env=self.env())
             disk.fill(leave)
             try:
                 result = self.sglpatch(*operation.argv(run))
+                before = run_state(run)
+                problem = self._recover_on_a_full_disk(operation, run) if result.returncode else None
             finally:
                 disk.free()
+            if problem:
+                return problem
             self.last_mid_way = False
-            return self.after_disk_full(operation, run, result)
+            if result.returncode and run_state(run) != before:  # recover finished the job: judge that
+                return self._recover(operation, run, first=False)
+            return self.after_disk_full(operation, run, result, named=named)
         finally:
             shutil.rmtree(run.root, ignore_errors=True)
+
+    def _recover_on_a_full_disk(self, operation: Operation, run: Run) -> str | None:
+        """`recover` with no room: it may finish or refuse, but what it says must be what the tree is."""
+        result = self.sglpatch("recover", "--sglang", str(run.target))
+        out = (result.stdout.strip().splitlines() or [""])[-1] if result.returncode == 0 else result.stderr.strip()
+        if "Traceback" in result.stderr or len(out.splitlines()) != 1:
+            return f"recover on a full disk: exit {result.returncode}, {result.stderr.strip()[-300:]!r}"
+        said = self._said(out, operation)
+        if said is not None and self.which_state(run) != said:
+            return f"recover on a full disk said {out!r} but the tree is {self._describe(run, said, operation)}"
+        return None
 
     def _describe(self, run: Run, said: str | None, operation: Operation) -> str:
         got = self.which_state(run)
@@ -397,12 +422,14 @@ class Lab:
 
 
 def sample_points(count: int, sig: str, full: bool) -> list[int]:
-    """Every point for the full grid; else a fixed spread (first, last and one between for SIGKILL and a full
-    disk)."""
+    """Every point for the full grid; else a fixed spread (first, last and one between for SIGKILL; the middle
+    one for a full disk)."""
     if full or count <= 1:
         return list(range(1, count + 1))
-    if sig in ("KILL", DISK_FULL):
+    if sig == "KILL":
         return sorted({1, (count + 1) // 2, count})
+    if sig == DISK_FULL:
+        return [(count + 1) // 2]
     return [max(1, count // 3)] if sig == "INT" else [max(1, (2 * count) // 3)]
 
 
@@ -423,7 +450,8 @@ def run_grid(lab: Lab, operation: Operation, sig: str, full: bool) -> Result:
 def space_levels(taken: list[int], full: bool, page: int = 4096) -> list[int]:
     """Free space to leave on a disk so that a run runs out between two of its write points, one level per
     point where it takes space (several inside a large step, such as a `git checkout`, in the full grid),
-    and none at all; a sample of three (none, the middle one, the last) otherwise."""
+    and none at all; in the sample, the last (inside its last step that takes space: for a checkout apply,
+    the `git checkout` itself)."""
     levels, before = {0}, 0
     for now in taken:
         if now > before + page:
@@ -431,7 +459,7 @@ def space_levels(taken: list[int], full: bool, page: int = 4096) -> list[int]:
             levels |= {(before + (now - before) * (i + 1) // (parts + 1)) // page * page for i in range(parts)}
         before = max(before, now)
     ordered = sorted(levels)
-    return ordered if full else sorted({ordered[0], ordered[len(ordered) // 2], ordered[-1]})
+    return ordered if full else ordered[-1:]
 
 
 def run_full_disk_grid(lab: Lab, operation: Operation, disk, full: bool) -> Result:

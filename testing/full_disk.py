@@ -10,10 +10,12 @@ is "freeing space".
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 PAGE = 4096  # tmpfs hands out space a page at a time
+SIZE, LIMIT = "1g", 1 << 30  # the small disk, and the most fill() ever takes (never a real disk's space)
 FILLER = "filler"
 
 
@@ -30,7 +32,9 @@ class SmallDisk:
         return (info.f_blocks - info.f_bfree) * info.f_frsize
 
     def fill(self, leave: int) -> None:
-        """Take all free space but `leave` bytes (rounded down to a page)."""
+        """Take all free space but `leave` bytes (rounded down to a page); only on the small disk itself."""
+        if not os.path.ismount(self.root) or self.available() > LIMIT:
+            raise RuntimeError(f"{self.root} is not the small disk mounted for the test: refusing to fill it")
         self.free()
         take = self.available() - (leave // PAGE) * PAGE
         if take > 0:
@@ -44,10 +48,12 @@ class SmallDisk:
         subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
 
 
-def mount_small_disk(root: Path, size: str = "1g") -> SmallDisk | str:
-    """A tmpfs of `size` at `root`, or why there cannot be one here."""
+def mount_small_disk(root: Path) -> SmallDisk | str:
+    """A tmpfs of SIZE at `root`, or why there cannot be one here."""
+    if shutil.which("mount") is None:
+        return "cannot mount a tmpfs for a real full disk: no mount command"
     root.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(root)], capture_output=True)
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
         return f"cannot mount a tmpfs for a real full disk (needs root with CAP_SYS_ADMIN): {why}"

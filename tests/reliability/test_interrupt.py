@@ -1,9 +1,11 @@
-"""Interrupt apply, revert and rebase at every write point (SIGINT, SIGTERM, SIGKILL).
+"""Interrupt apply, revert and rebase at every write point (SIGINT, SIGTERM, SIGKILL, and a full disk).
 
 apply and revert on a checkout and on a package folder; rebase on a checkout
 (a package folder has no history to rebase). The promise: whatever happens, the
 target (and the series folder a rebase rewrites) ends fully patched or exactly
-as it was, and the tool says which. See testing/fault_harness.py for what each run checks.
+as it was, and the tool says which. A full disk here is injected (the write
+after the point fails with ENOSPC); test_enospc.py fills a real one. See
+testing/fault_harness.py for what each run checks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import pytest
 
 from testing.fault_harness import (
+    DISK_FULL,
     FULL_GRID,
     GRID,
     GRID_PROPERTY,
@@ -38,7 +41,7 @@ def labs(tmp_path_factory, base_repo, series_dir):
     return {kind: Lab(kind, tmp_path_factory.mktemp(f"lab-{kind}"), base_repo, series_dir) for kind in KINDS}
 
 
-@pytest.mark.parametrize("sig", SIGNALS)
+@pytest.mark.parametrize("sig", [*SIGNALS, DISK_FULL])
 @pytest.mark.parametrize("operation,kind", [pytest.param(*g, marks=NETWORK) if g[0] == "rebase" else g for g in GRID])
 def test_interrupted_run_ends_in_a_known_state(labs, record_property, operation, kind, sig):
     lab = labs[kind]
