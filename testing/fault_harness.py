@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testing import git_cut
+
 SIGNALS = ("INT", "TERM", "KILL")
 DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.interrupts)
 FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"  # `make test-fault`: every write point
@@ -245,14 +247,17 @@ class Lab:
         env.update(extra)
         return env
 
-    def sglpatch(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+    def sglpatch(self, *args: str, own_group: bool = False, **env: str) -> subprocess.CompletedProcess:
+        """The CLI in a child process; `own_group` starts it in a process group of its own (a git cut kills
+        that whole group, and a rebase's checkout runs the cut's filter for hundreds of files)."""
         return subprocess.run(
             [sys.executable, "-m", "sglpatch", *args],
             capture_output=True,
             text=True,
             env=self.env(**env),
-            timeout=120,
+            timeout=600 if own_group else 120,
             preexec_fn=default_sigint,
+            start_new_session=own_group,
         )
 
     def trace(self, operation: Operation) -> list[str]:
@@ -269,7 +274,44 @@ class Lab:
             shutil.rmtree(run.root)
         return self._traces[operation.name]
 
+    def git_trace(self, operation: Operation) -> list[str]:
+        """The points inside git's own writes to the target (testing/git_cut.py) that an uninterrupted run
+        passes; checks it ends in `operation.end`, byte for byte, with the filter and hook in place."""
+        key = f"git {operation.name}"
+        if key not in self._traces:
+            run = self.fresh(operation.start)
+            trace_file = self.workdir / f"trace-git-{operation.name}.txt"
+            result = self.sglpatch(*operation.argv(run), own_group=True, **self.git_cut_env(run, trace=trace_file))
+            assert result.returncode == 0, result.stderr
+            assert run_state(run) == self.reference(operation.end), diff_states(
+                run_state(run), self.reference(operation.end)
+            )
+            self._traces[key] = trace_file.read_text().splitlines() if trace_file.exists() else []
+            shutil.rmtree(run.root)
+        return self._traces[key]
+
+    def git_cut_env(self, run: Run, at: int = 0, trace: Path | None = None) -> dict[str, str]:
+        """The environment of a run cut inside git at its `at`-th git write (0: none; `trace` lists them).
+        The count is kept beside the run's folders, outside what `run_state` compares."""
+        folder = self.workdir / "git-cut"
+        if not folder.exists():
+            git_cut.install(folder)
+        return git_cut.environment(folder, run.target, run.root / "git-cut-count", trace=trace, at=at)
+
     # -- one interruption --------------------------------------------------------------
+
+    def interrupt_in_git(self, operation: Operation, point: int) -> str | None:
+        """Kill `operation` (its whole process group) at the `point`-th write inside git; None when recovered."""
+        for state in operation.allowed:
+            self.reference(state)
+        run = self.fresh(operation.start)
+        try:
+            result = self.sglpatch(*operation.argv(run), own_group=True, **self.git_cut_env(run, at=point))
+            if result.returncode != -signal.SIGKILL:
+                return f"expected death by SIGKILL inside git, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
+            return self._after_kill(operation, run)
+        finally:
+            shutil.rmtree(run.root, ignore_errors=True)
 
     def interrupt(self, operation: Operation, point: int, sig: str) -> str | None:
         """Interrupt `operation` at write point `point` with `sig`; None when recovered, else what went wrong."""
@@ -290,17 +332,7 @@ class Lab:
         if sig == "KILL":
             if result.returncode != -signum:
                 return f"expected death by SIGKILL, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
-            if self.which_state(run) not in operation.allowed:
-                self.last_mid_way = True
-                before = run_state(run)
-                probe = self.sglpatch(*OPERATIONS["apply"].argv(run))
-                if probe.returncode != 2 or "was interrupted" not in probe.stderr:
-                    return (
-                        f"next apply did not detect the interruption: exit {probe.returncode}, {probe.stderr.strip()}"
-                    )
-                if run_state(run) != before:
-                    return "the next apply, refusing, still changed the tree"
-            return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
+            return self._after_kill(operation, run)
         if result.returncode != 128 + signum:
             return f"expected exit {128 + signum}, got {result.returncode}: {result.stderr.strip()[-300:]}"
         lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("... ")]  # not progress
@@ -310,6 +342,20 @@ class Lab:
         if said not in operation.allowed or self.which_state(run) != said:
             return f"said {said!r} ({lines[0]!r}) but the tree is {self._describe(run, said, operation)}"
         return self._recover(operation, run, first=False)
+
+    def _after_kill(self, operation: Operation, run: Run) -> str | None:
+        """A killed run: the next apply refuses without writing, unless the tree is in an allowed state; then
+        recover names the state the tree is in, byte for byte, and a second recover has nothing to do."""
+        self.last_mid_way = False
+        if self.which_state(run) not in operation.allowed:
+            self.last_mid_way = True
+            before = run_state(run)
+            probe = self.sglpatch(*OPERATIONS["apply"].argv(run))
+            if probe.returncode != 2 or "was interrupted" not in probe.stderr:
+                return f"next apply did not detect the interruption: exit {probe.returncode}, {probe.stderr.strip()}"
+            if run_state(run) != before:
+                return "the next apply, refusing, still changed the tree"
+        return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
 
     def _recover(self, operation: Operation, run: Run, first: bool) -> str | None:
         result = self.sglpatch("recover", "--sglang", str(run.target))
@@ -433,12 +479,41 @@ def sample_points(count: int, sig: str, full: bool) -> list[int]:
     return [max(1, count // 3)] if sig == "INT" else [max(1, (2 * count) // 3)]
 
 
+def git_points(labels: list[str], full: bool) -> list[int]:
+    """Where to cut inside git. The sample: the first, middle and last point. The full grid: every ref lock,
+    and of each git command's file writes (a rebase's `git checkout` writes hundreds) the first, middle and
+    last, as the files between them leave the same kind of half-switched tree."""
+    if not full:
+        return sample_points(len(labels), "KILL", full=False)
+    chosen, writes = [], {}
+    for number, line in enumerate(labels, 1):
+        label = line.split("\t", 1)[-1]
+        if label.endswith("(smudge)"):
+            writes.setdefault(label.split("`: ", 1)[0], []).append(number)
+        else:
+            chosen.append(number)
+    for numbers in writes.values():
+        chosen += [numbers[0], numbers[(len(numbers) - 1) // 2], numbers[-1]]
+    return sorted(set(chosen))
+
+
+def run_git_grid(lab: Lab, operation: Operation, full: bool) -> Result:
+    """SIGKILL inside git's own writes to the target, at the points `git_points` picks."""
+    labels = lab.git_trace(operation)
+    return _cut_at(lab, labels, git_points(labels, full), lambda point: lab.interrupt_in_git(operation, point))
+
+
 def run_grid(lab: Lab, operation: Operation, sig: str, full: bool) -> Result:
     labels = lab.trace(operation)
+    points = sample_points(len(labels), sig, full)
+    return _cut_at(lab, labels, points, lambda point: lab.interrupt(operation, point, sig))
+
+
+def _cut_at(lab: Lab, labels: list[str], points: list[int], interrupt: Callable[[int], str | None]) -> Result:
     result = Result()
-    for point in sample_points(len(labels), sig, full):
+    for point in points:
         result.tried += 1
-        problem = lab.interrupt(operation, point, sig)
+        problem = interrupt(point)
         result.mid_way += lab.last_mid_way
         if problem is None:
             result.recovered += 1

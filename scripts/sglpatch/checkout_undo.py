@@ -6,7 +6,7 @@ from sglpatch import hints
 from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
-from sglpatch.git_locks import GitLock, remove_own
+from sglpatch.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.plan import dirty_paths
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
@@ -81,21 +81,25 @@ def _settle_killed_git(target: Target, record: CheckoutRecord, locks: tuple[GitL
     branch's, or be missing (git removes a file before it writes the new one); anything else is an edit made
     since, and nothing is changed."""
     git = target.git
-    remove_own(locks, target.root)
+    refuse_others(locks, target.root)
     touched = record.touched or ["python/sglang"]
     dirty = dirty_paths(target, touched)
-    if not dirty:
-        return []
-    allowed = [tree_blobs(target, commit, dirty) for commit in (record.head, _commit_of(git, record.previous))]
-    now = target.current_blobs(dirty)
-    edited = [path for path in dirty if now[path] and all(now[path] != blobs.get(path) for blobs in allowed)]
-    if edited:
+    if dirty and (edited := _edited(target, record, dirty)):
         raise FatalError(
             f"the interrupted {'apply' if record.state == WriteState.APPLYING else 'revert'} left changes in "
             f"{', '.join(edited[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
             "changed: check them, then `git checkout -- <files>` and run recover again"
         )
+    remove_own(locks, target.root)
     return dirty
+
+
+def _edited(target: Target, record: CheckoutRecord, dirty: list[str]) -> list[str]:
+    """The files of `dirty` that hold neither the series branch's bytes, nor the previous branch's, nor nothing."""
+    commits = (record.head, _commit_of(target.git, record.previous))
+    allowed = [tree_blobs(target, commit, dirty) for commit in commits]
+    now = target.current_blobs(dirty)
+    return [path for path in dirty if now[path] and all(now[path] != blobs.get(path) for blobs in allowed)]
 
 
 def _put_back(target: Target, record: CheckoutRecord) -> None:

@@ -35,11 +35,17 @@ class GitLock:
         return f"{self.path} ({'left by the interrupted sglpatch run' if self.ours else 'not left by sglpatch'})"
 
 
+# Written only while git holds packed-refs.lock, then renamed over packed-refs: a killed git leaves both.
+_LOCKED_TEMPORARY = ("packed-refs.new",)
+
+
 def lock_files(git_dir: Path, common_dir: Path) -> list[Path]:
-    """Every git lock in the repository's own folders (a worktree's and the shared one), objects aside."""
+    """Every git lock in the repository's own folders (a worktree's and the shared one), objects aside, and
+    the temporary files git writes under a lock."""
     found: set[Path] = set()
     for folder in {git_dir, common_dir}:
         found |= {path for path in folder.glob("*.lock") if path.is_file()}
+        found |= {folder / name for name in _LOCKED_TEMPORARY if (folder / name).is_file()}
         if (folder / "refs").is_dir():
             found |= {path for path in (folder / "refs").rglob("*.lock") if path.is_file()}
     return sorted(found)
@@ -63,6 +69,14 @@ def classify(paths: list[Path], state_file: Path | None, run: RunMark | None, re
 
 def remove_own(locks: tuple[GitLock, ...], root: Path) -> None:
     """Delete the locks the interrupted run left; refuse, deleting nothing, if any other lock is there."""
+    refuse_others(locks, root)
+    for lock in locks:
+        lock.path.unlink(missing_ok=True)
+        fault_point(f"git lock removed: {lock.path.name}")
+
+
+def refuse_others(locks: tuple[GitLock, ...], root: Path) -> None:
+    """Refuse (one line, nothing changed) when a lock is held by a live process or was not the run's."""
     for lock in locks:
         if lock.holders:
             raise FatalError(
@@ -74,9 +88,6 @@ def remove_own(locks: tuple[GitLock, ...], root: Path) -> None:
                 f"{lock.path} was not left by the interrupted sglpatch run; nothing was changed: "
                 f"if no git process runs in {root}, delete it, then run recover again"
             )
-    for lock in locks:
-        lock.path.unlink(missing_ok=True)
-        fault_point(f"git lock removed: {lock.path.name}")
 
 
 def _mtime(path: Path) -> int | None:
@@ -113,10 +124,17 @@ def _live_users(repo: list[Path], locks: list[Path]) -> tuple[tuple[str, ...], d
 
 
 def _open_files(proc: Path) -> set[str]:
+    opened = set()
     try:
-        return {os.readlink(fd.path) for fd in os.scandir(proc / "fd")}
-    except OSError:
-        return set()
+        descriptors = list(os.scandir(proc / "fd"))
+    except OSError:  # another user's process, or one that has just ended
+        return opened
+    for fd in descriptors:
+        try:
+            opened.add(os.readlink(fd.path))
+        except OSError:
+            continue
+    return opened
 
 
 def _works_in(proc: Path, folders: list[str]) -> bool:

@@ -72,7 +72,9 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+            orig_head = git.rev_parse("ORIG_HEAD")
             git.try_run("cherry-pick", "--abort")
+            _put_back_orig_head(git, orig_head)
             fault_point("rebase rollback: cherry-pick aborted")
         git.run("checkout", "-q", "-f", state.original)
         fault_point("rebase rollback: back on the original branch")
@@ -83,6 +85,14 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
                 git.run("update-ref", "-d", ref)
                 fault_point(f"rebase rollback: {ref} deleted")
     remove_state_folder(folder)
+
+
+def _put_back_orig_head(git: Git, was: str | None) -> None:
+    """`git cherry-pick --abort` moves ORIG_HEAD (it resets); the checkout's own ORIG_HEAD is not the rebase's."""
+    if was is not None:
+        git.run("update-ref", "--no-deref", "ORIG_HEAD", was)
+    elif git.rev_parse("ORIG_HEAD") is not None:
+        git.run("update-ref", "-d", "ORIG_HEAD")
 
 
 def stage(

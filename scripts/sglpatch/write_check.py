@@ -100,15 +100,16 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
         if path in leaving and local.is_file() and not local.is_symlink():
             if blob_id(local.read_bytes()) == leaving[path]:
                 try:
-                    local.unlink()
-                    _remove_emptied_folders(local.parent, target.root)
+                    remove_file_and_emptied_folders(local, target.root)
                 except OSError:
                     pass
     return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
 
 
-def _remove_emptied_folders(folder: Path, root: Path) -> None:
-    """Folders left empty by removing a file the series created (git removes them the same way)."""
+def remove_file_and_emptied_folders(path: Path, root: Path) -> None:
+    """Remove `path`, and the folders under `root` that this leaves empty (git removes them the same way)."""
+    path.unlink()
+    folder = path.parent
     while folder != root and root in folder.parents:
         try:
             folder.rmdir()
