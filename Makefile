@@ -85,7 +85,7 @@ pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in bui
 recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLANG=PATH: finish or undo it, and say which state it is in
 	$(SGLPATCH) recover $(TARGET_ARG)
 
-test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package
+test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package, and killed inside git
 	$(SET_TMP_ASIDE)
 	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
 

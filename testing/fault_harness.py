@@ -33,7 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testing import git_cut
+
 SIGNALS = ("INT", "TERM", "KILL")
+DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.interrupts)
 FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"  # `make test-fault`: every write point
 GRID_PROPERTY = "fault_grid"  # each grid test records its figures under this junit property
 KINDS = ("checkout", "package")
@@ -225,9 +228,10 @@ class Lab:
         self.template(state)
         return self._references[state]
 
-    def fresh(self, state: str) -> Run:
+    def fresh(self, state: str, where: Path | None = None) -> Run:
+        """A copy of the `state` tree, in the lab's folder or in `where` (a small disk)."""
         self._copies += 1
-        dest = self.workdir / f"run-{self._copies}"
+        dest = (where or self.workdir) / f"run-{self._copies}"
         copy_tree(self.template(state).root, dest)
         return self.run_at(dest)
 
@@ -243,14 +247,17 @@ class Lab:
         env.update(extra)
         return env
 
-    def sglpatch(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+    def sglpatch(self, *args: str, own_group: bool = False, **env: str) -> subprocess.CompletedProcess:
+        """The CLI in a child process; `own_group` starts it in a process group of its own (a git cut kills
+        that whole group, and a rebase's checkout runs the cut's filter for hundreds of files)."""
         return subprocess.run(
             [sys.executable, "-m", "sglpatch", *args],
             capture_output=True,
             text=True,
             env=self.env(**env),
-            timeout=120,
+            timeout=600 if own_group else 120,
             preexec_fn=default_sigint,
+            start_new_session=own_group,
         )
 
     def trace(self, operation: Operation) -> list[str]:
@@ -267,7 +274,44 @@ class Lab:
             shutil.rmtree(run.root)
         return self._traces[operation.name]
 
+    def git_trace(self, operation: Operation) -> list[str]:
+        """The points inside git's own writes to the target (testing/git_cut.py) that an uninterrupted run
+        passes; checks it ends in `operation.end`, byte for byte, with the filter and hook in place."""
+        key = f"git {operation.name}"
+        if key not in self._traces:
+            run = self.fresh(operation.start)
+            trace_file = self.workdir / f"trace-git-{operation.name}.txt"
+            result = self.sglpatch(*operation.argv(run), own_group=True, **self.git_cut_env(run, trace=trace_file))
+            assert result.returncode == 0, result.stderr
+            assert run_state(run) == self.reference(operation.end), diff_states(
+                run_state(run), self.reference(operation.end)
+            )
+            self._traces[key] = trace_file.read_text().splitlines() if trace_file.exists() else []
+            shutil.rmtree(run.root)
+        return self._traces[key]
+
+    def git_cut_env(self, run: Run, at: int = 0, trace: Path | None = None) -> dict[str, str]:
+        """The environment of a run cut inside git at its `at`-th git write (0: none; `trace` lists them).
+        The count is kept beside the run's folders, outside what `run_state` compares."""
+        folder = self.workdir / "git-cut"
+        if not folder.exists():
+            git_cut.install(folder)
+        return git_cut.environment(folder, run.target, run.root / "git-cut-count", trace=trace, at=at)
+
     # -- one interruption --------------------------------------------------------------
+
+    def interrupt_in_git(self, operation: Operation, point: int) -> str | None:
+        """Kill `operation` (its whole process group) at the `point`-th write inside git; None when recovered."""
+        for state in operation.allowed:
+            self.reference(state)
+        run = self.fresh(operation.start)
+        try:
+            result = self.sglpatch(*operation.argv(run), own_group=True, **self.git_cut_env(run, at=point))
+            if result.returncode != -signal.SIGKILL:
+                return f"expected death by SIGKILL inside git, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
+            return self._after_kill(operation, run)
+        finally:
+            shutil.rmtree(run.root, ignore_errors=True)
 
     def interrupt(self, operation: Operation, point: int, sig: str) -> str | None:
         """Interrupt `operation` at write point `point` with `sig`; None when recovered, else what went wrong."""
@@ -280,23 +324,15 @@ class Lab:
             shutil.rmtree(run.root, ignore_errors=True)
 
     def _interrupt(self, operation: Operation, run: Run, point: int, sig: str) -> str | None:
-        signum = signal.Signals[f"SIG{sig}"]
         result = self.sglpatch(*operation.argv(run), SGLPATCH_FAULT_AT=str(point), SGLPATCH_FAULT_SIGNAL=sig)
         self.last_mid_way = False
+        if sig == DISK_FULL:
+            return self.after_disk_full(operation, run, result)
+        signum = signal.Signals[f"SIG{sig}"]
         if sig == "KILL":
             if result.returncode != -signum:
                 return f"expected death by SIGKILL, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
-            if self.which_state(run) not in operation.allowed:
-                self.last_mid_way = True
-                before = run_state(run)
-                probe = self.sglpatch(*OPERATIONS["apply"].argv(run))
-                if probe.returncode != 2 or "was interrupted" not in probe.stderr:
-                    return (
-                        f"next apply did not detect the interruption: exit {probe.returncode}, {probe.stderr.strip()}"
-                    )
-                if run_state(run) != before:
-                    return "the next apply, refusing, still changed the tree"
-            return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
+            return self._after_kill(operation, run)
         if result.returncode != 128 + signum:
             return f"expected exit {128 + signum}, got {result.returncode}: {result.stderr.strip()[-300:]}"
         lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("... ")]  # not progress
@@ -306,6 +342,20 @@ class Lab:
         if said not in operation.allowed or self.which_state(run) != said:
             return f"said {said!r} ({lines[0]!r}) but the tree is {self._describe(run, said, operation)}"
         return self._recover(operation, run, first=False)
+
+    def _after_kill(self, operation: Operation, run: Run) -> str | None:
+        """A killed run: the next apply refuses without writing, unless the tree is in an allowed state; then
+        recover names the state the tree is in, byte for byte, and a second recover has nothing to do."""
+        self.last_mid_way = False
+        if self.which_state(run) not in operation.allowed:
+            self.last_mid_way = True
+            before = run_state(run)
+            probe = self.sglpatch(*OPERATIONS["apply"].argv(run))
+            if probe.returncode != 2 or "was interrupted" not in probe.stderr:
+                return f"next apply did not detect the interruption: exit {probe.returncode}, {probe.stderr.strip()}"
+            if run_state(run) != before:
+                return "the next apply, refusing, still changed the tree"
+        return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
 
     def _recover(self, operation: Operation, run: Run, first: bool) -> str | None:
         result = self.sglpatch("recover", "--sglang", str(run.target))
@@ -317,6 +367,93 @@ class Lab:
             return f"recover said {last!r} but the tree is {self._describe(run, said, operation)}"
         if not first and "nothing to recover" not in last:
             return f"recover had work to do on a tree that should need none: {last!r}"
+        return None
+
+    def after_disk_full(
+        self, operation: Operation, run: Run, result: subprocess.CompletedProcess, named: bool = False
+    ) -> str | None:
+        """After a run the disk ran out under (space is back now): exit 0 and its end state, or one line, exit 2,
+        naming the state the tree is in byte for byte (or, unless `named`, saying recover finishes it, which it
+        then must); a rebase may stop for the user instead, and `--continue` then finishes it. None when all
+        holds."""
+        if result.returncode == 0:
+            if self.which_state(run) != operation.end:
+                return f"exit 0, but the tree is {self._describe(run, operation.end, operation)}"
+            return self._recover(operation, run, first=False)
+        lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("... ")]
+        if result.returncode not in (1, 2) or len(lines) != 1 or "Traceback" in result.stderr:
+            return f"expected one line and exit 2, got exit {result.returncode}: {result.stderr.strip()[-400:]!r}"
+        said = self._said(lines[0], operation)
+        if said is not None:
+            if self.which_state(run) != said:
+                return f"said {said!r} ({lines[0]!r}) but the tree is {self._describe(run, said, operation)}"
+            return self._recover(operation, run, first=False)
+        self.last_mid_way = True
+        if named:
+            return f"left part-way, in neither state ({self._describe(run, None, operation)}): {lines[0]!r}"
+        if operation.name == "rebase" and "the rebase is stopped" in lines[0]:
+            resumed = self.sglpatch("rebase", "--sglang", str(run.target), "--continue")
+            if resumed.returncode != 0 or self.which_state(run) != operation.end:
+                return f"stopped ({lines[0]!r}); --continue: exit {resumed.returncode} {resumed.stderr.strip()!r}"
+            return self._recover(operation, run, first=False)
+        if "recover" not in lines[0]:
+            return f"says neither where the tree stands nor what to run: {lines[0]!r}"
+        return self._recover(operation, run, first=True) or self._recover(operation, run, first=False)
+
+    # -- a real full disk ----------------------------------------------------------------
+
+    def space_trace(self, operation: Operation, disk) -> list[int]:
+        """Bytes an uninterrupted run on `disk` has taken at each of its write points, then at its end."""
+        key = f"{operation.name} on a small disk"
+        if key not in self._traces:
+            run = self.fresh(operation.start, where=disk.root)
+            disk.free()
+            trace_file = self.workdir / f"trace-{operation.name}-space.txt"
+            free_before = disk.available()
+            result = self.sglpatch(
+                *operation.argv(run), SGLPATCH_FAULT_TRACE=str(trace_file), SGLPATCH_FAULT_SPACE=str(disk.root)
+            )
+            assert result.returncode == 0, result.stderr
+            taken = [free_before - int(line.rsplit("\t", 1)[1]) for line in trace_file.read_text().splitlines()]
+            self._traces[key] = [*taken, free_before - disk.available()]
+            shutil.rmtree(run.root)
+        return self._traces[key]
+
+    def run_out_of_space(self, operation: Operation, disk, leave: int, named: bool = False) -> str | None:
+        """Run `operation` on a copy of its start tree on `disk` with `leave` bytes free, then `recover` while
+        the disk is still full (it must not call the tree what it is not); free the space; check the outcome
+        as `after_disk_full` does."""
+        for state in operation.allowed:
+            self.reference(state)
+        run = self.fresh(operation.start, where=disk.root)
+        try:
+            if self.kind == "checkout":  # a copy's index has stale stat data: refresh it, as a user's is
+                subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=run.target, env=self.env())
+            disk.fill(leave)
+            try:
+                result = self.sglpatch(*operation.argv(run))
+                before = run_state(run)
+                problem = self._recover_on_a_full_disk(operation, run) if result.returncode else None
+            finally:
+                disk.free()
+            if problem:
+                return problem
+            self.last_mid_way = False
+            if result.returncode and run_state(run) != before:  # recover finished the job: judge that
+                return self._recover(operation, run, first=False)
+            return self.after_disk_full(operation, run, result, named=named)
+        finally:
+            shutil.rmtree(run.root, ignore_errors=True)
+
+    def _recover_on_a_full_disk(self, operation: Operation, run: Run) -> str | None:
+        """`recover` with no room: it may finish or refuse, but what it says must be what the tree is."""
+        result = self.sglpatch("recover", "--sglang", str(run.target))
+        out = (result.stdout.strip().splitlines() or [""])[-1] if result.returncode == 0 else result.stderr.strip()
+        if "Traceback" in result.stderr or len(out.splitlines()) != 1:
+            return f"recover on a full disk: exit {result.returncode}, {result.stderr.strip()[-300:]!r}"
+        said = self._said(out, operation)
+        if said is not None and self.which_state(run) != said:
+            return f"recover on a full disk said {out!r} but the tree is {self._describe(run, said, operation)}"
         return None
 
     def _describe(self, run: Run, said: str | None, operation: Operation) -> str:
@@ -331,23 +468,84 @@ class Lab:
 
 
 def sample_points(count: int, sig: str, full: bool) -> list[int]:
-    """Every point for the full grid; else a fixed spread (first, last and one between for SIGKILL)."""
+    """Every point for the full grid; else a fixed spread (first, last and one between for SIGKILL; the middle
+    one for a full disk)."""
     if full or count <= 1:
         return list(range(1, count + 1))
     if sig == "KILL":
         return sorted({1, (count + 1) // 2, count})
+    if sig == DISK_FULL:
+        return [(count + 1) // 2]
     return [max(1, count // 3)] if sig == "INT" else [max(1, (2 * count) // 3)]
+
+
+def git_points(labels: list[str], full: bool) -> list[int]:
+    """Where to cut inside git. The sample: the first, middle and last point. The full grid: every ref lock,
+    and of each git command's file writes (a rebase's `git checkout` writes hundreds) the first, middle and
+    last, as the files between them leave the same kind of half-switched tree."""
+    if not full:
+        return sample_points(len(labels), "KILL", full=False)
+    chosen, writes = [], {}
+    for number, line in enumerate(labels, 1):
+        label = line.split("\t", 1)[-1]
+        if label.endswith("(smudge)"):
+            writes.setdefault(label.split("`: ", 1)[0], []).append(number)
+        else:
+            chosen.append(number)
+    for numbers in writes.values():
+        chosen += [numbers[0], numbers[(len(numbers) - 1) // 2], numbers[-1]]
+    return sorted(set(chosen))
+
+
+def run_git_grid(lab: Lab, operation: Operation, full: bool) -> Result:
+    """SIGKILL inside git's own writes to the target, at the points `git_points` picks."""
+    labels = lab.git_trace(operation)
+    return _cut_at(lab, labels, git_points(labels, full), lambda point: lab.interrupt_in_git(operation, point))
 
 
 def run_grid(lab: Lab, operation: Operation, sig: str, full: bool) -> Result:
     labels = lab.trace(operation)
+    points = sample_points(len(labels), sig, full)
+    return _cut_at(lab, labels, points, lambda point: lab.interrupt(operation, point, sig))
+
+
+def _cut_at(lab: Lab, labels: list[str], points: list[int], interrupt: Callable[[int], str | None]) -> Result:
     result = Result()
-    for point in sample_points(len(labels), sig, full):
+    for point in points:
         result.tried += 1
-        problem = lab.interrupt(operation, point, sig)
+        problem = interrupt(point)
         result.mid_way += lab.last_mid_way
         if problem is None:
             result.recovered += 1
         else:
             result.failures.append(f"point {point} ({labels[point - 1]}): {problem}")
+    return result
+
+
+def space_levels(taken: list[int], full: bool, page: int = 4096) -> list[int]:
+    """Free space to leave on a disk so that a run runs out between two of its write points, one level per
+    point where it takes space (several inside a large step, such as a `git checkout`, in the full grid),
+    and none at all; in the sample, the last (inside its last step that takes space: for a checkout apply,
+    the `git checkout` itself)."""
+    levels, before = {0}, 0
+    for now in taken:
+        if now > before + page:
+            parts = min(4, (now - before) // (64 * 1024)) + 1 if full else 1
+            levels |= {(before + (now - before) * (i + 1) // (parts + 1)) // page * page for i in range(parts)}
+        before = max(before, now)
+    ordered = sorted(levels)
+    return ordered if full else ordered[-1:]
+
+
+def run_full_disk_grid(lab: Lab, operation: Operation, disk, full: bool) -> Result:
+    """`operation` on a real small disk, filled to run out at each level `space_levels` names."""
+    result = Result()
+    for leave in space_levels(lab.space_trace(operation, disk), full):
+        result.tried += 1
+        problem = lab.run_out_of_space(operation, disk, leave)
+        result.mid_way += lab.last_mid_way
+        if problem is None:
+            result.recovered += 1
+        else:
+            result.failures.append(f"{leave // 1024} KiB free: {problem}")
     return result

@@ -5,18 +5,28 @@ commit and the files the series touches. Its "state" is written "applying"
 before the first write to the checkout and "applied" after the last; revert
 writes "reverting" first and deletes the file last. No "state" means applied.
 A rebase that finishes writes one too (the rebased branch), keeping the record
-it replaced under "before", so a revert goes back one step at a time.
+it replaced under "before", so a revert goes back one step at a time; so does an
+apply of a second series onto the branch of the first (a stack).
+
+While a state is "applying" or "reverting" the record names the run that wrote
+it ("run": pid and start time), so `recover` can tell the git locks a killed run
+left from those of a git still running. "series", "base" and "three_way" say
+what was applied onto what, for `status` to report a 3-way apply it cannot replay.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from sglpatch.durable import write_durably
-from sglpatch.errors import FatalError
+from sglpatch.errors import CorruptState
+from sglpatch.run_mark import RunMark
+from sglpatch.series import check_path_is_safe
 from sglpatch.target import Target
-from sglpatch.write_states import WriteState
+from sglpatch.write_states import INTERRUPTED, WriteState
 
 STATE_FILE = "sglpatch-state.json"
 
@@ -30,22 +40,44 @@ class CheckoutRecord:
     patches: list[str] = field(default_factory=list)
     touched: list[str] = field(default_factory=list)
     rebased_onto: str | None = None  # set by a rebase: the ONTO it was asked for
-    before: CheckoutRecord | None = None  # set by a rebase: the record it replaced
+    before: CheckoutRecord | None = None  # the record it replaced (a rebase, or a stacked apply)
+    series: str | None = None  # the digest of the series applied
+    base: str | None = None  # the commit the series was applied onto
+    three_way: bool = False  # applied with --3way onto a base that differs from the pin
+    run: RunMark | None = None  # the run writing it, while applying or reverting
 
     def with_state(self, state: WriteState) -> CheckoutRecord:
         return replace(self, state=state)
+
+    @property
+    def stack(self) -> list[CheckoutRecord]:
+        """This record and the ones it replaced, newest first."""
+        return [self] + (self.before.stack if self.before else [])
 
     @classmethod
     def from_json(cls, data) -> CheckoutRecord:
         """The record a JSON object holds; ValueError naming what is wrong."""
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("branch", "previous")):
             raise ValueError("missing branch or previous")
+        for key in ("branch", "previous"):  # handed to git as arguments: never empty, never an option
+            if not data[key] or data[key].startswith("-") or any(c.isspace() for c in data[key]):
+                raise ValueError(f"{key} {data[key][:60]!r} is not a branch or commit name")
         if data.get("state", WriteState.APPLIED) not in tuple(WriteState):
             raise ValueError(f"unknown state {data['state']!r}")
+        for key in ("head", "rebased_onto", "series", "base"):
+            if not isinstance(data.get(key), (str, type(None))):
+                raise ValueError(f"{key} is not a string")
+        if data.get("head") is not None and not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", data["head"]):
+            raise ValueError(f"head {data['head'][:60]!r} is not a commit id")
         for key in ("patches", "touched"):
-            if not isinstance(data.get(key, []), list):
-                raise ValueError(f"{key} is not a list")
-        before = data.get("before")
+            value = data.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise ValueError(f"{key} is not a list of names")
+        for path in data.get("touched", []):
+            check_path_is_safe(path)
+        if not isinstance(data.get("three_way", False), bool):
+            raise ValueError("three_way is not true or false")
+        before, run = data.get("before"), data.get("run")
         return cls(
             branch=data["branch"],
             previous=data["previous"],
@@ -55,6 +87,10 @@ class CheckoutRecord:
             touched=list(data.get("touched", [])),
             rebased_onto=data.get("rebased_onto"),
             before=cls.from_json(before) if before is not None else None,
+            series=data.get("series"),
+            base=data.get("base"),
+            three_way=data.get("three_way", False),
+            run=RunMark.from_json(run) if run is not None else None,
         )
 
     def to_json(self) -> dict:
@@ -67,20 +103,56 @@ class CheckoutRecord:
             "touched": self.touched,
             "rebased_onto": self.rebased_onto,
             "before": self.before.to_json() if self.before else None,
+            "series": self.series,
+            "base": self.base,
+            "three_way": self.three_way or None,
+            "run": self.run.to_json() if self.run else None,
         }
         return {k: v for k, v in data.items() if v is not None}
 
 
+def state_path(target: Target) -> Path:
+    return target.git.git_dir() / STATE_FILE
+
+
 def read_state(target: Target) -> CheckoutRecord | None:
-    path = target.git.git_dir() / STATE_FILE
+    path = state_path(target)
     if not path.is_file():
         return None
     try:
         return CheckoutRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FatalError(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CorruptState(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
 
 
 def write_state(target: Target, record: CheckoutRecord) -> None:
+    """Write the record; one that says a write is under way names this run (a finished one names none)."""
+    record = replace(record, run=RunMark.current() if record.state in INTERRUPTED else None)
     text = json.dumps(record.to_json(), indent=2) + "\n"
-    write_durably(target.git.git_dir() / STATE_FILE, text.encode())
+    write_durably(state_path(target), text.encode())
+
+
+def replace_state(target: Target, record: CheckoutRecord) -> None:
+    """write_state, all or nothing: when it fails, the state file holds what it held before (or is absent)."""
+    path = state_path(target)
+    old = path.read_bytes() if path.is_file() else None
+    try:
+        write_state(target, record)
+    except OSError:
+        try:
+            if old is None:
+                path.unlink(missing_ok=True)
+            elif path.read_bytes() != old:
+                write_durably(path, old, fault_points=False)
+        except OSError:
+            pass  # the first failure is the one to report
+        raise
+
+
+def drop_record(target: Target, record: CheckoutRecord) -> None:
+    """Take `record` out: the one it replaced (the series below it in a stack, or before a rebase) comes back,
+    or, with none, the state file goes."""
+    if record.before is not None:
+        write_state(target, record.before)
+    else:
+        state_path(target).unlink(missing_ok=True)

@@ -3,54 +3,118 @@
 from __future__ import annotations
 
 from sglpatch import hints
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
+from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.errors import FatalError
+from sglpatch.git import GitFailed
+from sglpatch.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.plan import dirty_paths
+from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target
-from sglpatch.write_check import checkout_mismatch, move_checkout
+from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState
 
 
-def undo_checkout(target: Target, record: CheckoutRecord) -> str:
-    """Back to the branch the series was applied from, the series branch gone; returns the line saying so."""
+def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...] = ()) -> str:
+    """Back to the branch the series was applied from, the series branch gone; returns the line saying so.
+
+    For an interrupted apply or revert, `locks` are the git locks found in the checkout: those the killed
+    run left are removed first (any other is refused), and series files a `git checkout` killed half-way
+    left behind are put back as they were on the previous branch."""
     git = target.git
     branch, previous = record.branch, record.previous
     was = record.state
     on_branch = git.current_branch() == branch
-    if was in INTERRUPTED:
-        # Our own steps leave these files clean; a git checkout killed half-way (or an edit since) does not.
-        dirty = dirty_paths(target, record.touched or ["python/sglang"])
-        if dirty:
-            raise FatalError(
-                f"the interrupted {'apply' if was == WriteState.APPLYING else 'revert'} left changes in "
-                f"{', '.join(dirty[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
-                "changed: check them, then `git checkout -- <files>` and run recover again"
-            )
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
-        if was != WriteState.REVERTING:
+        half_switched = _settle_killed_git(target, record, locks) if was in INTERRUPTED else []
+        free_reserve(target)  # what a killed run kept aside to roll back with: this is that roll-back
+        switching = on_branch and not half_switched
+        unchanged = "still fully patched" if was == WriteState.APPLIED else "as the interrupted run left it"
+        if switching:
             try:
-                write_state(target, record.with_state(WriteState.REVERTING))
-            except OSError as exc:
-                (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
-                raise FatalError(f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed") from None
-        if on_branch:
-            _, _, err = git.try_run("checkout", "-q", previous)
-            fault_point("checkout: back on the previous branch")
-            _check_switched_back(target, record, err)
-        if git.rev_parse(f"refs/heads/{branch}") is not None:
-            git.run("branch", "-q", "-D", branch)
-            fault_point("checkout: series branch deleted")
-        if record.before:  # a rebase's branch: back to the series it was rebased from
-            write_state(target, record.before)
-        else:
-            (git.git_dir() / STATE_FILE).unlink()
-        fault_point("checkout: state file removed")
+                make_reserve(target, room_to_roll_back(target, record.touched or ["python/sglang"]))
+            except FatalError as exc:
+                raise FatalError(f"{exc}; nothing was changed: {target.root} is {unchanged}") from None
+        try:
+            replace_state(target, record.with_state(WriteState.REVERTING))
+        except OSError as exc:
+            free_reserve(target)
+            raise FatalError(
+                f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {target.root} is "
+                f"{unchanged}"
+            ) from None
+        try:
+            _switch_back(target, record, half_switched, switching)
+        except (GitFailed, OSError) as exc:
+            cause = f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
+            raise FatalError(
+                f"{cause if isinstance(exc, OSError) else exc}; the revert stopped part-way (the record says "
+                f"reverting): free space or fix the cause, then run {hints.recover(target.root)} to finish it"
+            ) from None
     action = {
         WriteState.APPLYING: "rolled back the interrupted apply",
         WriteState.REVERTING: "finished the interrupted revert",
     }
     return f"{action.get(was, 'reverted')} on {target.root}: back on {previous}, branch {branch} removed"
+
+
+def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str], switching: bool) -> None:
+    """The writes of a revert once its record says "reverting": HEAD and files back, branch and record gone."""
+    git = target.git
+    if half_switched:
+        _put_back(target, record)
+    elif switching:
+        _, _, err = git.try_run("checkout", "-q", record.previous)
+        fault_point("checkout: back on the previous branch")
+        free_reserve(target)
+        _check_switched_back(target, record, err)
+    if git.rev_parse(f"refs/heads/{record.branch}") is not None:
+        git.run("branch", "-q", "-D", record.branch)
+        fault_point("checkout: series branch deleted")
+    drop_record(target, record)
+    fault_point("checkout: state file removed")
+
+
+def _settle_killed_git(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...]) -> list[str]:
+    """After a kill: remove the git locks the killed run left, and return the series files that a `git checkout`
+    killed half-way left between the two branches. Each must hold the series branch's bytes, the previous
+    branch's, or be missing (git removes a file before it writes the new one); anything else is an edit made
+    since, and nothing is changed."""
+    git = target.git
+    refuse_others(locks, target.root)
+    touched = record.touched or ["python/sglang"]
+    dirty = dirty_paths(target, touched)
+    if dirty and (edited := _edited(target, record, dirty)):
+        raise FatalError(
+            f"the interrupted {'apply' if record.state == WriteState.APPLYING else 'revert'} left changes in "
+            f"{', '.join(edited[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
+            "changed: check them, then `git checkout -- <files>` and run recover again"
+        )
+    remove_own(locks, target.root)
+    return dirty
+
+
+def _edited(target: Target, record: CheckoutRecord, dirty: list[str]) -> list[str]:
+    """The files of `dirty` that hold neither the series branch's bytes, nor the previous branch's, nor nothing."""
+    commits = (record.head, _commit_of(target.git, record.previous))
+    allowed = [tree_blobs(target, commit, dirty) for commit in commits]
+    now = target.current_blobs(dirty)
+    return [path for path in dirty if now[path] and all(now[path] != blobs.get(path) for blobs in allowed)]
+
+
+def _put_back(target: Target, record: CheckoutRecord) -> None:
+    """The previous branch's files, index and HEAD, without `git checkout` (the index and work tree disagree)."""
+    still = move_checkout(target, record.previous, record.head, record.touched or ["python/sglang"])
+    if still:
+        raise FatalError(
+            f"could not put {target.root} back on {record.previous} after the interrupted run: {still[0]}; "
+            f"fix the cause, then run {hints.recover(target.root)}"
+        )
+    fault_point("checkout: half-switched files put back")
+
+
+def _commit_of(git, name: str) -> str:
+    return git.rev_parse(f"refs/heads/{name}") or git.rev_parse(name) or name
 
 
 def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> None:
@@ -73,5 +137,5 @@ def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> No
     write_state(target, record)
     raise FatalError(
         f"git could not switch {target.root} back to {previous}: {cause}; nothing was changed: "
-        f"it is still on {record.branch}"
+        f"{target.root} is still fully patched (on {record.branch})"
     )

@@ -25,21 +25,35 @@ def write_durably(
     """Write `data` to `beside` (default `<name>.tmp`), fsync, rename to `path`, fsync the folder.
 
     `fault_points=False` for callers that mark the step with a fault point of their own; `step_names`
-    names the two fault points (written beside, renamed) when the caller's grid names them otherwise."""
+    names the two fault points (written beside, renamed) when the caller's grid names them otherwise.
+    A write or rename that fails (a full disk) leaves `path` as it was and no file beside it."""
     tmp = beside or path.with_name(path.name + ".tmp")
     written, renamed = step_names or (f"durable: {path.name} written beside", f"durable: {path.name} renamed")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if mode is not None:
-        os.chmod(tmp, mode)
-    if fault_points:
-        fault_point(written)
-    os.replace(tmp, path)
+    write_synced(tmp, data, mode=mode)
+    try:
+        if fault_points:
+            fault_point(written)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
     if fault_points:
         fault_point(renamed)
+
+
+def write_synced(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Create `path` holding `data`, on disk (fsync) before this returns; a failed write leaves no part of it."""
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(path, mode)
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def remove_durably(path: Path, step_name: str) -> None:

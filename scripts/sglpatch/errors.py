@@ -14,3 +14,7 @@ class FatalError(Exception):
 
     def __str__(self) -> str:
         return " ".join(super().__str__().split())
+
+
+class CorruptState(FatalError):
+    """A state file sglpatch wrote (checkout record, journal, rebase state) that cannot be read as one."""

@@ -39,13 +39,30 @@ _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 
 
 class GitFailed(FatalError):
-    """A git command we expected to work exited non-zero: the message names the whole command and its stderr."""
+    """A git command we expected to work exited non-zero: the message names the whole command; git's own
+    stderr only under -v (which has printed it already), as sglpatch's refusals are sglpatch's words."""
 
     def __init__(self, command: str, status: int, stderr: str):
-        message = stderr.strip() or "(no message)"
-        super().__init__(f"`{command}` failed ({status}): {message}")
+        super().__init__(f"`{command}` failed ({status}): {git_reason(stderr)}")
         self.status = status
         self.stderr = stderr
+
+
+_DISK_FULL = re.compile(r"No space left on device|Out of diskspace|Disk quota exceeded")
+
+
+def disk_full(stderr: str) -> bool:
+    """Whether git failed because the file system is full."""
+    return bool(_DISK_FULL.search(stderr))
+
+
+def git_reason(stderr: str) -> str:
+    """What to say about a failed git call: a full disk by name; its message under -v; otherwise where to find it."""
+    if disk_full(stderr) and not os.environ.get(VERBOSE_VARIABLE):
+        return "No space left on device"
+    if os.environ.get(VERBOSE_VARIABLE):
+        return " ".join(stderr.split()) or "(no message)"
+    return "`sglpatch -v` (make ... V=1) shows git's message"
 
 
 def require_git() -> None:
@@ -147,6 +164,10 @@ class Git:
 
     def git_dir(self) -> Path:
         return Path(self.run("rev-parse", "--absolute-git-dir"))
+
+    def common_dir(self) -> Path:
+        """Where the objects and the shared refs are: the git dir itself, except in a `git worktree`."""
+        return Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir"))
 
     def toplevel(self) -> Path | None:
         status, out, _ = self.try_run("rev-parse", "--show-toplevel")

@@ -9,12 +9,17 @@ is ordered so that `sglpatch recover` can finish or undo what was cut short.
 
 `fault_point` is the test hook at each write: with SGLPATCH_FAULT_AT=N the
 process sends itself SGLPATCH_FAULT_SIGNAL (KILL, TERM, INT, or STOP to pause
-it) at the N-th point it passes; with SGLPATCH_FAULT_TRACE=FILE it appends each
-point's label to FILE. Unset, it is one test of a module constant.
+it) at the N-th point it passes, or with SGLPATCH_FAULT_SIGNAL=ENOSPC raises
+the OSError a full disk gives (the next write fails: each point follows a
+write); with SGLPATCH_FAULT_TRACE=FILE it appends each point's label to FILE
+(and, with SGLPATCH_FAULT_SPACE=DIR, the free bytes of DIR's file system there,
+so a test can fill a disk to run out between two points). Unset, it is one test
+of a module constant.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -77,6 +82,7 @@ _FAULT_AT = int(_at) if (_at := os.environ.get("SGLPATCH_FAULT_AT", "")).isdigit
 _FAULT_TRACE = os.environ.get("SGLPATCH_FAULT_TRACE") or None
 _ACTIVE = bool(_FAULT_AT or _FAULT_TRACE)
 _passed = 0
+DISK_FULL = "ENOSPC"  # SGLPATCH_FAULT_SIGNAL value: a full disk at the N-th point, not a signal
 
 
 def fault_point(label: str) -> None:
@@ -89,8 +95,12 @@ def _hit(label: str) -> None:
     global _passed
     _passed += 1
     if _FAULT_TRACE:
+        space = os.environ.get("SGLPATCH_FAULT_SPACE")
+        free = f"\t{os.statvfs(space).f_bavail * os.statvfs(space).f_frsize}" if space else ""
         with open(_FAULT_TRACE, "a", encoding="utf-8") as trace:
-            trace.write(f"{_passed}\t{label}\n")
+            trace.write(f"{_passed}\t{label}{free}\n")
     if _passed == _FAULT_AT:
         name = os.environ.get("SGLPATCH_FAULT_SIGNAL", "KILL").upper()
+        if name == DISK_FULL:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         os.kill(os.getpid(), signal.Signals[f"SIG{name}"])

@@ -1,32 +1,48 @@
-"""Atomic rewrites of a package folder, with a journal that can put back every byte.
+"""Atomic rewrites of a package folder, with a journal that can put back every byte and mode.
 
-Apply writes the journal (the original bytes of every file it will change, and
-the blob each file will have after) before touching any file, then replaces
-each file atomically (write beside it, fsync, rename), then marks the journal
-done. Revert marks the journal `reverting`, restores from it, then deletes
-journal.json before the rest of `.sglpatch/`. A run cut short leaves every file
-either as it was or as it will be, and the journal says which files to put back:
+Apply writes everything it needs before the first file of the package changes: the
+original bytes of every file it will change (`.sglpatch/originals/N`, with the
+file's mode and times), the journal (`applying`: each file's blob and mode before
+and after), and every new file's bytes beside its target (`.NAME.sglpatch-tmp`).
+A full disk or a read-only folder stops it there, and those are removed: nothing
+changed. Then it commits with renames only (each temporary file over its target,
+or a removal), which need no free space, and marks the journal `applied`.
+
+Putting files back is renames too: each backup is renamed over its file (a file
+the apply created is removed), so a roll-back never needs the space a rewrite
+would. Revert marks the journal `reverting` first (an apply's own roll-back and
+`recover` of an interrupted apply keep `applying`: the direction is the same),
+then deletes journal.json before the rest of `.sglpatch/`. A run cut short leaves
+every file as it was or as it will be, and the journal says which to put back:
 journal.json exists exactly while the package may differ from how it was, so a
-`.sglpatch/` without it is scratch left by a run killed before its first write
-to the package or after its last (`sglpatch recover` removes it).
+`.sglpatch/` without it is scratch left by a run killed before its first write to
+the package or after its last (`sglpatch recover` removes it).
+
+Bytecode of a rewritten module is removed with it (journaled like a file the
+series deletes; see bytecode.py), and a revert removes what Python compiled from
+the patched source meanwhile.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch.durable import fsync_dir, remove_durably, write_durably
-from sglpatch.errors import FatalError
+from sglpatch.bytecode import bytecode_of, is_bytecode
+from sglpatch.durable import fsync_dir, remove_durably, write_durably, write_synced
+from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
 from sglpatch.write_states import WriteState
 
 JOURNAL_DIR = ".sglpatch"
 JOURNAL_FILE = "journal.json"
+NEW_FILE_MODE = 0o644
 
 
 @dataclass
@@ -34,6 +50,7 @@ class Change:
     path: Path  # file in the target
     before: bytes | None
     after: bytes | None
+    executable: bool = False  # the file after the change (git's 100755)
 
 
 @dataclass
@@ -43,25 +60,46 @@ class JournalEntry:
     path: str  # relative to the package folder
     before: str
     after: str
-    mode: int
+    mode: int  # permission bits before (NEW_FILE_MODE for a file the apply creates)
     backup: str | None  # the original bytes, under the journal folder; None when the apply creates the file
     created_dirs: list[str] = field(default_factory=list)  # folders the apply made for it, deepest first
+    new_mode: int | None = None  # permission bits after, when they differ from `mode`
+
+    @property
+    def mode_after(self) -> int:
+        return self.mode if self.new_mode is None else self.new_mode
 
     @classmethod
     def from_json(cls, data) -> JournalEntry:
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("path", "before", "after")):
             raise ValueError("a file entry lacks path, before or after")
-        if not isinstance(data.get("mode"), int) or not (data.get("backup") is None or isinstance(data["backup"], str)):
-            raise ValueError(f"the entry of {data['path']} has a bad mode or backup")
-        return cls(
-            data["path"], data["before"], data["after"], data["mode"], data["backup"], data.get("created_dirs", [])
-        )
+        _check_relative(data["path"])
+        modes = [data.get("mode"), data.get("new_mode", 0)]
+        if not all(isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= 0o7777 for m in modes):
+            raise ValueError(f"the entry of {data['path']} has a bad mode")
+        backup = data.get("backup")
+        if not (backup is None or (isinstance(backup, str) and re.fullmatch(r"originals/\d+", backup))):
+            raise ValueError(f"the entry of {data['path']} has a bad backup")
+        created = data.get("created_dirs", [])
+        if not isinstance(created, list):
+            raise ValueError(f"the entry of {data['path']} has a bad folder list")
+        for folder in created:
+            _check_relative(folder)
+        return cls(data["path"], data["before"], data["after"], data["mode"], backup, created, data.get("new_mode"))
 
     def to_json(self) -> dict:
         data = asdict(self)
-        if not self.created_dirs:
-            del data["created_dirs"]
+        for key in ("created_dirs", "new_mode"):
+            if not data[key]:
+                del data[key]
         return data
+
+
+def _check_relative(path) -> None:
+    """A path a journal names must stay inside the package folder and out of the journal's own folder."""
+    parts = path.split("/") if isinstance(path, str) else [""]
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] == JOURNAL_DIR:
+        raise ValueError(f"{str(path)[:60]!r} is not a path inside the package")
 
 
 @dataclass
@@ -109,8 +147,8 @@ def read_journal(package: Path) -> Journal | None:
         return None
     try:
         return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FatalError(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CorruptState(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
 
 
 def has_leftover(package: Path) -> bool:
@@ -123,47 +161,124 @@ def discard_leftover(package: Path) -> None:
     fault_point("journal: leftover removed")
 
 
+def with_bytecode(changes: list[Change]) -> list[Change]:
+    """`changes`, plus the removal of the cached bytecode of each module they rewrite."""
+    stale = [Change(pyc, pyc.read_bytes(), None) for change in changes for pyc in bytecode_of(change.path)]
+    return changes + stale
+
+
+# -- apply -------------------------------------------------------------------------------
+
+
 def write_changes(package: Path, changes: list[Change], series_digest: str, patch_names: list[str]) -> None:
+    """Write `changes` into the package: all of them, or (FatalError saying so) none."""
     journal_dir = package / JOURNAL_DIR
     if journal_dir.exists():
         raise FatalError(f"{journal_dir} exists: an earlier run was interrupted; run `sglpatch recover` first")
-    originals = journal_dir / "originals"
-    originals.mkdir(parents=True)
-    fault_point("journal: folder made")
-    entries = []
-    for number, change in enumerate(changes):
-        entry = JournalEntry(
-            path=str(change.path.relative_to(package)),
-            before=blob_id(change.before) if change.before is not None else "",
-            after=blob_id(change.after) if change.after is not None else "",
-            mode=change.path.stat().st_mode & 0o777 if change.path.exists() else 0o644,
-            backup=f"originals/{number}" if change.before is not None else None,
-            created_dirs=_missing_parents(package, change.path),
-        )
-        if entry.backup:
-            write_durably(journal_dir / entry.backup, change.before)
-        entries.append(entry)
+    _refuse_too_long(package, [c.path for c in changes] + [journal_dir / "originals" / str(len(changes))])
+    entries = [_entry(package, number, change) for number, change in enumerate(changes)]
     journal = Journal(WriteState.APPLYING, series_digest, patch_names, entries)
-    _write_journal(journal_dir, journal)
-    fsync_dir(journal_dir)
+    try:
+        _prepare(package, journal, changes)
+    except OSError as exc:
+        _discard_prepared(package, journal, exc)
     try:
         for change, entry in zip(changes, entries, strict=True):
-            _replace(change.path, change.after, entry.mode)
+            _commit(change.path, entry)
+        journal.state = WriteState.APPLIED
+        _write_journal(journal_dir, journal)
     except OSError as exc:
         _roll_back_after(package, exc)
-    journal.state = WriteState.APPLIED
+
+
+def _entry(package: Path, number: int, change: Change) -> JournalEntry:
+    existed = change.before is not None
+    mode = change.path.stat().st_mode & 0o7777 if existed else NEW_FILE_MODE
+    new_mode = _mode_after(mode, change.executable) if existed else (0o755 if change.executable else NEW_FILE_MODE)
+    return JournalEntry(
+        path=str(change.path.relative_to(package)),
+        before=blob_id(change.before) if existed else "",
+        after=blob_id(change.after) if change.after is not None else "",
+        mode=mode,
+        backup=f"originals/{number}" if existed else None,
+        created_dirs=_missing_parents(package, change.path),
+        new_mode=new_mode if change.after is not None and new_mode != mode else None,
+    )
+
+
+def _mode_after(mode: int, executable: bool) -> int:
+    """git's executable bit on a file's permission bits: x wherever r is set, or no x at all."""
+    return mode | ((mode & 0o444) >> 2) if executable else mode & ~0o111
+
+
+def _prepare(package: Path, journal: Journal, changes: list[Change]) -> None:
+    """Everything that needs free space, before the first file of the package changes: the backups, the
+    journal, and each new file's bytes beside its target."""
+    journal_dir = package / JOURNAL_DIR
+    (journal_dir / "originals").mkdir(parents=True)
+    fault_point("journal: folder made")
+    for change, entry in zip(changes, journal.files, strict=True):
+        if entry.backup:
+            _write_backup(change.path, journal_dir / entry.backup, change.before)
     _write_journal(journal_dir, journal)
+    fsync_dir(journal_dir)
+    for change, entry in zip(changes, journal.files, strict=True):
+        if change.after is not None:
+            for folder in reversed(entry.created_dirs):
+                (package / folder).mkdir(exist_ok=True)
+            write_synced(_tmp_for(change.path), change.after, mode=entry.mode_after)
+            fault_point(f"package: {change.path.name} written beside")
+    for folder in {change.path.parent for change in changes}:
+        if folder.is_dir():
+            fsync_dir(folder)
+
+
+def _write_backup(original: Path, backup: Path, data: bytes) -> None:
+    """The original's bytes, mode and times: renamed back over the file, it is the file as it was."""
+    write_durably(backup, data, mode=original.stat().st_mode & 0o7777)
+    info = original.stat()
+    os.utime(backup, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def _discard_prepared(package: Path, journal: Journal, exc: OSError) -> None:
+    """A write before the commit failed: remove what was prepared, so the package is as it was."""
+    why = f"cannot write {exc.filename or package} ({exc.strerror or exc})"
+    try:
+        for entry in journal.files:
+            _tmp_for(package / entry.path).unlink(missing_ok=True)
+            _remove_empty_dirs(package, entry.created_dirs)
+        if (package / JOURNAL_DIR).exists():
+            shutil.rmtree(package / JOURNAL_DIR)
+    except OSError as again:
+        raise FatalError(
+            f"{why}, and removing what was prepared failed too ({again.strerror or again}); no file of the "
+            f"package was changed: run `sglpatch recover --sglang {package}` when the cause is fixed"
+        ) from None
+    raise FatalError(f"{why}; nothing was changed: {package} is as it was") from None
+
+
+def _commit(path: Path, entry: JournalEntry) -> None:
+    """One file to its new bytes: the prepared file renamed over it, or the file removed."""
+    if not entry.after:
+        remove_durably(path, f"package: {path.name} removed")
+        return
+    os.replace(_tmp_for(path), path)
+    fsync_dir(path.parent)
+    fault_point(f"package: {path.name} replaced")
 
 
 def _roll_back_after(package: Path, exc: OSError) -> None:
+    why = f"writing {package} failed ({exc.strerror or exc})"
     try:
         restore(package)
     except (OSError, FatalError) as again:
+        left = files_not_as(package, read_journal(package), "before") if read_journal(package) else []
         raise FatalError(
-            f"writing {package} failed ({exc.strerror or exc}) and so did the roll-back ({again}); "
-            "run `sglpatch recover` when the cause is fixed"
+            f"{why}, and so did the roll-back ({getattr(again, 'strerror', None) or again}); "
+            f"{len(left)} files still differ from before ({', '.join(left[:3])}): "
+            f"run `sglpatch recover --sglang {package}` when the cause is fixed"
         ) from None
-    raise FatalError(f"writing {package} failed ({exc.strerror or exc}); rolled back: it is as it was") from None
+    raise FatalError(f"{why}; rolled back, nothing changed: {package} is as it was") from None
 
 
 def _missing_parents(package: Path, path: Path) -> list[str]:
@@ -174,13 +289,37 @@ def _missing_parents(package: Path, path: Path) -> list[str]:
     return missing
 
 
+# -- checking ------------------------------------------------------------------------------
+
+
+def _blob_and_mode(path: Path) -> tuple[str, int | None]:
+    if not path.is_file() or path.is_symlink():
+        return "", None
+    return blob_id(path.read_bytes()), path.stat().st_mode & 0o7777
+
+
+def is_as(path: Path, entry: JournalEntry, expect: str) -> bool:
+    """Whether `path` holds exactly what `entry` says it held "before" or holds "after" (bytes and mode)."""
+    blob, mode = _blob_and_mode(path)
+    want = getattr(entry, expect)
+    if blob != want:
+        return False
+    return not want or mode == (entry.mode if expect == "before" else entry.mode_after)
+
+
+def files_not_as(package: Path, journal: Journal, expect: str) -> list[str]:
+    """Journaled files whose bytes or mode are not as `expect` ("before" or "after")."""
+    return [entry.path for entry in journal.files if not is_as(package / entry.path, entry, expect)]
+
+
 def changed_files(package: Path, journal: Journal, *, expect: str) -> list[str]:
     """Journaled files whose bytes are neither as before nor as after (expect="either"), or not as `expect`."""
     allowed = {"either": ("before", "after"), "before": ("before",), "after": ("after",)}[expect]
     changed = []
     for entry in journal.files:
-        current = package / entry.path
-        now = blob_id(current.read_bytes()) if current.is_file() and not current.is_symlink() else ""
+        if is_bytecode(entry.path):  # derived from its source: Python rewrites it at will
+            continue
+        now, _ = _blob_and_mode(package / entry.path)
         if now not in [getattr(entry, key) for key in allowed]:
             changed.append(entry.path)
     return changed
@@ -203,8 +342,11 @@ def remove_stray(package: Path, journal: Journal) -> int:
     return len(stray)
 
 
+# -- revert --------------------------------------------------------------------------------
+
+
 def restore(package: Path, force: bool = False) -> list[str]:
-    """Put every journaled file back as it was; returns the restored paths."""
+    """Put every journaled file back as it was (renames and removals only); returns the restored paths."""
     journal = read_journal(package)
     if journal is None:
         raise FatalError(f"{package} has no sglpatch journal: nothing to revert")
@@ -214,16 +356,16 @@ def restore(package: Path, force: bool = False) -> list[str]:
             raise FatalError(
                 f"{package / path} changed since sglpatch wrote it; revert would lose that edit (use --force)"
             )
-    originals = [_original(journal_dir, entry) for entry in journal.files]
-    if journal.state != WriteState.REVERTING:
+    for entry in journal.files:
+        _check_backup(package, journal_dir, entry)
+    if journal.state == WriteState.APPLIED:
+        _refuse_unwritable(package, [e for e in journal.files if not is_as(package / e.path, e, "before")])
         journal.state = WriteState.REVERTING
         _write_journal(journal_dir, journal)
-    for entry, data in zip(journal.files, originals, strict=True):
-        path = package / entry.path
-        _replace(path, data, entry.mode)
-        _tmp_for(path).unlink(missing_ok=True)
-        if data is None:
-            _remove_empty_dirs(package, entry.created_dirs)
+    for entry in journal.files:
+        _put_back(package, journal_dir, entry)
+    for entry in journal.files:
+        _remove_fresh_bytecode(package, journal, entry)
     os.unlink(journal_dir / JOURNAL_FILE)
     fsync_dir(journal_dir)
     fault_point("journal: journal.json removed")
@@ -232,12 +374,77 @@ def restore(package: Path, force: bool = False) -> list[str]:
     return [e.path for e in journal.files]
 
 
-def _original(journal_dir: Path, entry: JournalEntry) -> bytes | None:
-    """The bytes `entry` had before the apply (None: it did not exist), checked against its blob id."""
-    data = (journal_dir / entry.backup).read_bytes() if entry.backup else None
-    if data is not None and blob_id(data) != entry.before:
-        raise FatalError(f"journal backup for {entry.path} is damaged; nothing was restored from it")
-    return data
+def _check_backup(package: Path, journal_dir: Path, entry: JournalEntry) -> None:
+    """Before the first write: the backup of a file still to put back is there and holds its old bytes."""
+    if not entry.backup or is_as(package / entry.path, entry, "before"):
+        return
+    backup = journal_dir / entry.backup
+    if not backup.is_file() or blob_id(backup.read_bytes()) != entry.before:
+        raise FatalError(f"journal backup for {entry.path} is damaged or missing; nothing was restored from it")
+
+
+def _put_back(package: Path, journal_dir: Path, entry: JournalEntry) -> None:
+    path = package / entry.path
+    _remove_tmp(path)
+    if is_as(path, entry, "before"):
+        pass
+    elif entry.backup is None:
+        remove_durably(path, f"package: {path.name} removed")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(journal_dir / entry.backup, path)
+        fsync_dir(path.parent)
+        fsync_dir(journal_dir / "originals")
+        fault_point(f"package: {path.name} put back")
+    if entry.backup is None:
+        _remove_empty_dirs(package, entry.created_dirs)
+
+
+def _remove_fresh_bytecode(package: Path, journal: Journal, entry: JournalEntry) -> None:
+    """Bytecode Python compiled from the patched source of a module after the apply: not there before."""
+    journaled = {package / e.path for e in journal.files}
+    for pyc in bytecode_of(package / entry.path):
+        if pyc not in journaled:
+            remove_durably(pyc, f"package: {pyc.name} removed")
+
+
+def _refuse_unwritable(package: Path, entries: list[JournalEntry]) -> None:
+    """Before a revert starts: every folder it writes in must take a write, or it stops part-way."""
+    for entry in entries:
+        folder = (package / entry.path).parent
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK, **_EFFECTIVE):
+            raise FatalError(
+                f"cannot write {folder} (Permission denied); nothing was changed: {package} is still patched "
+                "(make the folder writable, then revert again)"
+            )
+
+
+_EFFECTIVE = {"effective_ids": True} if os.access in os.supports_effective_ids else {}
+
+
+def _refuse_too_long(package: Path, paths: list[Path]) -> None:
+    """Before the first write: a path (or the temporary name beside it) the file system cannot take would make
+    the apply fail half-way, and its roll-back too."""
+    path_max, name_max = os.pathconf(package, "PC_PATH_MAX"), os.pathconf(package, "PC_NAME_MAX")
+    for path in paths:
+        for candidate in (path, _tmp_for(path)):
+            size = len(os.fsencode(candidate))
+            if size >= path_max or len(os.fsencode(candidate.name)) > name_max:
+                raise FatalError(
+                    f"{candidate} is too long for the file system ({size} bytes; it takes {path_max - 1}, "
+                    f"names up to {name_max}); nothing was changed: move the package to a shorter path"
+                )
+
+
+def _remove_tmp(path: Path) -> None:
+    """Remove the temporary file beside `path`; a name too long to exist is no error."""
+    try:
+        _tmp_for(path).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
 
 
 def _remove_empty_dirs(package: Path, created: list[str]) -> None:
@@ -250,12 +457,3 @@ def _remove_empty_dirs(package: Path, created: list[str]) -> None:
 
 def _tmp_for(path: Path) -> Path:
     return path.with_name(f".{path.name}.sglpatch-tmp")
-
-
-def _replace(path: Path, data: bytes | None, mode: int) -> None:
-    if data is None:
-        remove_durably(path, f"package: {path.name} removed")
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    steps = (f"package: {path.name} written beside", f"package: {path.name} replaced")
-    write_durably(path, data, mode=mode, beside=_tmp_for(path), step_names=steps)

@@ -11,6 +11,7 @@ applied patches taken back out, is compared with the pin.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from sglpatch.pin import Pin, drifted_files
@@ -39,6 +40,7 @@ class ApplyPlan:
     states: list[PatchState]
     drift: list[str]
     dirty: list[str] = field(default_factory=list)
+    in_the_way: list[str] = field(default_factory=list)  # files the series creates that are there already
 
     @property
     def all_applied(self) -> bool:
@@ -65,9 +67,10 @@ class ApplyPlan:
 def open_workspace(target: Target, series: Series) -> Workspace:
     if target.is_git:
         base = default_base_dir() / ".git" / "objects"
-        extra = [base] if base.is_dir() and base.resolve() != (target.git.git_dir() / "objects").resolve() else []
+        extra = [base] if base.is_dir() and base.resolve() != (target.git.common_dir() / "objects").resolve() else []
         return Workspace.from_git_target(target.git, extra_objects=extra)
-    return Workspace.from_files(target.read_files(series.touched_paths))
+    paths = series.touched_paths
+    return Workspace.from_files(target.read_files(paths), target.executables(paths))
 
 
 def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False) -> ApplyPlan:
@@ -83,7 +86,14 @@ def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False)
     except BaseException:
         workspace.close()
         raise
-    return ApplyPlan(target, workspace, states, drift, dirty)
+    return ApplyPlan(target, workspace, states, drift, dirty, files_in_the_way(target, states))
+
+
+def files_in_the_way(target: Target, states: list[PatchState]) -> list[str]:
+    """Files the patches still to apply create that the target holds already: in a checkout an untracked or
+    git-ignored file (git would overwrite it, and a revert delete it), in a package folder any file."""
+    created = [p for s in states if s.state != ALREADY_APPLIED for p in s.patch.created_paths]
+    return [p for p in dict.fromkeys(created) if os.path.lexists(target.local_path(p))]
 
 
 def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
@@ -92,6 +102,8 @@ def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
     try:
         for k in range(len(patches), 0, -1):
             workspace.git.run("read-tree", target_tree)
+            if not _modes_are_set(workspace, patches[:k]):
+                continue
             if all(workspace.apply(patch, reverse=True) is None for patch in reversed(patches[:k])):
                 return k
         return 0
@@ -99,8 +111,15 @@ def _applied_prefix(workspace: Workspace, patches: list[Patch]) -> int:
         workspace.git.run("read-tree", target_tree)
 
 
+def _modes_are_set(workspace: Workspace, patches: list[Patch]) -> bool:
+    """Whether the workspace's files have the modes `patches` give them (git apply -R ignores modes)."""
+    modes = {path: mode for patch in patches for path, mode in patch.modes.items()}
+    executable = workspace.executables(list(modes)) if modes else set()
+    return all((path in executable) == (mode == "100755") for path, mode in modes.items())
+
+
 def _try_patch(workspace: Workspace, patch: Patch, three_way: bool) -> PatchState:
-    if workspace.applies(patch, reverse=True):
+    if workspace.applies(patch, reverse=True) and _modes_are_set(workspace, [patch]):
         return PatchState(patch, ALREADY_APPLIED)
     failure = workspace.apply(patch, three_way=three_way)
     if failure:
@@ -117,5 +136,8 @@ def _base_blobs(target: Target, series: Series, states: list[PatchState], paths:
 
 
 def dirty_paths(target: Target, paths: list[str]) -> list[str]:
-    listed = target.git.run("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False)
+    # --no-optional-locks: a check writes nothing (git status would refresh the index, and on a full disk fail)
+    listed = target.git.run(
+        "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False
+    )
     return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})

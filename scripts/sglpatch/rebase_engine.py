@@ -17,6 +17,7 @@ staged, finish it: rebase_settle.py. Its state on disk: rebase_store.py.
 
 from __future__ import annotations
 
+import errno
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from pathlib import Path
 from sglpatch import hints, rebase_settle, rebase_store
 from sglpatch.checkout_record import CheckoutRecord, read_state
 from sglpatch.errors import FatalError
-from sglpatch.git import Git
+from sglpatch.git import Git, GitFailed, disk_full, git_reason
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
@@ -36,6 +37,7 @@ from sglpatch.replay import Landing, describe, history_between, land, picture, s
 from sglpatch.series import Series, load_series
 from sglpatch.series_digest import series_digest
 from sglpatch.series_writer import render_series
+from sglpatch.space import RESERVE, make_reserve, room_to_switch_back
 from sglpatch.target import Target
 from sglpatch.wheels import fetch_wheel, file_sha256
 from sglpatch.write_states import WriteState
@@ -88,6 +90,8 @@ def _stopped_on_error(target: Target, folder: Path):
     except Stopped:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure mid-replay: stop rather than leave it unsettled
+        if _disk_full(exc):
+            raise  # a full disk: the caller rolls the rebase back, with the room it kept for that
         state = rebase_store.load(folder)
         if not (state and state.begun) or state.phase != REPLAYING or state.stopped:
             raise  # settled already, or a refusal of --continue: the rebase is as it was before this run
@@ -108,14 +112,66 @@ def _stopped_on_error(target: Target, folder: Path):
 
 @contextmanager
 def _rolled_back_on_failure(target: Target, folder: Path, state: RebaseState):
-    """Around the first writes: whatever stops them (a signal, a failed checkout) undoes them."""
+    """Around the first writes: whatever stops them (a signal, a failed checkout, a full disk) undoes them."""
     try:
         yield
-    except (KeyboardInterrupt, FatalError):
+    except KeyboardInterrupt:
         with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
             if folder.exists():
                 rebase_settle.roll_back(target.git, folder, state)
         raise
+    except (FatalError, OSError) as exc:
+        raise _rolled_back(target, folder, state, _reason(exc)) from None
+
+
+class DiskFull(FatalError):
+    """A git step of the replay failed for want of space."""
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, DiskFull) or (isinstance(exc, GitFailed) and disk_full(exc.stderr))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return f"cannot write {exc.filename or 'the checkout'} ({exc.strerror or exc})"
+    return str(exc)
+
+
+@contextmanager
+def _rolled_back_on_disk_full(target: Target, folder: Path):
+    """Around the replay of a new rebase: a full disk rolls it back (room for that was kept at its start),
+    or, once its result is staged, says that recover finishes it when there is room again."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here
+        if not _disk_full(exc):
+            raise
+        state = rebase_store.load(folder)
+        if state is None:
+            raise
+        if state.phase == rebase_store.INSTALLING:
+            raise FatalError(
+                f"{_reason(exc)}; the rebase's result is staged, not yet installed: free space, then run "
+                f"{hints.recover(target.root)} to finish it"
+            ) from None
+        raise _rolled_back(target, folder, state, _reason(exc)) from None
+
+
+def _rolled_back(target: Target, folder: Path, state: RebaseState, why: str) -> FatalError:
+    """Undo a rebase that failed before its result was staged; the error that says where things stand."""
+    try:
+        with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
+            if folder.exists():
+                rebase_settle.roll_back(target.git, folder, state)
+    except (FatalError, OSError) as again:
+        return FatalError(
+            f"{why}; rolling the rebase back failed too ({_reason(again)}): free space or fix the cause, "
+            f"then run {hints.recover(target.root)}"
+        )
+    return FatalError(f"{why}; the rebase was rolled back: {target.root} is as it was")
 
 
 # -- starting ----------------------------------------------------------------------
@@ -124,7 +180,7 @@ def _rolled_back_on_failure(target: Target, folder: Path, state: RebaseState):
 def start(target: Target, folder: Path, request: Request, series: Series, pin: Pin) -> int:
     """Begin a rebase of `target` (no rebase in progress there): the first writes, then the replay."""
     git = target.git
-    if git.run("status", "--porcelain", "--untracked-files=no"):
+    if git.run("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
     onto, release = _resolve_onto(git, request.onto, request.release)
     _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
@@ -133,8 +189,10 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     try:
         _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
         state = _new_state(git, request, series, base, onto, release, commits.commits)
+        room = room_to_switch_back(target, state.original_head, onto, series.touched_paths)
         with _rolled_back_on_failure(target, folder, state), write_phase():
             folder.mkdir()
+            make_reserve(target, room, folder / RESERVE)
             save(folder, state)
             fault_point("rebase: state saved")
             commits.workspace.copy_commit_to(commits.commits[-1], git, SERIES_REF)
@@ -143,9 +201,13 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             fault_point("rebase: HEAD backed up")
             status, _, err = git.try_run("checkout", "-q", "--detach", onto)
             if status != 0:
-                raise FatalError(f"could not check out {request.onto}: {err.strip()}; nothing was changed")
+                raise FatalError(f"could not check out {request.onto} ({git_reason(err)})")
             fault_point("rebase: ONTO checked out")
-        with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
+        with (
+            _rolled_back_on_disk_full(target, folder),
+            _settled_if_interrupted(target, folder),
+            _stopped_on_error(target, folder),
+        ):
             progress(
                 f"rebasing {len(series.patches)} patches onto {request.onto} ({onto[:12]}); "
                 f"HEAD saved at {state.backup}"
@@ -239,8 +301,10 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             state.checked = state.next
             continue
         with write_phase():
-            status, _, _ = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            status, _, err = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
+        if status != 0 and disk_full(err):
+            raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
         if status != 0:
             _stop_at_conflict(git, folder, state, patch.name, step.upstream)
         detail = f"already upstream ({step.upstream}), kept" if step.upstream else ""

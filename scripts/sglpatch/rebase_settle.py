@@ -18,7 +18,7 @@ from sglpatch import hints
 from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
-from sglpatch.git import Git
+from sglpatch.git import Git, blob_id
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.rebase_store import (
     INSTALLING,
@@ -33,6 +33,7 @@ from sglpatch.rebase_store import (
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_digest import folder_digest, folder_files, series_digest
 from sglpatch.series_writer import write_series_files
+from sglpatch.space import RESERVE
 from sglpatch.target import Target
 
 
@@ -64,21 +65,34 @@ def keep_hand_resolutions(git: Git, state: RebaseState) -> str:
 def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     """Undo a rebase that had not finished: back on the original branch, the refs it made gone.
 
-    The original branch is checked out as it is now: had the user moved it meanwhile, that stays."""
+    The original branch is checked out as it is now: had the user moved it meanwhile, that stays. The room
+    the rebase kept aside for this is freed first."""
     if state.phase == INSTALLING:
         raise FatalError(f"the rebase had finished and was writing its result: {hints.RECOVER} completes it")
+    _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+            orig_head = git.rev_parse("ORIG_HEAD")
             git.try_run("cherry-pick", "--abort")
+            _put_back_orig_head(git, orig_head)
             fault_point("rebase rollback: cherry-pick aborted")
         git.run("checkout", "-q", "-f", state.original)
         fault_point("rebase rollback: back on the original branch")
+        _remove_files_a_cut_switch_left(git, state)
         made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
         for ref in made:
             if git.rev_parse(ref):
                 git.run("update-ref", "-d", ref)
                 fault_point(f"rebase rollback: {ref} deleted")
     remove_state_folder(folder)
+
+
+def _put_back_orig_head(git: Git, was: str | None) -> None:
+    """`git cherry-pick --abort` moves ORIG_HEAD (it resets); the checkout's own ORIG_HEAD is not the rebase's."""
+    if was is not None:
+        git.run("update-ref", "--no-deref", "ORIG_HEAD", was)
+    elif git.rev_parse("ORIG_HEAD") is not None:
+        git.run("update-ref", "-d", "ORIG_HEAD")
 
 
 def stage(
@@ -124,6 +138,8 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
     _refuse_moved_head(git, plan.record)
     if plan.files and not (patch_dir / REWRITE_MARKER).exists():
         _refuse_changed_series(patch_dir, (state.out_digest or state.series_digest, plan.series_digest))
+    _free_room(folder)  # past the commit point there is no roll-back to keep it for
+    if plan.files and not (patch_dir / REWRITE_MARKER).exists():
         patch_dir.mkdir(parents=True, exist_ok=True)  # a new line's folder
         (patch_dir / REWRITE_MARKER).write_text(f"{target.root}\n")
         fault_point("rebase install: series folder marked")
@@ -148,6 +164,54 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         git.run("update-ref", "-d", SERIES_REF)
         fault_point("rebase install: series ref deleted")
     remove_state_folder(folder)
+
+
+def _remove_files_a_cut_switch_left(git: Git, state: RebaseState) -> None:
+    """A `git checkout` of ONTO (or a pick) that failed before moving HEAD (a full disk) leaves the files it
+    created untracked, some only part-written, and `git checkout -f` back keeps them: remove each one that
+    holds what ONTO (or the series) has there, or the start of it, and the folders that held only those."""
+    kept = set(_tree_blobs(git, "HEAD"))
+    made: dict[str, set[str]] = {}
+    for commit in filter(None, [state.onto, state.commits[-1] if state.commits else None]):
+        for path, blob in _tree_blobs(git, commit).items():
+            if path not in kept:
+                made.setdefault(path, set()).add(blob)
+    root = git.workdir
+    kept_dirs = {str(parent) for path in kept for parent in Path(path).parents}
+    for path, blobs in sorted(made.items()):
+        local = root / path
+        if local.is_file() and not local.is_symlink() and _written_from(git, local.read_bytes(), blobs):
+            local.unlink()
+            for parent in Path(path).parents:
+                if str(parent) in kept_dirs:
+                    break
+                try:
+                    (root / parent).rmdir()
+                except OSError:
+                    break
+    fault_point("rebase rollback: files of a cut switch removed")
+
+
+def _written_from(git: Git, data: bytes, blobs: set[str]) -> bool:
+    """Whether `data` is one of `blobs`, or the start of one (git's write of it was cut short)."""
+    if blob_id(data) in blobs:
+        return True
+    return any(git.run_bytes("cat-file", "blob", blob).startswith(data) for blob in blobs)
+
+
+def _tree_blobs(git: Git, commit: str) -> dict[str, str]:
+    """Blob id of every file in `commit` ({} when the commit is not in the repository)."""
+    status, listed, _ = git.try_run("ls-tree", "-r", "-z", commit, strip=False)
+    if status != 0:
+        return {}
+    return {e.split("\t", 1)[1]: e.split()[2] for e in filter(None, listed.split("\0"))}
+
+
+def _free_room(folder: Path) -> None:
+    reserve = folder / RESERVE
+    if reserve.exists():
+        reserve.unlink()
+        fault_point("rebase: room to roll back freed")
 
 
 def _refuse_changed_series(patch_dir: Path, expected: tuple[str, str | None]) -> None:

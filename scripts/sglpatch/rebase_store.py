@@ -22,8 +22,9 @@ from pathlib import Path
 from sglpatch import hints
 from sglpatch.checkout_record import CheckoutRecord
 from sglpatch.durable import write_durably
-from sglpatch.errors import FatalError
+from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import Git
+from sglpatch.run_mark import RunMark
 from sglpatch.target import Target
 
 STATE_DIR = "sglpatch-rebase"
@@ -180,6 +181,7 @@ class RebaseState:
     install: InstallPlan | None = None  # the staged result, once phase is "installing"
     out_dir: str | None = None  # a line's rebase writes the new line here (None: rewrite patch_dir)
     out_digest: str | None = None  # out_dir when the rebase began (empty: a new line)
+    run: RunMark | None = None  # the run that saved it last (the git locks a killed run left are its own)
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
     @property
@@ -236,6 +238,7 @@ class RebaseState:
             install=install,
             out_dir=typed("out_dir", str),
             out_digest=typed("out_digest", str),
+            run=_run_mark(data.get("run")),
             unfit=unfit,
         )
 
@@ -248,7 +251,7 @@ class RebaseState:
                 continue
             if name == "outcomes":
                 value = [o.to_json() for o in value]
-            elif name in ("stopped", "install"):
+            elif name in ("stopped", "install", "run"):
                 value = value.to_json()
             data[name] = value
         return data
@@ -276,7 +279,16 @@ def state_dir(git: Git) -> Path:
 
 
 def save(folder: Path, state: RebaseState) -> None:
+    state.run = RunMark.current()
     write_durably(folder / "state.json", json.dumps(state.to_json(), indent=2).encode(), fault_points=False)
+
+
+def _run_mark(data) -> RunMark | None:
+    """The run that saved a state; None for a state an older sglpatch wrote (its locks count as not ours)."""
+    try:
+        return RunMark.from_json(data) if data is not None else None
+    except ValueError:
+        return None
 
 
 def remove_state_folder(folder: Path) -> None:
@@ -299,7 +311,7 @@ def load(folder: Path) -> RebaseState | None:
     try:
         return RebaseState.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise FatalError(
+        raise CorruptState(
             f"{path} is corrupt ({exc}); check out your branch by hand (its HEAD is also under "
             f"refs/sglpatch/backup/), then delete {folder}"
         ) from None

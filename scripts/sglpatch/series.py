@@ -9,6 +9,7 @@ traceback.
 
 from __future__ import annotations
 
+import email.errors
 import email.header
 import hashlib
 import re
@@ -52,6 +53,7 @@ class FileDiff:
     old_path: str | None  # None when the patch creates the file
     new_path: str | None  # None when the patch deletes the file
     hunks: list[Hunk] = field(default_factory=list)
+    new_mode: str | None = None  # the mode the patch gives the file ("new mode" / "new file mode"), if it says
 
     @property
     def path(self) -> str:
@@ -78,6 +80,16 @@ class Patch:
                 if p:
                     seen[p] = None
         return list(seen)
+
+    @property
+    def created_paths(self) -> list[str]:
+        """Files the patch creates (absent before it)."""
+        return [diff.new_path for diff in self.files if diff.old_path is None and diff.new_path]
+
+    @property
+    def modes(self) -> dict[str, str]:
+        """The mode each file has after the patch, for the files whose mode it sets."""
+        return {diff.new_path: diff.new_mode for diff in self.files if diff.new_mode and diff.new_path}
 
     def trailer(self, key: str) -> str | None:
         return self.trailers.get(key.lower())
@@ -192,12 +204,15 @@ def render_sums(patches: list[Patch]) -> str:
 
 
 def _decode_header(value: str) -> str:
+    """A mail header as text (RFC 2047 words decoded); ValueError for one that cannot be read."""
     parts = []
-    for chunk, charset in email.header.decode_header(value):
-        if isinstance(chunk, bytes):
-            parts.append(chunk.decode(charset or "utf-8", "replace"))
-        else:
-            parts.append(chunk)
+    try:
+        for chunk, charset in email.header.decode_header(value):
+            parts.append(chunk.decode(charset or "utf-8", "replace") if isinstance(chunk, bytes) else chunk)
+    except LookupError:
+        raise ValueError(f"header {value[:60]!r} is in an unknown charset") from None
+    except email.errors.HeaderParseError as exc:
+        raise ValueError(f"header {value[:60]!r} cannot be decoded ({exc})") from None
     return " ".join("".join(parts).split())
 
 
@@ -261,6 +276,7 @@ def _split_message(text: str) -> tuple[dict[str, str], str, str]:
 def _parse_diff(diff: str) -> list[FileDiff]:
     files: list[FileDiff] = []
     current: FileDiff | None = None
+    headers: dict[int, tuple[str, str]] = {}  # per section: its `diff --git` names, and how the file changes
     lines = diff.splitlines()
     position = 0
     while position < len(lines):
@@ -269,7 +285,14 @@ def _parse_diff(diff: str) -> list[FileDiff]:
         if line.startswith("diff --git "):
             current = FileDiff(old_path=None, new_path=None)
             files.append(current)
+            headers[id(current)] = (line, "")
         elif current is None:
+            continue
+        elif line.startswith(("new file mode ", "deleted file mode ")) and line.split()[-1] in FILE_MODES:
+            headers[id(current)] = (headers[id(current)][0], line.split()[0])
+            current.new_mode = line.split()[-1] if line.startswith("new ") else None
+        elif line.startswith("new mode ") and line.split()[-1] in FILE_MODES:
+            current.new_mode = line.split()[-1]
             continue
         elif line.startswith("GIT binary patch") or (line.startswith("Binary files ") and line.endswith(" differ")):
             raise ValueError(f"binary hunk for {current.path or 'a file'}: binary patches are not supported")
@@ -295,8 +318,25 @@ def _parse_diff(diff: str) -> list[FileDiff]:
         raise ValueError("holds no 'diff --git' section")
     for f in files:
         if f.old_path is None and f.new_path is None:
-            raise ValueError("a 'diff --git' section names no file")
+            _paths_from_header(f, *headers[id(f)])
     return files
+
+
+def _paths_from_header(diff: FileDiff, header: str, change: str) -> None:
+    """A section without ---/+++ lines (a mode change, an empty file created or deleted) names its file only in
+    `diff --git a/P b/P`; `change` is "new", "deleted" or "" (the file stays)."""
+    names = header[len("diff --git ") :]
+    quoted = re.fullmatch(r'("(?:[^"\\]|\\.)*") ("(?:[^"\\]|\\.)*")', names)
+    if quoted:
+        old, new = (_unquote_path(q) for q in quoted.groups())
+    else:
+        half = (len(names) - 1) // 2
+        old, new = names[:half], names[half + 1 :]
+    if not (old.startswith("a/") and new.startswith("b/") and old[2:] == new[2:] and old[2:]):
+        raise ValueError(f"a 'diff --git' section names no file it changes ({header[:80]!r})")
+    path = old[2:]
+    diff.old_path = None if change == "new" else path
+    diff.new_path = None if change == "deleted" else path
 
 
 def _refuse_mode(mode: str, line: str, lines: list[str], position: int) -> None:
@@ -357,21 +397,22 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
             for p in (f.old_path, f.new_path):
                 if p is not None:
                     check_path_is_safe(p)
+        for key in ("from", "date", "subject"):
+            if not headers.get(key):
+                raise ValueError(f"no {key.capitalize()}: header")
+        author, subject = _decode_header(headers["from"]), _decode_header(headers["subject"])
     except UnsupportedMode as exc:
         raise FatalError(f"{name}: refused: {exc}") from None
     except ValueError as exc:
         raise FatalError(f"{name}: malformed patch: {exc}") from None
-    for key in ("from", "date", "subject"):
-        if not headers.get(key):
-            raise FatalError(f"{name}: malformed patch: no {key.capitalize()}: header")
     body = message.strip("\n")
     return Patch(
         name=name,
         path=path or Path(name),
         data=data,
-        author=_decode_header(headers["from"]),
+        author=author,
         date=headers["date"],
-        subject=_strip_patch_prefix(_decode_header(headers["subject"])),
+        subject=_strip_patch_prefix(subject),
         body=body,
         trailers=parse_trailers(body),
         files=files,

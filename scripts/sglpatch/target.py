@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.git import Git, blob_id
+from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir
@@ -55,6 +55,10 @@ class Target:
             self.check_inside(local)
             files[path] = local.read_bytes() if local.is_file() else None
         return files
+
+    def executables(self, paths: list[str]) -> set[str]:
+        """The paths whose file is executable (git's mode 100755: any x bit set)."""
+        return {p for p in paths if self.local_path(p).is_file() and os.stat(self.local_path(p)).st_mode & 0o111}
 
     def current_blobs(self, paths: list[str]) -> dict[str, str]:
         return {p: blob_id(data) if data is not None else "" for p, data in self.read_files(paths).items()}
@@ -103,8 +107,10 @@ def open_target(path: str | Path) -> Target:
     root = given.resolve()
     if (root / PACKAGE_PREFIX / "__init__.py").is_file():
         if (root / ".git").exists():
-            top = Git(root).toplevel()
-            if top is not None and top.resolve() == root:
+            status, top, err = Git(root).try_run("rev-parse", "--show-toplevel")
+            if status != 0:
+                raise FatalError(_unusable_checkout(root, err))
+            if Path(top).resolve() == root:
                 return Target(GIT_CHECKOUT, root)
         return _found_inside(root, root / PACKAGE_PREFIX.rstrip("/"))
     if _is_package(root / "sglang"):
@@ -114,6 +120,17 @@ def open_target(path: str | Path) -> Target:
     raise FatalError(
         f"{given} is not sglang: expected a checkout with python/sglang/ or a package folder with __init__.py and srt/"
     )
+
+
+def _unusable_checkout(root: Path, stderr: str) -> str:
+    """A checkout git will not work in is never patched as a plain folder: its tracked files are git's."""
+    if "dubious ownership" in stderr:
+        return (
+            f"{root} is a git checkout owned by another user, which git refuses to use (safe.directory); "
+            f"nothing was changed: if you trust it, `git config --global --add safe.directory {root}`, "
+            "or run as its owner"
+        )
+    return f"{root} has a .git that git cannot use ({git_reason(stderr)}); nothing was changed"
 
 
 def _found_inside(given: Path, package: Path) -> Target:

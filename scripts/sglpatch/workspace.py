@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch import scratch
 from sglpatch.git import Git, init_repo
 from sglpatch.series import Patch
 
@@ -62,38 +62,52 @@ class Workspace:
 
     @classmethod
     def from_git_target(cls, target_git: Git, rev: str = "HEAD", extra_objects: list[Path] = ()) -> "Workspace":
-        ws = cls._empty()
-        stores = [target_git.git_dir() / "objects", *extra_objects]
-        (ws.root / ".git" / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
-        ws.git.run("read-tree", target_git.run("rev-parse", f"{rev}^{{tree}}"))
-        return ws
+        tree = target_git.run("rev-parse", f"{rev}^{{tree}}")
+        stores = [target_git.common_dir() / "objects", *extra_objects]  # a `git worktree` shares the main objects
+        with cls._empty() as ws:
+            (ws.root / ".git" / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
+            ws.git.run("read-tree", tree)
+            return ws.keep()
 
     @classmethod
-    def from_files(cls, files: dict[str, bytes | None]) -> "Workspace":
-        ws = cls._empty()
-        entries = []
-        for path, data in sorted(files.items()):
-            if data is None:
-                continue
-            entries.append(f"100644 {ws.write_blob(data)}\t{path}\n")
-        if entries:
-            ws.git.run_with_input(["update-index", "--index-info"], "".join(entries).encode())
-        return ws
+    def from_files(cls, files: dict[str, bytes | None], executables: set[str] = frozenset()) -> "Workspace":
+        with cls._empty() as ws:
+            entries = []
+            for path, data in sorted(files.items()):
+                if data is None:
+                    continue
+                mode = "100755" if path in executables else "100644"
+                entries.append(f"{mode} {ws.write_blob(data)}\t{path}\n")
+            if entries:
+                ws.git.run_with_input(["update-index", "--index-info"], "".join(entries).encode())
+            return ws.keep()
 
     @classmethod
     def _empty(cls) -> "Workspace":
-        root = Path(tempfile.mkdtemp(prefix="sglpatch-ws-"))
-        init_repo(root)
-        return cls(root)
+        """A new workspace; inside `with`, removed again unless `keep` is called (a failure half-way leaks nothing)."""
+        scratch.remove_stale()
+        ws = cls(scratch.make_folder("ws"))
+        try:
+            init_repo(ws.root)
+        except BaseException:
+            ws.close()
+            raise
+        return ws
+
+    def keep(self) -> "Workspace":
+        self._kept = True
+        return self
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "Workspace":
+        self._kept = False
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        if not self._kept:
+            self.close()
 
     # -- objects -------------------------------------------------------------------
 
@@ -112,6 +126,11 @@ class Workspace:
     def read(self, path: str) -> bytes | None:
         blob = self.blobs([path])[path]
         return self.git.run_bytes("cat-file", "blob", blob) if blob else None
+
+    def executables(self, paths: list[str]) -> set[str]:
+        """The paths whose index entry has mode 100755."""
+        listed = self.git.run("ls-files", "-s", "-z", "--", *paths, strip=False)
+        return {e.split("\t", 1)[1] for e in filter(None, listed.split("\0")) if e.startswith("100755 ")}
 
     # -- patches -------------------------------------------------------------------
 

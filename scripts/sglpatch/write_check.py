@@ -9,6 +9,7 @@ reported as success.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from sglpatch import hints, journal
@@ -32,27 +33,50 @@ def checkout_mismatch(target: Target, branch: str | None, head: str, touched: li
 
 
 def package_mismatch(package: Path, record: journal.Journal, expect: str) -> list[str]:
-    """Journaled files of a package folder whose bytes are not as `expect` ("before" or "after")."""
-    wrong = []
-    for entry in record.files:
-        path = package / entry.path
-        now = blob_id(path.read_bytes()) if path.is_file() and not path.is_symlink() else ""
-        if now != getattr(entry, expect):
-            wrong.append(entry.path)
-    return wrong
+    """Journaled files of a package folder whose bytes or mode are not as `expect` ("before" or "after")."""
+    return journal.files_not_as(package, record, expect)
 
 
 def restore_package(target: Target, force: bool) -> list[str]:
-    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand."""
+    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand
+    (checked file by file: "fully patched" or "as it was" only when every file is)."""
     try:
         return journal.restore(target.root, force=force)
     except OSError as exc:
+        why = f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
         record = journal.read_journal(target.root)
-        if record is not None and record.state == WriteState.REVERTING:
-            where = f"the revert stopped part-way; make it writable, then run {hints.recover(target.root)}"
+        if record is None:
+            raise FatalError(
+                f"{why}; the journal is gone but {journal.JOURNAL_DIR}/ is left: run {hints.recover(target.root)}"
+            ) from None
+        if record.state == WriteState.APPLIED and not journal.files_not_as(target.root, record, "after"):
+            where = f"nothing was changed: {target.root} is still fully patched"
+        elif not journal.files_not_as(target.root, record, "before"):
+            where = f"every file is back, but the journal is left: run {hints.recover(target.root)}"
+        elif exc.errno == errno.ENAMETOOLONG:
+            where = (
+                "the revert stopped part-way; move the package folder to a shorter path, "
+                "then run `sglpatch recover --sglang NEW-PATH`"
+            )
         else:
-            where = f"nothing was changed: {target.root} is as before"
-        raise FatalError(f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); {where}") from None
+            left = journal.files_not_as(target.root, record, "before")
+            where = (
+                f"stopped part-way, {len(left)} of {len(record.files)} files not yet back ({', '.join(left[:3])}); "
+                f"free space or make it writable, then run {hints.recover(target.root)}"
+            )
+        raise FatalError(f"{why}; {where}") from None
+
+
+def restore_previous(target: Target, record) -> list[str]:
+    """HEAD, the index and the series' files as they were before `record`'s switch (HEAD on its previous branch,
+    or detached at that commit), moved back only where they differ; returns what still differs."""
+    git = target.git
+    is_branch = git.rev_parse(f"refs/heads/{record.previous}") is not None
+    commit = git.rev_parse(f"refs/heads/{record.previous}" if is_branch else record.previous) or record.previous
+    touched = record.touched or ["python/sglang"]
+    if not checkout_mismatch(target, record.previous if is_branch else None, commit, touched):
+        return []
+    return move_checkout(target, record.previous, record.head, touched)
 
 
 def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -> list[str]:
@@ -66,23 +90,35 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     else:
         git.run("update-ref", "--no-deref", "HEAD", to)
         commit = to
-    there = _tree_paths(target, commit, touched)
+    there = tree_blobs(target, commit, touched)
     git.try_run("reset", "-q", commit, "--", *touched)
     if there:
         git.try_run("checkout", "-q", commit, "--", *there)
-    leaving = _tree_paths(target, away_from, touched) if away_from else {}
+    leaving = tree_blobs(target, away_from, touched) if away_from else {}
     for path in set(touched) - set(there):
         local = target.root / path
         if path in leaving and local.is_file() and not local.is_symlink():
             if blob_id(local.read_bytes()) == leaving[path]:
                 try:
-                    local.unlink()
+                    remove_file_and_emptied_folders(local, target.root)
                 except OSError:
                     pass
     return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
 
 
-def _tree_paths(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
+def remove_file_and_emptied_folders(path: Path, root: Path) -> None:
+    """Remove `path`, and the folders under `root` that this leaves empty (git removes them the same way)."""
+    path.unlink()
+    folder = path.parent
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def tree_blobs(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
     """Blob id per path that exists in `commit`."""
     listed = target.git.run("ls-tree", "-r", "-z", commit, "--", *paths, strip=False)
     found = {}

@@ -27,10 +27,12 @@ def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
     mode = "full grid (every write point)" if rows[0]["full"] else "sample (SGLPATCH_FAULT_GRID=full for every point)"
     terminalreporter.section(f"fault grid: {mode}")
-    write(f"{'operation':<10}{'target':<10}{'signal':<8}{'points':>7}{'tried':>7}{'left mid-way':>14}{'recovered':>11}")
+    write(
+        f"{'operation':<10}{'target':<10}{'signal':<19}{'points':>7}{'tried':>7}{'left mid-way':>14}{'recovered':>11}"
+    )
     for r in rows:
         write(
-            f"{r['operation']:<10}{r['target']:<10}{r['signal']:<8}{r['points']:>7}{r['tried']:>7}"
+            f"{r['operation']:<10}{r['target']:<10}{r['signal']:<19}{r['points']:>7}{r['tried']:>7}"
             f"{r.get('mid_way', 0):>14}{r['recovered']:>11}"
         )
     tried, recovered = sum(r["tried"] for r in rows), sum(r["recovered"] for r in rows)

@@ -95,7 +95,9 @@ def test_revert_from_a_read_only_work_tree_stays_patched_and_says_so(labs):
     run = lab.fresh(PATCHED)
     read_only(run.target, skip_git=True)
     try:
-        assert_refused(without_override(lab, "revert", "--sglang", run.target), "nothing was changed", "still on")
+        assert_refused(
+            without_override(lab, "revert", "--sglang", run.target), "nothing was changed", "still fully patched"
+        )
     finally:
         writable(run.target)
     assert_state(lab, run, PATCHED)

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import time
 
-from sglpatch import hints, journal
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, read_state, write_state
+from sglpatch import hints, journal, target_state
+from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
-from sglpatch.git import GitFailed
-from sglpatch.interrupted import refuse_interrupted
+from sglpatch.git import GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
 from sglpatch.series import Series
+from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target, target_lock
-from sglpatch.write_check import checkout_mismatch, move_checkout, package_mismatch
+from sglpatch.target_state import Applied, TargetState
+from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.write_states import WriteState
 
 
@@ -41,12 +42,17 @@ def run(args) -> int:
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with guarded("apply", str(target.root)), target_lock(target):
-        refuse_interrupted(target)
-        with _plan(target, series, pin, args) as plan:
+        state = target_state.read(target)
+        target_state.refuse_unless_settled(state)
+        if _recorded_as_applied(state, series):
+            say(f"already applied: all {len(series.patches)} patches are in {target.describe()} ({state.describe()})")
+            return 0
+        plan, state = _plan(target, state, series, pin, args)
+        with plan:
             if plan.all_applied:
                 say(f"already applied: all {len(plan.states)} patches are in {target.describe()}")
                 return 0
-            if not target.is_git and journal.read_journal(target.root):
+            if isinstance(state, Applied) and state.journal is not None:
                 raise FatalError(
                     f"{target.root} carries an earlier apply of another series; run {hints.revert(target.root)} first"
                 )
@@ -54,9 +60,10 @@ def run(args) -> int:
             done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
                 branch = args.branch or f"sglpatch/{pin.tag}"
+                below = _stack_below(state)
                 with write_phase(done):
-                    _apply_to_checkout(plan, branch)
-                where = f"branch {branch}"
+                    _apply_to_checkout(plan, branch, below, series.digest(), three_way=args.three_way)
+                where = f"branch {branch}" + (f", stacked on {below.branch}" if below else "")
             else:
                 with write_phase(done):
                     _apply_to_package(plan, series.digest())
@@ -69,6 +76,12 @@ def run(args) -> int:
 
 
 def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None:
+    if plan.in_the_way:
+        kind = "untracked or git-ignored file" if plan.target.is_git else "file"
+        raise FatalError(
+            f"{plan.target.local_path(plan.in_the_way[0])} is there already ({kind}), and the series creates it; "
+            "move it away first (apply would overwrite it, revert delete it); nothing was changed"
+        )
     if plan.dirty:
         raise FatalError(
             f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
@@ -82,22 +95,45 @@ def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None
         raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
 
 
-def _plan(target: Target, series: Series, pin: Pin, args) -> ApplyPlan:
-    """The apply plan; on the default base a series applied before patches/ changed is taken out first."""
+def _recorded_as_applied(state: TargetState, series: Series) -> bool:
+    """A 3-way apply cannot be replayed backwards to find it: its record says this series is applied here."""
+    if not (isinstance(state, Applied) and state.record and state.record.three_way and state.in_place):
+        return False
+    record = state.record
+    return record.series == series.digest() and not dirty_paths(state.target, record.touched or ["python/sglang"])
+
+
+def _stack_below(state: TargetState) -> CheckoutRecord | None:
+    """The record of a series already applied here, which the new one goes on top of (revert peels one at a time)."""
+    if not (isinstance(state, Applied) and state.record):
+        return None
+    record = state.record
+    if not state.on_branch:
+        raise FatalError(
+            f"{state.target.root} carries a series on branch {record.branch}, and HEAD is not on it: switch to "
+            f"{record.branch} to apply another series on top, or run {hints.revert(state.target.root)} after switching"
+        )
+    return record
+
+
+def _plan(target: Target, state: TargetState, series: Series, pin: Pin, args) -> tuple[ApplyPlan, TargetState]:
+    """The apply plan, and the state it starts from: on the default base a series applied before patches/
+    changed is taken out first."""
     plan = make_plan(target, series, pin, three_way=args.three_way)
-    if plan.all_applied or args.sglang is not None or read_state(target) is None:
-        return plan
+    if plan.all_applied or args.sglang is not None or not isinstance(state, Applied) or state.record is None:
+        return plan, state
     plan.close()
-    _take_out_an_earlier_series(target)
-    return make_plan(target, series, pin, three_way=args.three_way)
+    while isinstance(state, Applied) and state.record is not None:
+        _take_out_an_earlier_series(state)
+        state = target_state.read(target)
+    return make_plan(target, series, pin, three_way=args.three_way), state
 
 
-def _take_out_an_earlier_series(target: Target) -> None:
+def _take_out_an_earlier_series(state: Applied) -> None:
     """build/sglang is the tool's own: revert the series recorded there, unless it has changes of its own."""
-    record = read_state(target)
-    git = target.git
+    target, record = state.target, state.record
     edited = dirty_paths(target, record.touched or ["python/sglang"])
-    if git.current_branch() != record.branch or git.run("rev-parse", "HEAD") != record.head or edited:
+    if not state.in_place or edited:
         raise FatalError(
             f"{target.root} carries an earlier version of the series and changes of its own; "
             "run `make clean` (it only removes build/), then `make apply`"
@@ -107,7 +143,7 @@ def _take_out_an_earlier_series(target: Target) -> None:
         say(undo_checkout(target, record))
 
 
-def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
+def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | None, digest: str, three_way: bool) -> str:
     git = plan.target.git
     if git.rev_parse(f"refs/heads/{branch}") is not None:
         raise FatalError(f"branch {branch} already exists; pass --branch NAME (BRANCH=NAME) or delete it")
@@ -126,72 +162,88 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str) -> str:
         head=parent,
         patches=[s.patch.name for s in plan.states],
         touched=sorted({p for s in plan.states for p in s.patch.touched_paths}),
+        before=below,
+        series=digest,
+        base=head,
+        three_way=three_way,
     )
+    room = room_to_roll_back(plan.target, record.touched)
     try:
-        write_state(plan.target, record)
+        make_reserve(plan.target, room)
+    except FatalError as exc:
+        raise FatalError(f"{exc}; nothing was changed: {plan.target.root} is as it was") from None
+    try:
+        replace_state(plan.target, record)
     except OSError as exc:
-        (git.git_dir() / f"{STATE_FILE}.tmp").unlink(missing_ok=True)
+        free_reserve(plan.target)
         raise FatalError(
             f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {plan.target.root} is as it was"
         ) from None
+    status, err = 0, ""
     try:
         plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
         status, _, err = git.try_run("checkout", "-q", branch)
-    except GitFailed as exc:
-        status, err = exc.status, exc.stderr
-    if status != 0:
-        if git.rev_parse(f"refs/heads/{branch}") is not None:
-            git.run("branch", "-D", branch)
-        (git.git_dir() / STATE_FILE).unlink()
-        last = (err.strip().splitlines() or ["git failed"])[-1]
-        raise FatalError(f"could not make and switch to {branch}: {last}; rolled back, nothing changed")
-    fault_point("checkout: switched to the branch")
-    wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
-    if wrong:
-        _roll_back_checkout(plan, record, wrong, err)
-    write_state(plan.target, record.with_state(WriteState.APPLIED))
+        fault_point("checkout: switched to the branch")
+        if status != 0 and git.current_branch() != branch:
+            raise _SwitchFailed(f"could not make and switch to {branch} ({git_reason(err)})")
+        wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
+        if wrong:
+            why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
+            cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
+            raise _SwitchFailed(f"git switched {plan.target.root} to {branch} but left it unwritten: {cause}")
+        free_reserve(plan.target)
+        write_state(plan.target, record.with_state(WriteState.APPLIED))
+    except (_SwitchFailed, GitFailed, OSError) as exc:
+        _roll_back_checkout(plan, record, _failure(exc, git.git_dir()))
+    if status != 0:  # git switched, then its post-checkout hook failed: git says the hook cannot undo a switch
+        say(f"note: git's post-checkout hook exited {status} after the switch to {branch} ({git_reason(err)})")
     return branch
 
 
-def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, wrong: list[str], err: str) -> None:
-    """`git checkout` said yes but the files are not the branch's (e.g. a read-only work tree): undo it."""
-    git, root = plan.target.git, plan.target.root
-    why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
-    cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
-    still = move_checkout(plan.target, record.previous, record.head, record.touched)
+class _SwitchFailed(Exception):
+    """The switch to the series branch did not happen, or not wholly: the message says how."""
+
+
+def _failure(exc: Exception, git_dir) -> str:
+    if isinstance(exc, OSError):
+        return f"cannot write {exc.filename or git_dir} ({exc.strerror or exc})"
+    return str(exc)
+
+
+def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> None:
+    """The switch failed part-way (a full disk, a read-only work tree): put HEAD, the index and the series'
+    files back as they were, then delete the branch and the record; verified before it says so."""
+    target, git, root = plan.target, plan.target.git, plan.target.root
+    try:
+        free_reserve(target)
+        still = restore_previous(target, record)
+        if not still:
+            if git.rev_parse(f"refs/heads/{record.branch}") is not None:
+                git.run("branch", "-q", "-D", record.branch)
+            drop_record(target, record)
+    except (GitFailed, OSError) as exc:
+        still = [_failure(exc, git.git_dir())]
     if still:
         raise FatalError(
-            f"git switched {root} to {record.branch} but left it unwritten: {cause}; rolling back failed too "
-            f"({still[0]}); fix the cause, then run {hints.recover(root)}"
+            f"{cause}; rolling back failed too ({still[0]}): the record says the apply was interrupted; "
+            f"free space or fix the cause, then run {hints.recover(root)}"
         )
-    git.run("branch", "-q", "-D", record.branch)
-    (git.git_dir() / STATE_FILE).unlink()
-    raise FatalError(
-        f"git switched {root} to {record.branch} but left it unwritten: {cause}; "
-        f"rolled back, nothing changed: {root} is as it was"
-    )
+    raise FatalError(f"{cause}; rolled back, nothing changed: {root} is as it was")
 
 
 def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
     target = plan.target
-    paths = [p for s in plan.to_apply for p in s.patch.touched_paths]
-    before = target.read_files(list(dict.fromkeys(paths)))
+    paths = list(dict.fromkeys(p for s in plan.to_apply for p in s.patch.touched_paths))
+    before, was_executable = target.read_files(paths), target.executables(paths)
+    executable = plan.workspace.executables(paths)
     changes = []
     for path, old in before.items():
         new = plan.workspace.read(path)
-        if new != old:
-            changes.append(journal.Change(target.local_path(path), old, new))
+        if new != old or (new is not None and (path in executable) != (path in was_executable)):
+            changes.append(journal.Change(target.local_path(path), old, new, path in executable))
     names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
-    try:
-        journal.write_changes(target.root, changes, digest, names)
-    except OSError as exc:  # before the first file was replaced (write_changes rolls back later failures)
-        if journal.has_leftover(target.root):
-            journal.discard_leftover(target.root)
-        raise FatalError(
-            f"cannot write {exc.filename or target.root} ({exc.strerror or exc}); nothing was changed: "
-            f"{target.root} is as it was"
-        ) from None
+    journal.write_changes(target.root, journal.with_bytecode(changes), digest, names)
     record = journal.read_journal(target.root)
     wrong = package_mismatch(target.root, record, "after")
     if wrong:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from sglpatch import journal, rebase_store
-from sglpatch.checkout_record import STATE_FILE, read_state
+from sglpatch import journal, target_state
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
 from sglpatch.plan import dirty_paths
-from sglpatch.target import Target, target_lock
+from sglpatch.target import target_lock
+from sglpatch.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
 from sglpatch.write_check import package_mismatch, restore_package
-from sglpatch.write_states import INTERRUPTED
 
 
 def add_arguments(parser) -> None:
@@ -24,14 +23,17 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     target = resolve_target(args)
     with guarded("revert", str(target.root)), target_lock(target):
+        state = target_state.read(target)
+        if isinstance(state, (Foreign, RebaseInProgress)):
+            raise FatalError(state.refusal())
         if target.is_git:
-            _revert_checkout(target)
-        elif journal.has_leftover(target.root):
+            _revert_checkout(state)
+        elif isinstance(state, Pristine) and state.leftovers:
             with write_phase(f"{target.root} is as it was"):
                 journal.discard_leftover(target.root)
             say(f"{target.root} was not patched: removed what an interrupted run left in {journal.JOURNAL_DIR}/")
         else:
-            record = journal.read_journal(target.root)
+            record = state.journal if isinstance(state, (Applied, Interrupted)) else None
             with write_phase(f"the series is reverted: {target.root} is as it was"):
                 restored = restore_package(target, force=args.force)
             wrong = package_mismatch(target.root, record, "before") if record else []
@@ -41,26 +43,27 @@ def run(args) -> int:
     return 0
 
 
-def _revert_checkout(target: Target) -> None:
-    git = target.git
-    rebase_store.refuse_in_progress(target)
-    scratch = git.git_dir() / f"{STATE_FILE}.tmp"
-    if scratch.exists():
-        scratch.unlink()  # a run killed while writing the state file; the file itself is still whole
-    record = read_state(target)
-    if record is None:
+def _revert_checkout(state: TargetState) -> None:
+    target = state.target
+    for leftover in state.blocking_leftovers:  # a run killed while writing the state file; the file is still whole
+        leftover.path.unlink()
+    if isinstance(state, Pristine):
         raise FatalError(f"{target.root} has no series applied by sglpatch: nothing to revert")
-    if record.state in INTERRUPTED:
-        say(undo_checkout(target, record))
+    if isinstance(state, Interrupted):
+        say(undo_checkout(target, state.record, state.locks))
         return
-    branch, head = record.branch, record.head
-    if git.current_branch() != branch:
-        raise FatalError(f"{target.root} is not on {branch} (the series branch); switch to it or revert by hand")
-    if git.run("rev-parse", "HEAD") != head:
-        raise FatalError(f"{branch} has commits after the series; revert by hand so they are not lost")
+    record = state.record
+    if not state.on_branch:
+        raise FatalError(f"{target.root} is not on {record.branch} (the series branch); switch to it or revert by hand")
+    if not state.at_head:
+        raise FatalError(f"{record.branch} has commits after the series; revert by hand so they are not lost")
     dirty = dirty_paths(target, record.touched or ["python/sglang"])
     if dirty:
         raise FatalError(
             f"uncommitted changes under the series' files: {', '.join(dirty[:5])}; commit or stash them first"
         )
     say(undo_checkout(target, record))
+    if record.before is not None:
+        say(
+            f"{target.root} still carries the series below it, on branch {record.before.branch}: revert again to take it out"
+        )

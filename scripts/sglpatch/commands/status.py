@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from sglpatch import hints, rebase_store
+from sglpatch import journal, target_state
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
-from sglpatch.interrupted import interrupted_state
 from sglpatch.output import plural, say
-from sglpatch.plan import CONFLICTS, make_plan
+from sglpatch.pin import Pin, drifted_files
+from sglpatch.plan import CONFLICTS, dirty_paths, make_plan
+from sglpatch.series import Series
+from sglpatch.target_state import Applied, Interrupted, TargetState
+from sglpatch.write_check import tree_blobs
 
 
 def add_arguments(parser) -> None:
@@ -16,13 +19,20 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     target, line, series, pin = open_with_line(args)
+    state = target_state.read(target)
+    say(f"target: {target.describe()}")
+    say(f"line:   {line.name} ({line.directory})" if line else f"series: {series.directory}")
+    if note := state.note():
+        say(f"NOTE:   {note}")
     with make_plan(target, series, pin) as plan:
-        say(f"target: {target.describe()}")
-        say(f"line:   {line.name} ({line.directory})" if line else f"series: {series.directory}")
-        if interrupted := interrupted_state(target):
-            say(f"NOTE:   an sglpatch {interrupted} was cut short here; {hints.recover_short(target.root)} settles it")
-        elif target.is_git and (rebase := rebase_store.load(rebase_store.state_dir(target.git))) and rebase.stopped:
-            say(f"NOTE:   {rebase.describe_stop()}; {hints.CONTINUE_REBASE} or {hints.ABORT_REBASE}")
+        recorded = _applied_three_way(state, series) and not plan.all_applied
+        if recorded or (isinstance(state, Applied) and state.record and (state.record.before or not state.in_place)):
+            say(f"state:  {state.describe()}")
+        if isinstance(state, Interrupted) and state.journal is not None:
+            say(f"state:  {_journal_progress(state)}")
+        if recorded:
+            _say_recorded(state, series, pin)
+            return 0
         if plan.drift:
             say(
                 f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"
@@ -32,8 +42,47 @@ def run(args) -> int:
         if plan.dirty:
             say(f"dirty:  {', '.join(plan.dirty)}")
         width = max(len(s.patch.name) for s in plan.states)
-        for state in plan.states:
-            label = {CONFLICTS: "conflicts"}.get(state.state, state.state)
-            detail = f"  ({state.failure.describe().split(': ', 1)[-1]})" if state.failure else ""
-            say(f"  {state.patch.name:<{width}}  {label}{detail}")
+        for patch_state in plan.states:
+            label = {CONFLICTS: "conflicts"}.get(patch_state.state, patch_state.state)
+            detail = f"  ({patch_state.failure.describe().split(': ', 1)[-1]})" if patch_state.failure else ""
+            say(f"  {patch_state.patch.name:<{width}}  {label}{detail}")
     return 0
+
+
+def _applied_three_way(state: TargetState, series: Series) -> bool:
+    """A 3-way apply onto a base that differs from the pin cannot be replayed backwards: its record tells."""
+    return (
+        isinstance(state, Applied)
+        and state.record is not None
+        and state.record.three_way
+        and state.in_place
+        and state.record.series == series.digest()
+    )
+
+
+def _say_recorded(state: Applied, series: Series, pin: Pin) -> None:
+    """What the record of a 3-way apply says: the patches cannot be taken back out one by one to check."""
+    record = state.record
+    drift = drifted_files(pin, tree_blobs(state.target, record.base, list(pin.blobs)))
+    say(
+        f"pin:    the series was merged 3-way onto {record.base[:12]}, whose base differs from sglang {pin.release}"
+        + (f" in {plural(len(drift), 'file')}: {', '.join(drift)}" if drift else " around the patches' lines")
+    )
+    dirty = dirty_paths(state.target, record.touched or ["python/sglang"])
+    if dirty:
+        say(f"dirty:  {', '.join(dirty)}")
+    width = max(len(p.name) for p in series.patches)
+    for patch in series.patches:
+        say(f"  {patch.name:<{width}}  applied (3-way)")
+
+
+def _journal_progress(state: Interrupted) -> str:
+    """Where a package folder's interrupted write stands: how many journaled files are as they were."""
+    files = state.journal.files
+    not_back = journal.changed_files(state.target.root, state.journal, expect="before")
+    return (
+        f"{state.operation} interrupted: {len(files) - len(not_back)} of {len(files)} files as they were "
+        f"before the apply, {len(not_back)} not ({', '.join(not_back[:3])})"
+        if not_back
+        else f"{state.operation} interrupted: all {len(files)} files are as they were before the apply"
+    )
