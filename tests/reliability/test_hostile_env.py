@@ -12,18 +12,14 @@ modes alone do it.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, diff_states, run_state
-
-CAPSH = shutil.which("capsh")
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
+from testing.hostile import assert_refused, assert_state, read_only, without_override, writable
 
 
 @pytest.fixture(scope="module")
@@ -32,46 +28,6 @@ def labs(tmp_path_factory, base_repo, series_dir):
         kind: Lab(kind, tmp_path_factory.mktemp(f"env-{kind}"), base_repo, series_dir)
         for kind in ("checkout", "package")
     }
-
-
-def without_override(lab: Lab, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """The CLI as a process that file modes apply to (no CAP_DAC_OVERRIDE)."""
-    command = [sys.executable, "-m", "sglpatch", *map(str, args)]
-    if os.geteuid() == 0:
-        if CAPSH is None:
-            pytest.skip("running as root without capsh: cannot drop CAP_DAC_OVERRIDE to make modes bite")
-        command = [CAPSH, "--drop=cap_dac_override", "--", "-c", 'exec "$0" "$@"', *command]
-    return subprocess.run(
-        command, capture_output=True, text=True, env=lab.env(**env), timeout=120, preexec_fn=default_sigint
-    )
-
-
-def read_only(folder: Path, *, skip_git: bool = False) -> None:
-    for path in [folder, *folder.rglob("*")]:
-        if path.is_dir() and not path.is_symlink():
-            if skip_git and ".git" in path.relative_to(folder).parts:
-                continue
-            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def writable(folder: Path) -> None:
-    for path in [folder, *folder.rglob("*")]:
-        if path.is_dir() and not path.is_symlink():
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
-
-
-def assert_refused(result: subprocess.CompletedProcess, *words: str) -> str:
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    for word in words:
-        assert word in result.stderr, result.stderr
-    return result.stderr
-
-
-def assert_state(lab: Lab, run, state: str) -> None:
-    got = run_state(run)
-    assert got == lab.reference(state), diff_states(got, lab.reference(state))
 
 
 # -- item 1: a git checkout that exits 0 without writing the files ----------------------

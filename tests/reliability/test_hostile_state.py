@@ -21,9 +21,10 @@ import pytest
 from sglpatch.git import Git, blob_id
 from sglpatch.pin import load_pin
 from sglpatch.project import default_patch_dir
+from sglpatch.series import PACKAGE_PREFIX
 from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, diff_states, run_state
+from testing.hostile import assert_refused, assert_state, read_only, without_override, writable
 from testing.sglang_trees import OVERLAP, SECOND, make_series, replace_in
-from tests.reliability.test_hostile_env import assert_refused, assert_state, read_only, without_override, writable
 
 APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
@@ -264,7 +265,7 @@ def _pinned_package(source: Path, dest: Path, pin) -> Path:
 def _near_path_max(root: Path, pin) -> Path:
     """Where a package folder's longest pinned file just fits under PATH_MAX, and the temporary file beside
     it does not."""
-    longest = max(len(path.removeprefix("python/sglang/")) for path in pin.blobs)
+    longest = max(len(path.removeprefix(PACKAGE_PREFIX)) for path in pin.blobs if path.startswith(PACKAGE_PREFIX))
     room = os.pathconf(root, "PC_PATH_MAX") - 1 - longest - len("/sglang/") - 2
     folder = root
     while room - len(str(folder)) > 200:
@@ -296,13 +297,15 @@ def test_a_journal_left_reverting_near_path_max_is_finished_by_recover(labs, tmp
     point = point_of(trace.read_text().splitlines(), "durable: journal.json renamed")
     assert lab.sglpatch(*apply, SGLPATCH_FAULT_AT=str(point), SGLPATCH_FAULT_SIGNAL="KILL").returncode == -9
     journal_file = short / ".sglpatch" / "journal.json"
-    journal_file.write_text(json.dumps({**json.loads(journal_file.read_text()), "state": "reverting"}))
+    journal_record = json.loads(journal_file.read_text())
+    journal_file.write_text(json.dumps({**journal_record, "state": "reverting"}))
     package = _near_path_max(tmp_path, project_pin)
     package.parent.mkdir(parents=True)
     short.rename(package)
     status = lab.sglpatch("status", "--sglang", str(package), "--patches", str(default_patch_dir()))
     assert status.returncode == 0, status.stderr
-    assert "revert interrupted: all 9 files are as they were" in status.stdout, status.stdout
+    files = len(journal_record["files"])
+    assert f"revert interrupted: all {files} files are as they were" in status.stdout, status.stdout
     result = lab.sglpatch("recover", "--sglang", str(package))
     assert result.returncode == 0 and "as it was" in last_line(result), result.stderr
     assert _files(package) == before
