@@ -86,7 +86,8 @@ GRIDS = {
         ctxs=(2048, 8192, 32768, 131072),
         lengths=("uniform", "ragged"),
     ),
-    # issue 23's targets: next_n 3 and 5 (pairs plus a tail) where servers run them, and 6 (three pairs)
+    # issue 23's cases: next_n 3 and 5 (one token per row in this series) where servers run them, and 6
+    # (three pairs)
     "odd": dict(next_ns=(3, 5, 6), batch_sizes=(32, 64, 128), ctxs=(16384, 65536), lengths=("uniform", "ragged")),
     # cases a pristine tree runs too, for top-k identity across trees (a subset of "holdout")
     "identity": dict(next_ns=(2, 3, 4, 5, 6), batch_sizes=(16, 48), ctxs=(8192,), lengths=("ragged",)),
@@ -115,8 +116,6 @@ WATCH = (
     "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._get_topk_paged",
     "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._store_index_k_cache",
     "sglang.srt.layers.attention.dsa.dsa_indexer:_paged_mqa_call_layout",
-    "sglang.srt.layers.attention.dsa.dsa_indexer:_pair_tail_logits",
-    "sglang.srt.layers.attention.dsa.dsa_indexer:_pair_tail_topk",
     "sglang.srt.layers.attention.dsa.dsa_indexer:select_paged_mqa_layout",
     "sglang.srt.layers.attention.dsa.dsa_indexer:fused_store_index_k_cache",
     "sglang.srt.layers.attention.dsa.dsa_topk_backend:DSATopKBackend.topk_transform",
@@ -435,17 +434,7 @@ def layout_of(backend, next_n):
         return "per_token"
     if cols == next_n:
         return "native"
-    return "pair_tail" if next_n % 2 else "paired"
-
-
-def token_rows(logits, layout, next_n):
-    """One logits row per draft token: pair_tail's padded rows lose each request's copy row (the one
-    before its last token)."""
-    if logits is None or layout != "pair_tail":
-        return logits
-    rows = logits.view(-1, next_n + 1, logits.shape[-1])
-    keep = [j for j in range(next_n + 1) if j != next_n - 1]
-    return rows[:, keep].reshape(-1, logits.shape[-1])
+    return "paired" if cols == 2 and next_n % 2 == 0 else f"unknown ({rows} x {cols})"
 
 
 class CapturedStep:
@@ -685,7 +674,7 @@ def eager_variant(fx, next_n, lengths, forced, seed, keep_logits=False):
         backend.init_forward_metadata(fb)
         layout = layout_of(backend, next_n)
         topk = fx.step(backend, fb, q_fp8, weights).clone()
-        logits = token_rows(fx.calls.last_logits, layout, next_n) if keep_logits else None
+        logits = fx.calls.last_logits if keep_logits else None
         kernel_q = [c["q"] for c in fx.calls.logits_calls[first_call:]]
     return dict(
         topk=topk,
@@ -719,9 +708,7 @@ class GraphVariant:
             self.step.replay()
             _sync(torch, fx.device)
             self.topk = self.step.out.clone()
-            self.logits = token_rows(self.graph_logits, self.layout, next_n)
-            if self.logits is self.graph_logits and self.logits is not None:
-                self.logits = self.logits.clone()
+            self.logits = None if self.graph_logits is None else self.graph_logits.clone()
             self.unstable_rows = 0  # the same replay again: the same top-k every time?
             for _ in range(2):
                 self.step.replay()

@@ -1,10 +1,9 @@
 """bench/indexer_step.py's case loop on a CPU, with a stand-in for the GPU side.
 
 The real run needs a CUDA device (DeepGEMM, sgl-kernel, CUDA graphs). This drives its own loop
-(grids, eager and graph variants, the per-token / chosen comparison, pair_tail logits rows, the
-pristine dump and compare, the JSON) with a fixture whose "kernel" is plain torch: logits a fixed
-function of (token, key), top-k the largest per row; a pair_tail batch's raw logits carry each
-request's copy row, as DeepGEMM's do. A CUDA graph stands in as a recorded call replayed in place.
+(grids, eager and graph variants, the per-token / chosen comparison, the pristine dump and
+compare, the JSON) with a fixture whose "kernel" is plain torch: logits a fixed function of
+(token, key), top-k the largest per row. A CUDA graph stands in as a recorded call replayed in place.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class FakeFixture:
     def __init__(self, max_bs, max_ctx, next_ns, device, calls, chosen=None):
         self.torch, self.device, self.calls, self.entry_pos = torch, device, calls, None
         self.max_ctx = max_ctx
-        chosen = chosen or {2: "native", 3: "pair_tail", 4: "paired"}
+        chosen = chosen or {2: "native", 3: "per_token", 4: "paired"}
         self.backends = {}
         for n in next_ns:
             self.backends[(n, True)] = FakeBackend("per_token")
@@ -72,9 +71,6 @@ class FakeFixture:
         out = torch.full((len(valid), TOPK), -1, dtype=torch.int32)
         out[:, : top.indices.shape[1]] = torch.where(top.values > float("-inf"), top.indices, -1).to(torch.int32)
         raw = logits
-        if backend.layout == "pair_tail":  # DeepGEMM's rows: the copy of each request's last token before it
-            per = logits.view(len(lengths), n, width)
-            raw = torch.cat([per[:, :-1], torch.full_like(per[:, -1:], 1e9), per[:, -1:]], dim=1).view(-1, width)
         tokens = 2 if backend.layout != "per_token" else 1
         self.calls.logits_calls.append(
             dict(q=[raw.shape[0] // tokens, tokens, 64, 128], ctx=[raw.shape[0] // tokens, tokens])
@@ -125,9 +121,9 @@ def test_rows_compare_chosen_with_per_token_in_both_modes(cpu_bench, tmp_path):
     assert len(rows) == 2 * 2 * 2  # next_n x B x (eager, graph)
     for r in rows:
         assert r["topk_identical"] and r["topk_equivalent"] and r["logits_bit_identical"] is True, r
-        assert r["layout"] == {2: "native", 3: "pair_tail"}[r["next_n"]] and r["per_token_layout"] == "per_token"
+        assert r["layout"] == {2: "native", 3: "per_token"}[r["next_n"]] and r["per_token_layout"] == "per_token"
         assert r["grids"] == ["cpu"] and r["speedup"] is None  # no CUDA: not timed
-        assert r["kernel_q_chosen"][1] == 2 and r["kernel_q_per_token"][1] == 1
+        assert r["kernel_q_chosen"][1] == {2: 2, 3: 1}[r["next_n"]] and r["kernel_q_per_token"][1] == 1
     graph = [r for r in rows if r["cuda_graph"]]
     assert all(r["block_table_width"] == 4096 and r["graph_vs_eager_per_token"]["mismatch_rows"] == 0 for r in graph)
     assert sorted(p.name for p in (tmp_path / "dump").iterdir())[0] == "n2_b2_c4096_ragged.pt"
@@ -141,21 +137,6 @@ def test_a_graph_only_run_compares_with_the_pristine_dumps(cpu_bench, tmp_path):
     assert len(rows) == 4 and all(r["cuda_graph"] for r in rows)
     assert all(r["compared_with"] == ["per_token", "chosen", "pristine"] for r in rows)
     assert all(r["mismatch_rows"] == dict(chosen=0, pristine=0) for r in rows)
-
-
-def test_a_wrong_pair_tail_row_order_is_caught(cpu_bench, tmp_path, monkeypatch):
-    # token_rows must drop the copy row; keeping the last row instead misplaces every request's rows
-    monkeypatch.setattr(
-        indexer_step,
-        "token_rows",
-        lambda logits, layout, next_n: (
-            logits[: logits.shape[0] * next_n // (next_n + 1)] if layout == "pair_tail" else logits
-        ),
-    )
-    out = tmp_path / "run.json"
-    bench(tmp_path, "--modes", "eager", "--json", str(out))
-    rows = [r for r in json.loads(out.read_text())["rows"] if r["layout"] == "pair_tail"]
-    assert rows and all(r["logits_bit_identical"] is False for r in rows)
 
 
 def test_unknown_grid_is_refused():
