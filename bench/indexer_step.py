@@ -86,7 +86,8 @@ GRIDS = {
         ctxs=(2048, 8192, 32768, 131072),
         lengths=("uniform", "ragged"),
     ),
-    # issue 23's targets: next_n 3 and 5 (pairs plus a tail) where servers run them, and 6 (three pairs)
+    # issue 23's cases: next_n 3 and 5 (one token per row in this series) where servers run them, and 6
+    # (three pairs)
     "odd": dict(next_ns=(3, 5, 6), batch_sizes=(32, 64, 128), ctxs=(16384, 65536), lengths=("uniform", "ragged")),
     # cases a pristine tree runs too, for top-k identity across trees (a subset of "holdout")
     "identity": dict(next_ns=(2, 3, 4, 5, 6), batch_sizes=(16, 48), ctxs=(8192,), lengths=("ragged",)),
@@ -94,6 +95,11 @@ GRIDS = {
 # Logits computed in another fp32 summation order are not bit-identical; a top-k entry swapped
 # within this relative distance of the row's k-th logit is a near-tie, counted apart from exact ties.
 NEAR_TIE_REL = 1e-5
+# A pristine run's top-k dump (--dump-topk) holds the fixture it was taken on; a patched run compares
+# with it only on a fixture of the same size (the KV slots and the keys follow the size).
+FIXTURE_FILE = "fixture.json"
+FIXTURE_SEED = 1234
+NO_SLOT_TO_SWAP = "no slot to swap in"
 MODES = {"both": (False, True), "eager": (False,), "graph": (True,)}
 
 # What the run observes being called: "<module>:<qualname>" -> how it is wrapped.  Names that a
@@ -115,8 +121,6 @@ WATCH = (
     "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._get_topk_paged",
     "sglang.srt.layers.attention.dsa.dsa_indexer:Indexer._store_index_k_cache",
     "sglang.srt.layers.attention.dsa.dsa_indexer:_paged_mqa_call_layout",
-    "sglang.srt.layers.attention.dsa.dsa_indexer:_pair_tail_logits",
-    "sglang.srt.layers.attention.dsa.dsa_indexer:_pair_tail_topk",
     "sglang.srt.layers.attention.dsa.dsa_indexer:select_paged_mqa_layout",
     "sglang.srt.layers.attention.dsa.dsa_indexer:fused_store_index_k_cache",
     "sglang.srt.layers.attention.dsa.dsa_topk_backend:DSATopKBackend.topk_transform",
@@ -210,7 +214,7 @@ class Calls:
 # --------------------------------------------------------------------------------------------
 class Fixture:
     def __init__(
-        self, max_bs: int, max_ctx: int, next_ns, device: str, calls: Calls, seed: int = 1234, decode_impl=None
+        self, max_bs: int, max_ctx: int, next_ns, device: str, calls: Calls, seed: int = FIXTURE_SEED, decode_impl=None
     ):
         import torch
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -282,14 +286,9 @@ class Fixture:
         self.topk_in_slots = bool(envs.SGLANG_DSA_FUSE_TOPK.get())
 
         # Scattered whole pages per request (page 0 stays unused), and the inverse map slot -> position.
-        gen = torch.Generator().manual_seed(seed)
-        pages_per_req = max_ctx // PAGE
         n_pages = self.pool.get_index_k_with_scale_buffer(0).shape[0]
-        need = max_bs * pages_per_req
-        assert n_pages >= need + 1, (n_pages, need)
-        perm = (torch.randperm(need, generator=gen) + 1).to(device)
-        offs = torch.arange(PAGE, device=device)
-        slots = (perm.view(max_bs, pages_per_req, 1) * PAGE + offs).view(max_bs, max_ctx)
+        assert n_pages >= max_bs * (max_ctx // PAGE) + 1, (n_pages, max_bs, max_ctx)
+        slots = fixture_slots(torch, max_bs, max_ctx, seed).to(device)
         self.req_to_token[:max_bs, :max_ctx] = slots.to(self.req_to_token.dtype)
         self.slot_pos = torch.full((n_pages * PAGE,), -1, dtype=torch.int64, device=device)
         self.slot_pos[slots.reshape(-1).long()] = torch.arange(max_ctx, device=device).repeat(max_bs)
@@ -344,6 +343,17 @@ class Fixture:
         with forward_context(ForwardContext(attn_backend=backend)):
             md = backend.get_indexer_metadata(0, fb)
             return self.indexer._get_topk_paged(fb, 0, q_fp8, weights, md)
+
+
+def fixture_slots(torch, max_bs: int, max_ctx: int, seed: int):
+    """[max_bs, max_ctx] KV slots of the fixture's requests: whole pages, scattered (page 0 unused).
+
+    They depend on the fixture's size, and so do the keys written to them: two runs can compare
+    their top-k (KV slots) only when their fixtures are the same size (see FIXTURE_FILE)."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_per_req = max_ctx // PAGE
+    perm = torch.randperm(max_bs * pages_per_req, generator=gen) + 1
+    return (perm.view(max_bs, pages_per_req, 1) * PAGE + torch.arange(PAGE)).view(max_bs, max_ctx)
 
 
 def make_indexer(dsa_indexer, index_topk: int, device):
@@ -435,17 +445,7 @@ def layout_of(backend, next_n):
         return "per_token"
     if cols == next_n:
         return "native"
-    return "pair_tail" if next_n % 2 else "paired"
-
-
-def token_rows(logits, layout, next_n):
-    """One logits row per draft token: pair_tail's padded rows lose each request's copy row (the one
-    before its last token)."""
-    if logits is None or layout != "pair_tail":
-        return logits
-    rows = logits.view(-1, next_n + 1, logits.shape[-1])
-    keep = [j for j in range(next_n + 1) if j != next_n - 1]
-    return rows[:, keep].reshape(-1, logits.shape[-1])
+    return "paired" if cols == 2 and next_n % 2 == 0 else f"unknown ({rows} x {cols})"
 
 
 class CapturedStep:
@@ -585,7 +585,7 @@ def sensitivity_check(torch, ref, slot_pos, next_n, lengths):
     pos = to_positions(torch, slot_pos, own).tolist() if own else []
     candidates = [s for s, p in zip(own, pos, strict=True) if s not in kept and 0 <= p < valid]
     if not candidates or (row < 0).all():
-        return dict(detected=False, reason="no slot to swap in")
+        return dict(detected=False, reason=NO_SLOT_TO_SWAP)
     bad = topk.clone()
     j = int(torch.nonzero(row >= 0)[0])
     bad[0, j] = candidates[0]
@@ -685,7 +685,7 @@ def eager_variant(fx, next_n, lengths, forced, seed, keep_logits=False):
         backend.init_forward_metadata(fb)
         layout = layout_of(backend, next_n)
         topk = fx.step(backend, fb, q_fp8, weights).clone()
-        logits = token_rows(fx.calls.last_logits, layout, next_n) if keep_logits else None
+        logits = fx.calls.last_logits if keep_logits else None
         kernel_q = [c["q"] for c in fx.calls.logits_calls[first_call:]]
     return dict(
         topk=topk,
@@ -719,9 +719,7 @@ class GraphVariant:
             self.step.replay()
             _sync(torch, fx.device)
             self.topk = self.step.out.clone()
-            self.logits = token_rows(self.graph_logits, self.layout, next_n)
-            if self.logits is self.graph_logits and self.logits is not None:
-                self.logits = self.logits.clone()
+            self.logits = None if self.graph_logits is None else self.graph_logits.clone()
             self.unstable_rows = 0  # the same replay again: the same top-k every time?
             for _ in range(2):
                 self.step.replay()
@@ -733,6 +731,47 @@ class GraphVariant:
 
     def replay(self):
         self.step.replay()
+
+
+def fixture_size(cases):
+    """(requests, tokens per request) of a fixture that holds every case."""
+    return max(c[1] for c in cases), max(c[2] for c in cases)
+
+
+def fixture_doc(max_bs, max_ctx):
+    return dict(max_bs=max_bs, max_ctx=max_ctx, seed=FIXTURE_SEED, page=PAGE)
+
+
+def check_same_fixture(compare: Path, max_bs: int, max_ctx: int) -> None:
+    """Top-k saved in ``compare`` are KV slots of its run's fixture: refuse a fixture of another size."""
+    saved = compare / FIXTURE_FILE
+    if not saved.is_file():
+        refuse(f"{compare}: no {FIXTURE_FILE}, so its top-k cannot be matched to this run's fixture")
+    theirs = json.loads(saved.read_text())
+    ours = fixture_doc(max_bs, max_ctx)
+    if theirs != ours:
+        refuse(
+            f"{compare} was dumped with a fixture of {theirs.get('max_bs')} x {theirs.get('max_ctx')} "
+            f"(seed {theirs.get('seed')}), this run's is {max_bs} x {max_ctx} (seed {FIXTURE_SEED}): "
+            "their KV slots differ; give both runs the same --fixture-grid"
+        )
+
+
+def known_grids(spec: str) -> list[str]:
+    names = spec.split(",")
+    unknown = [n for n in names if n not in GRIDS]
+    if unknown:
+        raise SystemExit(f"unknown grid(s) {unknown}; the grids are {sorted(GRIDS)}")
+    return names
+
+
+def refuse(msg: str):
+    print(f"[indexer-step] {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def fmt_case(case):
+    return "n={} B={} ctx={} {}".format(*case)
 
 
 def case_seed(next_n, bs, ctx, kind):
@@ -840,17 +879,19 @@ def run_case(fx, case, grids, graph, args, pristine, patched):
 
 def run(args):
     global TREE
-    names = args.grid.split(",")
-    unknown = [n for n in names if n not in GRIDS]
-    if unknown:
-        raise SystemExit(f"unknown grid(s) {unknown}; the grids are {sorted(GRIDS)}")
-    cases = grid_cases(names)
+    cases = grid_cases(known_grids(args.grid))
+    sized_for = grid_cases(known_grids(args.fixture_grid)) if args.fixture_grid else {}
+    max_bs, max_ctx = fixture_size([*cases, *sized_for])
     modes = MODES[args.modes]
     patched = args.label != "pristine"
     estimate = estimate_s(cases, modes, args.iters, args.reps, patched)
     log(f"{len(cases)} cases x {len(modes)} mode(s) ({args.grid}); about {estimate:.0f} s of timed replays on an H200")
+    log(f"fixture: {max_bs} requests x {max_ctx} tokens")
     if args.plan:
         return 0
+    compare = Path(args.compare_topk) if args.compare_topk else None
+    if compare:
+        check_same_fixture(compare, max_bs, max_ctx)
     select_tree(Path(args.tree))
     TREE = indexer_trees.for_tree(Path(args.tree))
     import torch
@@ -860,14 +901,13 @@ def run(args):
     calls = Calls()
     calls.install(WATCH + TREE.extra_watch)
     next_ns = tuple(sorted({c[0] for c in cases}))
-    max_bs, max_ctx = max(c[1] for c in cases), max(c[2] for c in cases)
     t0 = time.time()
-    fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls)
+    fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls, seed=FIXTURE_SEED)
     log(f"fixture ready in {time.time() - t0:.1f} s (pool for {max_bs} x {max_ctx} tokens)")
     dump = Path(args.dump_topk) if args.dump_topk else None
-    compare = Path(args.compare_topk) if args.compare_topk else None
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
+        (dump / FIXTURE_FILE).write_text(json.dumps(fixture_doc(max_bs, max_ctx)) + "\n")
     rows, all_ok, self_check = [], True, None
     for case, grids in cases.items():
         key = "n{}_b{}_c{}_{}".format(*case)
@@ -877,11 +917,13 @@ def run(args):
             mode = "graph" if graph else "eager"
             row, ref = run_case(fx, case, grids, graph, args, dumped.get(mode), patched)
             refs[mode] = ref
-            if self_check is None:
+            if self_check is None or self_check.get("reason") == NO_SLOT_TO_SWAP:
+                # a case whose rows keep every key has nothing to swap in: try the next one
                 self_check = sensitivity_check(
                     torch, ref, fx.entry_pos, case[0], make_lengths(case[3], *case[1:3], case[0])
                 )
-                log(f"comparison self-check: {self_check}")
+                if self_check.get("reason") != NO_SLOT_TO_SWAP:
+                    log(f"comparison self-check ({fmt_case(case)}): {self_check}")
             if graph and "eager" in refs:
                 lengths = make_lengths(case[3], case[1], case[2], case[0])
                 row["graph_vs_eager_per_token"] = graph_vs_eager(torch, refs, fx.entry_pos, case[0], lengths)
@@ -897,7 +939,10 @@ def run(args):
             write_json(args, rows, calls, torch, t0, self_check, partial=True, fixture=(max_bs, max_ctx))
     write_json(args, rows, calls, torch, t0, self_check, partial=False, fixture=(max_bs, max_ctx))
     print_table(rows)
-    if not (self_check and self_check["detected"]):
+    if self_check and self_check.get("reason") == NO_SLOT_TO_SWAP:
+        log("the comparison self-check found no case with a key left out of its top-k to swap in")
+        all_ok = False
+    elif not (self_check and self_check["detected"]):
         log("the comparison self-check did not detect a perturbed top-k row")
         all_ok = False
     if not all_ok:
@@ -1022,6 +1067,11 @@ def main(argv=None):
     ap.add_argument("--json", help="write the results here (rewritten after every case)")
     ap.add_argument("--dump-topk", help="save this tree's top-k per case here (pristine run)")
     ap.add_argument("--compare-topk", help="compare against top-k saved here by a pristine run")
+    ap.add_argument(
+        "--fixture-grid",
+        help="size the fixture for these grids too (comma-separated), e.g. a pristine run whose "
+        "dump a run of larger grids compares with",
+    )
     ap.add_argument("--iters", type=int, default=20, help="graph replays per timing sample")
     ap.add_argument("--reps", type=int, default=5, help="timing samples (median reported)")
     ap.add_argument("--time-eager", action="store_true", help="also time the eager step (host overhead included)")

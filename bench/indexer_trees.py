@@ -101,7 +101,6 @@ class Tree0523(Tree):
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._refresh_topk_v2_plan",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
-        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_pair_tail",
         # the top-k paths 0.5.23 picks between (SGLANG_OPT_USE_TOPK_V2: sglang's JIT v2 kernel,
         # else sgl-kernel's fast_topk_transform_fused, watched in the shared list)
         "sglang.srt.layers.attention.dsa.dsa_topk_backend:_topk_transform_v2_paged",
@@ -114,7 +113,6 @@ class Tree0523(Tree):
     logits_outputs = (
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
-        "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_pair_tail",
     )
     patch_marks = {
         "srt/layers/attention/dsa_backend.py": "pick_sm90_tokens_per_row",

@@ -25,7 +25,7 @@ FORCE_PER_TOKEN_ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
 
 
 def normalize_layout(value) -> str | None:
-    """Map a layout value of any spelling (enum, str, int-backed enum) to per_token/native/paired/pair_tail."""
+    """Map a layout value of any spelling (enum, str, int-backed enum) to per_token/native/paired."""
     if value is None:
         return None
     if isinstance(value, enum.Enum):
@@ -33,9 +33,7 @@ def normalize_layout(value) -> str | None:
     else:
         text = str(value)
     t = text.lower().replace("-", "_")
-    if "tail" in t:
-        return "pair_tail"
-    if "pair" in t:
+    if "pair" in t and "tail" not in t:
         return "paired"
     if "native" in t or "2d" in t:
         return "native"
@@ -52,10 +50,8 @@ def infer_from_ctx_lens(ctx_lens, batch_size: int, next_n: int) -> str | None:
         return "per_token"
     if next_n >= 2 and cols == next_n and rows == batch_size:
         return "native"
-    if cols == 2 and next_n > 2 and rows * 2 == batch_size * next_n:
+    if cols == 2 and next_n > 2 and next_n % 2 == 0 and rows * 2 == batch_size * next_n:
         return "paired"
-    if cols == 2 and next_n % 2 and next_n > 2 and rows * 2 == batch_size * (next_n + 1):
-        return "pair_tail"
     return f"unknown:{rows}x{cols}"
 
 
@@ -181,15 +177,14 @@ RECORDER = MetadataLayoutRecorder()
 
 
 def sm90_rule_constants() -> dict:
-    """The floors of the patched tree's SM90 row-width rule (fewest two-token rows for even next_n,
-    fewest requests for odd next_n), under whichever name the tree gives them; {} without them."""
+    """The floor of the patched tree's SM90 row-width rule (fewest two-token rows, even next_n), under
+    whichever name the tree gives it; {} without it."""
     try:
         from sglang.srt.layers.attention import dsa_backend
     except Exception:
         return {}
     names = {
         "min_paired_rows": ("SM90_PAGED_MQA_MIN_PAIRED_ROWS", "_SM90_PAGED_MQA_MIN_PAIRED_ROWS"),
-        "pair_tail_min_batch_size": ("SM90_PAIR_TAIL_MIN_BATCH_SIZE", "_SM90_PAIR_TAIL_MIN_BS"),
     }
     found = {}
     for key, candidates in names.items():
@@ -201,10 +196,10 @@ def sm90_rule_constants() -> dict:
 
 def allowed_layouts(next_n: int, sm_major: int, tree: str) -> set[str] | None:
     """The layouts the series permits for a TARGET_VERIFY batch, written out independently of the
-    patched code: SM100 -> native for next_n >= 2 (as upstream); SM90 -> per-token, or native for
-    next_n == 2, paired for even next_n >= 4, pair_tail for odd next_n >= 3 (which of the two depends
-    on the batch size and the block table's width, a rule the CPU tests check against the H200
-    grids); the force-per-token switch wins. Pristine: native on SM100, per-token on SM90. None: no
+    patched code: SM100 -> native for next_n >= 2 (as upstream); SM90 -> per-token for odd next_n,
+    and for even next_n per-token, or native for next_n == 2 and paired for next_n >= 4 (which of the
+    two depends on the batch size and the block table's width, a rule the CPU tests check against
+    the H200 grids); the force-per-token switch wins. Pristine: native on SM100, per-token on SM90. None: no
     rule asserted (no tree, other GPUs)."""
     if tree == "none":
         return None
@@ -218,6 +213,6 @@ def allowed_layouts(next_n: int, sm_major: int, tree: str) -> set[str] | None:
         if tree == "pristine":
             return {"per_token"}
         if next_n % 2:
-            return {"per_token", "pair_tail"}
+            return {"per_token"}
         return {"per_token", "native" if next_n == 2 else "paired"}
     return None

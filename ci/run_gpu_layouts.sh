@@ -15,10 +15,12 @@
 #   warm-deepgemm           DeepGEMM's paged-MQA kernels for every row count, compiled in parallel
 #   sglang-test-<line>      the series' test in sglang's tree, from the patched tree:
 #                           python -m pytest test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py
-#   pristine-<line>         bench/indexer_step.py on the pristine tree, grid "identity" (10 cases),
-#                           its per-token top-k saved for the patched run to compare
+#   pristine-<line>         bench/indexer_step.py on the pristine tree, grid "identity" (10 cases) on
+#                           a fixture sized for the hold-out grids, its per-token top-k saved for the
+#                           patched run to compare
 #   holdout-<line>          bench/indexer_step.py on the patched tree, grids "holdout" (issue 22)
-#                           and "odd" (issue 23), CUDA graphs, chosen rows vs forced per-token
+#                           and "odd" (issue 23: next_n 3, 5, 6 at 32-128 requests; odd next_n is
+#                           per-token in this series), CUDA graphs, chosen rows vs forced per-token
 #                           (SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN=1), top-k and logits compared,
 #                           timings interleaved
 #   report                  bench/layouts_report.py: the criteria, printed and in OUT/summary.json
@@ -206,14 +208,18 @@ indexer_run() {  # LINE LABEL GRID JSON [extra args]: bench/indexer_step.py, CUD
 result_json() { [ "$1" = v0.5.14 ] && echo "$OUTDIR/indexer_holdout_h200.json" || echo "$OUTDIR/indexer_holdout_h200_$(slug "$1").json"; }
 export -f sglang_test indexer_run
 
+# The pristine identity run sizes its fixture for the hold-out grids: its top-k are KV slots of
+# that fixture, and the hold-out run compares them on its own (bench/indexer_step.py refuses a
+# dump of another size).
+HOLDOUT_GRIDS=holdout,odd
 run_line_checks() {  # LINE: the sglang-tree test and the pristine identity subset
   local line="$1"
   part "sglang-test-$line" 180 sglang_test "$line"
   part "pristine-$line" 120 indexer_run "$line" pristine identity "$WORK/pristine_identity_$(slug "$line").json" \
-    --dump-topk "$WORK/pristine_topk_$(slug "$line")"
+    --dump-topk "$WORK/pristine_topk_$(slug "$line")" --fixture-grid "$HOLDOUT_GRIDS"
 }
 run_line_holdout() {  # LINE LIMIT
-  part "holdout-$1" "$2" indexer_run "$1" patched holdout,odd "$(result_json "$1")" \
+  part "holdout-$1" "$2" indexer_run "$1" patched "$HOLDOUT_GRIDS" "$(result_json "$1")" \
     --compare-topk "$WORK/pristine_topk_$(slug "$1")"
 }
 

@@ -42,3 +42,24 @@ def test_runner_refuses_a_bad_budget_and_parses():
     assert done.returncode == 2 and "--budget takes whole seconds" in done.stderr
     done = subprocess.run(["bash", str(SCRIPT), "--frobnicate"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown argument" in done.stderr
+
+
+def _planned_fixture(capsys, *args):
+    assert indexer_step.main([*args, "--plan"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "fixture:" in x]
+    return line.split("fixture:")[1].strip()
+
+
+def test_pristine_and_holdout_parts_build_the_same_fixture(capsys):
+    # The H200 run's pristine part built its fixture for its own grid (48 x 8192) and the hold-out
+    # part for its grids (128 x 131072): the pristine top-k (KV slots) could not match. The
+    # pristine part now sizes its fixture for the hold-out grids, the grids the hold-out part runs.
+    text = SCRIPT.read_text()
+    pristine = next(x for x in text.splitlines() if "--dump-topk" in x)
+    holdout = next(x for x in text.splitlines() if 'part "holdout-$1"' in x)
+    assert '--fixture-grid "$HOLDOUT_GRIDS"' in pristine and 'patched "$HOLDOUT_GRIDS"' in holdout
+    grids = next(x for x in text.splitlines() if x.startswith("HOLDOUT_GRIDS=")).split("=", 1)[1]
+    ours = _planned_fixture(capsys, "--grid", "identity", "--fixture-grid", grids, "--label", "pristine")
+    theirs = _planned_fixture(capsys, "--grid", grids)
+    assert ours == theirs == "128 requests x 131072 tokens"
+    assert _planned_fixture(capsys, "--grid", "identity") == "48 requests x 8192 tokens"  # what it was

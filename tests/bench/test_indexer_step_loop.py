@@ -1,10 +1,11 @@
 """bench/indexer_step.py's case loop on a CPU, with a stand-in for the GPU side.
 
 The real run needs a CUDA device (DeepGEMM, sgl-kernel, CUDA graphs). This drives its own loop
-(grids, eager and graph variants, the per-token / chosen comparison, pair_tail logits rows, the
-pristine dump and compare, the JSON) with a fixture whose "kernel" is plain torch: logits a fixed
-function of (token, key), top-k the largest per row; a pair_tail batch's raw logits carry each
-request's copy row, as DeepGEMM's do. A CUDA graph stands in as a recorded call replayed in place.
+(grids, eager and graph variants, the per-token / chosen comparison, the comparison's self-check,
+the pristine dump and compare, the JSON) with a fixture whose "kernel" is plain torch: logits a
+fixed function of (token, key), top-k the largest per row, returned as KV slots of the fixture's
+own page layout (indexer_step.fixture_slots, as the real fixture lays them out and as sgl-kernel's
+fused PAGED top-k returns them). A CUDA graph stands in as a recorded call replayed in place.
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ class FakeBackend:
 class FakeFixture:
     """What run() and run_case() use of indexer_step.Fixture."""
 
-    def __init__(self, max_bs, max_ctx, next_ns, device, calls, chosen=None):
-        self.torch, self.device, self.calls, self.entry_pos = torch, device, calls, None
+    def __init__(self, max_bs, max_ctx, next_ns, device, calls, seed=indexer_step.FIXTURE_SEED, chosen=None):
+        self.torch, self.device, self.calls = torch, device, calls
         self.max_ctx = max_ctx
-        chosen = chosen or {2: "native", 3: "pair_tail", 4: "paired"}
+        # the real fixture's page layout: its KV slots depend on its size and seed
+        self.slots = indexer_step.fixture_slots(torch, max_bs, max_ctx, seed)
+        self.entry_pos = torch.full((int(self.slots.max()) + 1,), -1, dtype=torch.int64)
+        self.entry_pos[self.slots.reshape(-1)] = torch.arange(max_ctx).repeat(max_bs)
+        chosen = chosen or {2: "native", 3: "per_token", 4: "paired"}
         self.backends = {}
         for n in next_ns:
             self.backends[(n, True)] = FakeBackend("per_token")
@@ -69,12 +74,11 @@ class FakeFixture:
         valid = torch.tensor([length - n + 1 + j for length in lengths for j in range(n)])
         masked = logits.masked_fill(keys[None, :] >= valid[:, None], float("-inf"))
         top = masked.topk(min(TOPK, width), dim=-1)
+        request = torch.arange(len(valid)) // n
+        slots = self.slots[request[:, None], top.indices]  # positions -> the request's KV slots
         out = torch.full((len(valid), TOPK), -1, dtype=torch.int32)
-        out[:, : top.indices.shape[1]] = torch.where(top.values > float("-inf"), top.indices, -1).to(torch.int32)
+        out[:, : top.indices.shape[1]] = torch.where(top.values > float("-inf"), slots, -1).to(torch.int32)
         raw = logits
-        if backend.layout == "pair_tail":  # DeepGEMM's rows: the copy of each request's last token before it
-            per = logits.view(len(lengths), n, width)
-            raw = torch.cat([per[:, :-1], torch.full_like(per[:, -1:], 1e9), per[:, -1:]], dim=1).view(-1, width)
         tokens = 2 if backend.layout != "per_token" else 1
         self.calls.logits_calls.append(
             dict(q=[raw.shape[0] // tokens, tokens, 64, 128], ctx=[raw.shape[0] // tokens, tokens])
@@ -125,12 +129,14 @@ def test_rows_compare_chosen_with_per_token_in_both_modes(cpu_bench, tmp_path):
     assert len(rows) == 2 * 2 * 2  # next_n x B x (eager, graph)
     for r in rows:
         assert r["topk_identical"] and r["topk_equivalent"] and r["logits_bit_identical"] is True, r
-        assert r["layout"] == {2: "native", 3: "pair_tail"}[r["next_n"]] and r["per_token_layout"] == "per_token"
+        assert r["layout"] == {2: "native", 3: "per_token"}[r["next_n"]] and r["per_token_layout"] == "per_token"
         assert r["grids"] == ["cpu"] and r["speedup"] is None  # no CUDA: not timed
-        assert r["kernel_q_chosen"][1] == 2 and r["kernel_q_per_token"][1] == 1
+        assert r["kernel_q_chosen"][1] == {2: 2, 3: 1}[r["next_n"]] and r["kernel_q_per_token"][1] == 1
     graph = [r for r in rows if r["cuda_graph"]]
     assert all(r["block_table_width"] == 4096 and r["graph_vs_eager_per_token"]["mismatch_rows"] == 0 for r in graph)
-    assert sorted(p.name for p in (tmp_path / "dump").iterdir())[0] == "n2_b2_c4096_ragged.pt"
+    names = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    assert names[0] == "fixture.json" and names[1] == "n2_b2_c4096_ragged.pt"
+    assert json.loads((tmp_path / "dump" / "fixture.json").read_text())["max_bs"] == 3
 
 
 def test_a_graph_only_run_compares_with_the_pristine_dumps(cpu_bench, tmp_path):
@@ -143,19 +149,71 @@ def test_a_graph_only_run_compares_with_the_pristine_dumps(cpu_bench, tmp_path):
     assert all(r["mismatch_rows"] == dict(chosen=0, pristine=0) for r in rows)
 
 
-def test_a_wrong_pair_tail_row_order_is_caught(cpu_bench, tmp_path, monkeypatch):
-    # token_rows must drop the copy row; keeping the last row instead misplaces every request's rows
-    monkeypatch.setattr(
-        indexer_step,
-        "token_rows",
-        lambda logits, layout, next_n: (
-            logits[: logits.shape[0] * next_n // (next_n + 1)] if layout == "pair_tail" else logits
-        ),
+def test_a_dump_of_another_fixture_is_refused_before_anything_runs(cpu_bench, tmp_path, monkeypatch, capsys):
+    # The H200 run's pristine part (grid identity) dumped top-k taken on a 48 x 8192 fixture and the
+    # patched part (grids holdout,odd) compared them on its 128 x 131072 one: other KV slots, so
+    # every row of every compared case mismatched. A dump of another fixture is refused now.
+    monkeypatch.setitem(
+        indexer_step.GRIDS, "cpu-small", dict(next_ns=(2,), batch_sizes=(2,), ctxs=(4096,), lengths=("ragged",))
+    )
+    dump = tmp_path / "dump"
+    assert (
+        bench(tmp_path, "--grid", "cpu-small", "--label", "pristine", "--modes", "graph", "--dump-topk", str(dump)) == 0
+    )
+    capsys.readouterr()
+    out = tmp_path / "run.json"
+    with pytest.raises(SystemExit) as stop:
+        bench(tmp_path, "--modes", "graph", "--json", str(out), "--compare-topk", str(dump))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fixture of 2 x 4096" in err[0] and "this run's is 3 x 4096" in err[0], err
+    assert not out.exists()
+
+
+def test_a_dump_sized_for_the_compared_grids_matches(cpu_bench, tmp_path, monkeypatch):
+    # what ci/run_gpu_layouts.sh does: the pristine part sizes its fixture for the patched part's grids
+    monkeypatch.setitem(
+        indexer_step.GRIDS, "cpu-small", dict(next_ns=(2,), batch_sizes=(2,), ctxs=(4096,), lengths=("ragged",))
+    )
+    dump = tmp_path / "dump"
+    pristine = ["--grid", "cpu-small", "--fixture-grid", "cpu", "--label", "pristine", "--modes", "graph"]
+    assert bench(tmp_path, *pristine, "--dump-topk", str(dump)) == 0
+    out = tmp_path / "run.json"
+    assert bench(tmp_path, "--modes", "graph", "--json", str(out), "--compare-topk", str(dump)) == 0
+    rows = json.loads(out.read_text())["rows"]
+    compared = [r for r in rows if "pristine" in r["compared_with"]]
+    assert [(r["next_n"], r["batch_size"]) for r in compared] == [(2, 2)]
+    assert compared[0]["mismatch_rows"] == dict(chosen=0, pristine=0)
+
+
+def test_a_dump_without_its_fixture_is_refused(cpu_bench, tmp_path, capsys):
+    dump = tmp_path / "dump"
+    assert bench(tmp_path, "--label", "pristine", "--modes", "graph", "--dump-topk", str(dump)) == 0
+    (dump / "fixture.json").unlink()
+    with pytest.raises(SystemExit) as stop:
+        bench(tmp_path, "--modes", "graph", "--compare-topk", str(dump))
+    assert stop.value.code == 2 and "no fixture.json" in capsys.readouterr().err
+
+
+def test_the_self_check_moves_on_from_cases_that_keep_every_key(cpu_bench, tmp_path, monkeypatch):
+    # The H200 hold-out runs started with next_n 2, 2 requests x 2k: every row keeps all its keys
+    # (fewer than index_topk), so no key could be swapped in and the check never ran. It now runs on
+    # the first case that leaves a key out.
+    monkeypatch.setitem(
+        indexer_step.GRIDS, "cpu", dict(next_ns=(2,), batch_sizes=(2,), ctxs=(1024, 4096), lengths=("uniform",))
     )
     out = tmp_path / "run.json"
-    bench(tmp_path, "--modes", "eager", "--json", str(out))
-    rows = [r for r in json.loads(out.read_text())["rows"] if r["layout"] == "pair_tail"]
-    assert rows and all(r["logits_bit_identical"] is False for r in rows)
+    assert bench(tmp_path, "--modes", "graph", "--json", str(out)) == 0
+    check = json.loads(out.read_text())["comparison_self_check"]
+    assert check["detected"] is True and check["result"]["mismatch_rows"] == 1
+
+
+def test_a_run_whose_cases_all_keep_every_key_says_so(cpu_bench, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(
+        indexer_step.GRIDS, "cpu", dict(next_ns=(2,), batch_sizes=(2,), ctxs=(1024,), lengths=("uniform",))
+    )
+    assert bench(tmp_path, "--modes", "graph") == 1
+    assert "found no case with a key left out of its top-k" in capsys.readouterr().out
 
 
 def test_unknown_grid_is_refused():

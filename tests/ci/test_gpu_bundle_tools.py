@@ -133,18 +133,18 @@ def test_layout_helpers():
         PER_TOKEN = "per_token"
         NATIVE = "native"
         PAIRED = "paired"
-        PAIR_TAIL = "pair_tail"
+        PAIR_TAIL = "pair_tail"  # an earlier revision's odd-next_n layout: not the series' any more
 
-    assert [layouts.normalize_layout(v) for v in L] == ["per_token", "native", "paired", "pair_tail"]
+    assert [layouts.normalize_layout(v) for v in L] == ["per_token", "native", "paired", "unknown:PAIR_TAIL pair_tail"]
     assert layouts.infer_from_ctx_lens(torch.zeros(8, 1), 2, 4) == "per_token"
     assert layouts.infer_from_ctx_lens(torch.zeros(2, 4), 2, 4) == "native"
     assert layouts.infer_from_ctx_lens(torch.zeros(4, 2), 2, 4) == "paired"
     assert layouts.infer_from_ctx_lens(torch.zeros(1, 2), 1, 2) == "native"
-    assert layouts.infer_from_ctx_lens(torch.zeros(4, 2), 2, 3) == "pair_tail"  # (t0, t1), (copy, t2)
-    assert layouts.infer_from_ctx_lens(torch.zeros(6, 2), 2, 5) == "pair_tail"
+    assert layouts.infer_from_ctx_lens(torch.zeros(4, 2), 2, 3) == "unknown:4x2"  # pairs plus a tail
     # what the series permits (SM90: per-token or the next_n's multi-token layout)
     assert layouts.allowed_layouts(2, 9, "patched") == {"per_token", "native"}
-    assert layouts.allowed_layouts(3, 9, "patched") == {"per_token", "pair_tail"}
+    assert layouts.allowed_layouts(3, 9, "patched") == {"per_token"}
+    assert layouts.allowed_layouts(5, 9, "patched") == {"per_token"}
     assert layouts.allowed_layouts(6, 9, "patched") == {"per_token", "paired"}
     assert layouts.allowed_layouts(4, 9, "patched") == {"per_token", "paired"}
     assert layouts.allowed_layouts(4, 9, "pristine") == {"per_token"}
@@ -194,7 +194,6 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
                 "per_token": (len(case.prefix_lens) * case.extend_lens[0], 1),
                 "native": (len(case.prefix_lens), case.extend_lens[0]),
                 "paired": (len(case.prefix_lens) * case.extend_lens[0] // 2, 2),
-                "pair_tail": (len(case.prefix_lens) * (case.extend_lens[0] + 1) // 2, 2),
             }[layout]
             b.forward_metadata = types.SimpleNamespace(
                 paged_mqa_layout=layout, paged_mqa_ctx_lens_2d=torch.zeros(rows, cols)

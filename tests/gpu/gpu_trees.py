@@ -76,17 +76,15 @@ def pristine_tree(tmp: Path) -> Path | None:
 
 def expected_sm90_layout(next_n: int, batch_size: int, width: int, num_sms: int = 132) -> str:
     """The layout the series' SM90 rule gives a TARGET_VERIFY batch of ``batch_size`` requests whose
-    block table is ``width`` tokens wide: two tokens per row (native for next_n 2, paired for even
-    next_n, pair_tail for odd) from 16 two-token rows (even) or 32 requests (odd), where that needs
-    fewer waves of (row, 256-key chunk) units over the SMs than one token per row; else per_token."""
-    if next_n < 2:
+    block table is ``width`` tokens wide: for even next_n two tokens per row (native for next_n 2,
+    paired above) from 16 two-token rows, where that needs fewer waves of (row, 256-key chunk)
+    units over the SMs than one token per row; else, and for odd next_n, per_token."""
+    if next_n < 2 or next_n % 2:
         return "per_token"
-    rows = batch_size * ((next_n + 1) // 2)
-    if (next_n % 2 and batch_size < 32) or (next_n % 2 == 0 and rows < 16):
+    rows = batch_size * next_n // 2
+    if rows < 16:
         return "per_token"
     chunks = -(-width // 256)
     if -(-rows * chunks // num_sms) >= -(-batch_size * next_n * chunks // num_sms):
         return "per_token"
-    if next_n == 2:
-        return "native"
-    return "pair_tail" if next_n % 2 else "paired"
+    return "native" if next_n == 2 else "paired"

@@ -174,7 +174,7 @@ def test_multi_token_layouts_reached_deepgemm(runs):
     for r in rows:
         assert r["kernel_q_per_token"][1] == 1, r  # forced per-token: one token per kernel row
         tokens = r["kernel_q_chosen"][1]
-        expected = {"per_token": 1, "native": r["next_n"], "paired": 2, "pair_tail": 2}[r["layout"]]
+        expected = {"per_token": 1, "native": r["next_n"], "paired": 2}[r["layout"]]
         assert tokens == expected, r
         if sm90:  # the series' rule, from what a capture (or an eager forward) knows
             want = gpu_trees.expected_sm90_layout(r["next_n"], r["batch_size"], r["block_table_width"])

@@ -24,7 +24,6 @@ Real sglang objects from the tree the harness selected, built on CPU:
 from __future__ import annotations
 
 import math
-import sys
 import types
 
 import torch
@@ -130,46 +129,6 @@ class FakeDeepGemm:
                 score = torch.relu(q[r, i].float() @ k.T)  # [heads, n_kv]
                 out[r * tokens + i, :n_kv] = (score * weights[r * tokens + i, :, None]).sum(0)
         return out
-
-
-def _refuse(what: str):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"unexpected call: {what}")
-
-    return refuse
-
-
-class FusedPagedTopK:
-    """Stand-in for sgl-kernel's ``fast_topk_transform_fused`` (CUDA-only).
-
-    Models what sglang relies on: row ``i`` of the scores belongs to the
-    page-table row ``b`` with ``cu_seqlens_q[b] <= i < cu_seqlens_q[b + 1]``;
-    the top-``topk`` positions of ``score[i, :lengths[i]]`` (all of them when
-    the row is shorter) are mapped through ``page_table_size_1[b]`` to KV
-    slots, padded with -1. Install it as ``sgl_kernel`` with ``install``.
-    """
-
-    def __init__(self):
-        self.calls = []
-
-    def fast_topk_transform_fused(self, score, lengths, page_table_size_1, cu_seqlens_q, topk, row_starts=None):
-        assert row_starts is None
-        self.calls.append(dict(rows=score.shape[0], cu_seqlens_q=cu_seqlens_q.clone()))
-        owner = torch.searchsorted(cu_seqlens_q[1:].long(), torch.arange(score.shape[0]), right=True)
-        assert int(owner.max()) < page_table_size_1.shape[0], "a scores row maps past the page table"
-        out = torch.full((score.shape[0], topk), -1, dtype=torch.int32)
-        for i in range(score.shape[0]):
-            n = int(lengths[i])
-            pos = torch.arange(n) if n <= topk else score[i, :n].topk(topk).indices
-            out[i, : pos.numel()] = page_table_size_1[owner[i], pos].to(torch.int32)
-        return out
-
-    def install(self, monkeypatch) -> None:
-        module = types.ModuleType("sgl_kernel")
-        module.fast_topk_transform_fused = self.fast_topk_transform_fused
-        module.fast_topk_transform_ragged_fused = _refuse("RAGGED top-k: target_verify uses PAGED")
-        monkeypatch.setitem(sys.modules, "sgl_kernel", module)
-        monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "1")
 
 
 def _quantize_rows(x):

@@ -3,20 +3,19 @@
 - The SM90 rule (``dsa_backend.pick_sm90_tokens_per_row``), one rule for
   eager forwards and CUDA-graph capture from what a capture knows (batch
   size, next_n, the block table's width): native for next_n == 2, paired for
-  even next_n, pair-plus-tail for odd next_n, per-token below the floors or
-  where two tokens per row need as many waves. Checked against every
-  committed H200 row that timed both widths: never below 0.97x where it
-  takes two tokens per row.
+  even next_n, per-token for odd next_n, below the floor, or where two
+  tokens per row need as many waves. Checked against every committed H200
+  row that timed both widths it was fitted on (never below 0.97x where it
+  takes two tokens per row), and against the hold-out rows measured with it
+  (the same choice for every even next_n row).
 - _get_topk_paged (dsa_indexer) calls DeepGEMM in the layout the metadata
-  names; for pair-plus-tail it pads q, weights and the block table, runs one
-  top-k over the padded rows and puts the rows back in sglang's order. It
-  falls back to per-token, warning once per reason, when shapes disagree.
+  names, and falls back to per-token, warning once per reason, when shapes
+  disagree. Odd next_n runs one token per row, eager and under capture.
 
 Everything runs the real backend metadata code and the real indexer method;
 only the DeepGEMM entry points are a recording stand-in
 (p12_support.FakeDeepGemm: at most two query tokens per row on SM90, the
-host checks DeepGEMM makes, logits in plain torch), and, where named,
-sgl-kernel's fused top-k transform (p12_support.FusedPagedTopK).
+host checks DeepGEMM makes, logits in plain torch).
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def _sm90_layout(monkeypatch, next_n, bs, max_ctx, num_sms=H200_SMS):
 
 @pytest.mark.parametrize(
     "next_n,layout",
-    [(1, "per_token"), (2, "native"), (3, "pair_tail"), (4, "paired"), (5, "pair_tail"), (6, "paired"), (8, "paired")],
+    [(1, "per_token"), (2, "native"), (3, "per_token"), (4, "paired"), (5, "per_token"), (6, "paired"), (8, "paired")],
 )
 def test_sm90_layout_per_next_n(monkeypatch, next_n, layout):
     assert _sm90_layout(monkeypatch, next_n, 64, 65536) is L(layout)
@@ -89,11 +88,17 @@ def test_even_next_n_needs_16_two_token_rows(next_n, below, at):
     assert _rule(next_n, at, 65536) == 2
 
 
-@pytest.mark.parametrize("next_n", [3, 5])
-def test_odd_next_n_needs_32_requests(next_n):
-    assert S.backend_mod.SM90_PAIR_TAIL_MIN_BATCH_SIZE == 32
-    assert _rule(next_n, 31, 65536) == 1
-    assert _rule(next_n, 32, 65536) == 2
+@pytest.mark.parametrize("next_n", [3, 5, 7])
+def test_odd_next_n_stays_one_token_per_row(next_n):
+    # at any batch size and width, even where the wave count would favour pairs
+    for bs in (1, 31, 32, 33, 64, 128, 512):
+        for width in (256, 2048, 65536, 131136):
+            assert _rule(next_n, bs, width) == 1
+            assert _rule(next_n, bs, width, num_sms=4) == 1
+
+
+def test_the_layouts_are_per_token_native_and_paired():
+    assert {m.value for m in S.indexer_mod.PagedMQALayout} == {"per_token", "native", "paired"}
 
 
 def test_a_tie_in_waves_keeps_one_token_per_row():
@@ -168,37 +173,27 @@ def test_rule_never_below_097_on_the_committed_h200_rows():
     assert all(_rule(r["n"], r["bs"], r["width"]) == 1 for r in rows if r["speedup"] < 0.97)
 
 
-# --- context lengths and metadata of pair-plus-tail --------------------------------------------
+@pytest.mark.parametrize("name", ["indexer_holdout_h200.json", "indexer_holdout_h200_v0_5_23.json"])
+def test_rule_is_the_one_the_holdout_measured(name):
+    # The hold-out grid ran after the rule was fixed: the even next_n rule must still choose
+    # what it chose there (it is not refitted on the hold-out); odd next_n, which ran pairs plus
+    # a tail there, is one token per row now.
+    rows = json.loads((RESULTS / name).read_text())["rows"]
+    even = [r for r in rows if r["next_n"] % 2 == 0]
+    assert len(even) == 180
+    for r in even:
+        want = 1 if r["layout"] == "per_token" else 2
+        assert _rule(r["next_n"], r["batch_size"], r["block_table_width"]) == want, r
+    odd = [r for r in rows if r["next_n"] % 2]
+    assert {r["layout"] for r in odd} == {"per_token", "pair_tail"}
+    assert all(_rule(r["next_n"], r["batch_size"], r["block_table_width"]) == 1 for r in odd)
+
+
+# --- odd next_n: one token per row, eager and under capture ------------------------------------
 
 
 @pytest.mark.parametrize("next_n", [3, 5])
-def test_pair_tail_context_lengths(monkeypatch, next_n):
-    S.set_arch(monkeypatch, "sm90")
-    backend = S.make_backend(next_n, num_reqs=32)
-    seq_lens = SEQ_LENS[:5]
-    cache = torch.tensor(seq_lens, dtype=torch.int32) + next_n
-    expanded = torch.tensor(S.expected_token_lengths(seq_lens, next_n), dtype=torch.int32)
-    ctx = backend._build_paged_mqa_schedule_2d_ctx_lens(
-        S.ForwardMode.TARGET_VERIFY, cache, expanded, len(seq_lens), L("pair_tail")
-    )
-    rows = (next_n + 1) // 2
-    assert tuple(ctx.shape) == (len(seq_lens) * rows, 2) and ctx.is_contiguous() and ctx.dtype == torch.int32
-    for b, s in enumerate(seq_lens):
-        token = [s + 1 + j for j in range(next_n)]  # token j sees L - next_n + 1 + j keys
-        want = [token[j : j + 2] for j in range(0, next_n - 1, 2)] + [[1, token[-1]]]
-        assert ctx[b * rows : (b + 1) * rows].tolist() == want
-
-
-def test_pair_tail_topk_offsets():
-    # row offsets over the per-token page-table rows: the last token of each request owns two rows
-    cu = S.backend_mod._pair_tail_topk_cu_seqlens(3, 3, torch.device("cpu"))
-    assert cu.tolist() == [0, 1, 2, 4, 5, 6, 8, 9, 10, 12]
-    counts = torch.diff(cu).view(3, 3)
-    assert counts.tolist() == [[1, 1, 2]] * 3
-
-
-@pytest.mark.parametrize("next_n", [3, 5])
-def test_pair_tail_metadata_eager_and_graph(monkeypatch, next_n):
+def test_odd_next_n_metadata_is_per_token_eager_and_graph(monkeypatch, next_n):
     S.set_arch(monkeypatch, "sm90")
     fake = S.FakeDeepGemm(num_sms=4)
     S.install_kernels(monkeypatch, fake)
@@ -206,16 +201,16 @@ def test_pair_tail_metadata_eager_and_graph(monkeypatch, next_n):
     backend = S.make_backend(next_n, num_reqs=bs)
     backend.init_forward_metadata(S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, SEQ_LENS[:bs], next_n))
     eager = backend.forward_metadata
-    assert eager.paged_mqa_layout is L("pair_tail")
-    assert tuple(eager.paged_mqa_ctx_lens_2d.shape) == (bs * (next_n + 1) // 2, 2)
-    assert eager.paged_mqa_topk_cu_seqlens_q.numel() == bs * next_n + 1
+    assert eager.paged_mqa_layout is L("per_token")
+    assert tuple(eager.paged_mqa_ctx_lens_2d.shape) == (bs * next_n, 1)
+    expected = S.expected_token_lengths(SEQ_LENS[:bs], next_n)
+    assert eager.paged_mqa_ctx_lens_2d.view(-1).tolist() == expected
     (sched_ctx, _, _), _ = fake.get_paged_mqa_logits_metadata.calls[-1]
     assert sched_ctx is eager.paged_mqa_ctx_lens_2d
-    # graph: captured with fill lengths, replayed with the real ones: buffers refreshed in place
+    # graph: the layout chosen at capture (fill lengths), kept at replay with the real ones
     graph = _capture_then_replay(S.make_backend(next_n, num_reqs=bs), bs, SEQ_LENS[:bs])
-    assert graph.paged_mqa_layout is L("pair_tail")
+    assert graph.paged_mqa_layout is L("per_token")
     assert torch.equal(graph.paged_mqa_ctx_lens_2d, eager.paged_mqa_ctx_lens_2d)
-    assert torch.equal(graph.paged_mqa_topk_cu_seqlens_q, eager.paged_mqa_topk_cu_seqlens_q)
 
 
 def _capture_then_replay(backend, bs, replay_lens, pool=None):
@@ -320,52 +315,20 @@ def test_native_and_paired_calls_and_topk_match_per_token(monkeypatch, arch, nex
 
 @pytest.mark.parametrize("next_n", [3, 5])
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
-def test_pair_tail_call_and_topk_match_per_token(monkeypatch, next_n, cuda_graph):
+def test_odd_next_n_calls_one_token_per_row(monkeypatch, next_n, cuda_graph):
+    # 33 requests: where the previous revision of this patch took pairs plus a tail
     bs = 33
     q, w = S.make_queries(bs * next_n, seed=next_n)
     ref = _per_token_reference(monkeypatch, "sm90", next_n, bs, q, w, cuda_graph=cuda_graph)
     fake, backend, batch = _setup(monkeypatch, "sm90", next_n, bs, cuda_graph=cuda_graph)
     meta = backend.forward_metadata
-    assert meta.paged_mqa_layout is L("pair_tail")
+    assert meta.paged_mqa_layout is L("per_token")
     got = S.run_topk(backend, batch, q, w)
     q_arg, _, w_arg, ctx_arg, table_arg, sched_arg, _ = _kernel_args(fake)
-    rows = (next_n + 1) // 2
-    assert tuple(q_arg.shape) == (bs * rows, 2, S.NUM_HEADS, S.HEAD_DIM)
-    padded = q_arg.view(bs, next_n + 1, S.NUM_HEADS, S.HEAD_DIM)
-    per_request = q.view(bs, next_n, S.NUM_HEADS, S.HEAD_DIM)
-    assert torch.equal(padded[:, :next_n].view(torch.uint8), per_request.view(torch.uint8))
-    assert torch.equal(padded[:, next_n].view(torch.uint8), per_request[:, -1].view(torch.uint8))
-    assert torch.equal(w_arg.view(bs, next_n + 1, -1)[:, :next_n], w.view(bs, next_n, -1))
-    # one block-table row per kernel row: its request's
-    table = meta.real_page_table
-    for r in range(bs * rows):
-        assert torch.equal(table_arg[r], table[(r // rows) * next_n])
-    assert ctx_arg is meta.paged_mqa_ctx_lens_2d and sched_arg is meta.paged_mqa_schedule_metadata
-    # top-k rows: request-major, token-minor, equal to per-token's
+    assert tuple(q_arg.shape) == (bs * next_n, 1, S.NUM_HEADS, S.HEAD_DIM)
+    assert tuple(ctx_arg.shape) == (bs * next_n, 1) and table_arg.shape[0] == bs * next_n
+    assert sched_arg is meta.paged_mqa_schedule_metadata
     assert got.shape == (bs * next_n, S.INDEX_TOPK)
-    assert torch.equal(got, ref)
-
-
-@pytest.mark.parametrize("next_n", [3, 5])
-def test_pair_tail_through_the_fused_paged_topk(monkeypatch, next_n):
-    # sgl-kernel's fused PAGED transform maps each scores row to a page-table row through
-    # cu_seqlens_q: the padded rows must map to their own request's rows
-    bs = 32
-    q, w = S.make_queries(bs * next_n, seed=7 + next_n)
-    fused = S.FusedPagedTopK()
-
-    def topk(forced):
-        monkeypatch.setenv(ENV, "1" if forced else "0")
-        fake, backend, batch = _setup(monkeypatch, "sm90", next_n, bs)
-        fused.install(monkeypatch)
-        backend.dsa_topk_backend = S.topk_mod.DSATopKBackend.SGL_KERNEL
-        return backend.forward_metadata.paged_mqa_layout, S.run_topk(backend, batch, q, w)
-
-    layout_ref, ref = topk(forced=True)
-    layout, got = topk(forced=False)
-    assert (layout_ref, layout) == (L("per_token"), L("pair_tail"))
-    assert fused.calls[-1]["rows"] == bs * (next_n + 1)
-    assert bool((ref >= 0).any())  # slots, not positions
     assert torch.equal(got, ref)
 
 
@@ -378,7 +341,7 @@ def test_native_next_n_4_is_never_sent_to_sm90(monkeypatch):
     assert q_arg.shape[1] == 2
 
 
-@pytest.mark.parametrize("next_n,bs", [(4, 8), (3, 32)])
+@pytest.mark.parametrize("next_n,bs", [(4, 8), (2, 16)])
 def test_padded_q_keeps_layout_and_pads_output(monkeypatch, next_n, bs):
     # dp-attention / MAX_LEN padding: q has more rows than the batch's tokens
     fake, backend, batch = _setup(monkeypatch, "sm90", next_n, bs)
@@ -420,7 +383,7 @@ def _padded_forward_batch(backend, seq_lens, next_n, padded_bs):
 
 
 @pytest.mark.parametrize(
-    "next_n,real,padded,layout", [(2, 13, 16, "native"), (4, 5, 8, "paired"), (3, 29, 32, "pair_tail")]
+    "next_n,real,padded,layout", [(2, 13, 16, "native"), (4, 5, 8, "paired"), (3, 29, 32, "per_token")]
 )
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
 def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, layout, cuda_graph):
@@ -488,24 +451,15 @@ def test_fallback_when_ctx_lens_do_not_match_warns_once(monkeypatch, caplog):
     assert "paired" in warnings[0].getMessage() and "context lengths" in warnings[0].getMessage()
 
 
-def test_fallback_when_layout_does_not_fit_next_n(monkeypatch):
-    # NATIVE with next_n=4 would be refused by SM90 DeepGEMM, and PAIR_TAIL needs odd next_n:
-    # the indexer only trusts the metadata when its context lengths fit
-    for name in ("native", "pair_tail"):
-        got, q_arg, ctx_arg, table_arg, _ = _fallback_case(
-            monkeypatch, lambda meta, name=name: dataclasses.replace(meta, paged_mqa_layout=L(name))
-        )
-        _assert_per_token_call(q_arg, ctx_arg, table_arg)
-        assert got.shape == (32, S.INDEX_TOPK)
-
-
-def test_pair_tail_without_topk_offsets_falls_back(monkeypatch):
-    def no_offsets(meta):
-        attn = dataclasses.replace(meta.attn_metadata, paged_mqa_topk_cu_seqlens_q=None)
-        return dataclasses.replace(meta, attn_metadata=attn)
-
-    got, q_arg, ctx_arg, table_arg, _ = _fallback_case(monkeypatch, no_offsets, next_n=3, bs=32)
-    _assert_per_token_call(q_arg, ctx_arg, table_arg, n_tok=96)
+@pytest.mark.parametrize("next_n,bs,name", [(4, 8, "native"), (3, 32, "paired"), (5, 32, "paired")])
+def test_fallback_when_layout_does_not_fit_next_n(monkeypatch, next_n, bs, name):
+    # NATIVE with next_n=4 would be refused by SM90 DeepGEMM, and PAIRED needs even next_n:
+    # the indexer only trusts the metadata when its layout fits
+    got, q_arg, ctx_arg, table_arg, _ = _fallback_case(
+        monkeypatch, lambda meta: dataclasses.replace(meta, paged_mqa_layout=L(name)), next_n=next_n, bs=bs
+    )
+    _assert_per_token_call(q_arg, ctx_arg, table_arg, n_tok=bs * next_n)
+    assert got.shape == (bs * next_n, S.INDEX_TOPK)
 
 
 def test_padded_block_table_rows_are_not_passed(monkeypatch):

@@ -6,8 +6,8 @@ DeepGEMM entry points are a recording stand-in (FakeDeepGemm, which enforces
 SM90's two-tokens-per-row limit and the schedule/context-length match and
 computes logits in plain torch), and, where named, 0.5.23's JIT top-k v2
 (support23.TopKV2), so the returned top-k can be compared with the per-token
-path bit for bit. Odd next_n runs as pairs plus a tail row (the last token
-and a copy of it); its top-k rows come back in sglang's order.
+path bit for bit. Odd next_n runs one token per row, eager and under a
+CUDA-graph capture.
 """
 
 from __future__ import annotations
@@ -117,39 +117,35 @@ def test_kernel_call_and_topk_match_per_token(monkeypatch, arch, next_n, bs, tok
     assert torch.equal(got, ref)
 
 
-@pytest.mark.parametrize("next_n", [3, 5])
+@pytest.mark.parametrize("next_n,bs", [(3, 33), (5, 32)])
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
-def test_pairs_plus_tail_call_and_topk_match_per_token(monkeypatch, next_n, cuda_graph):
-    bs = 33
+def test_odd_next_n_runs_one_token_per_row(monkeypatch, next_n, bs, cuda_graph):
+    # batch sizes where the previous revision of this patch took pairs plus a tail
     q, w = S.make_queries(bs * next_n, seed=next_n)
     ref, _, _ = topk(monkeypatch, "sm90", next_n, bs, q, w, forced=True, cuda_graph=cuda_graph)
-    got, (args, _), meta = topk(monkeypatch, "sm90", next_n, bs, q, w, cuda_graph=cuda_graph)
-    q_arg, _, w_arg, ctx_arg, table_arg, sched_arg, _ = args
-    rows = (next_n + 1) // 2
-    assert tuple(q_arg.shape) == (bs * rows, 2, S.NUM_HEADS, S.HEAD_DIM)
-    padded = q_arg.view(bs, next_n + 1, S.NUM_HEADS, S.HEAD_DIM).view(torch.uint8)
-    per_request = q.view(bs, next_n, S.NUM_HEADS, S.HEAD_DIM).view(torch.uint8)
-    assert torch.equal(padded[:, :next_n], per_request) and torch.equal(padded[:, next_n], per_request[:, -1])
-    assert torch.equal(w_arg.view(bs, next_n + 1, -1)[:, :next_n], w.view(bs, next_n, -1))
-    table = meta.real_page_table
-    for r in range(bs * rows):  # one block-table row per kernel row: its request's
-        assert torch.equal(table_arg[r], table[(r // rows) * next_n])
-    assert ctx_arg is meta.paged_mqa_ctx_lens_2d and sched_arg is meta.paged_mqa_schedule_metadata
-    # top-k rows: request-major, token-minor, equal to per-token's
+    fake, backend, batch = setup(monkeypatch, "sm90", next_n, bs)
+    with S.platform(monkeypatch, "sm90"):
+        prepare(backend, batch, bs, cuda_graph)
+        got = S.run_topk(backend, batch, q, w)
+    meta = backend.forward_metadata
+    assert tuple(meta.paged_mqa_ctx_lens_2d.shape) == (bs * next_n, 1)
+    calls = fake.fp8_paged_mqa_logits.calls
+    assert all(args[0].shape[1] == 1 for args, _ in calls)
+    assert sum(args[0].shape[0] for args, _ in calls) == bs * next_n
     assert got.shape == (bs * next_n, S.INDEX_TOPK)
     assert torch.equal(got, ref)
 
 
-@pytest.mark.parametrize("next_n,bs", [(3, 32), (5, 32), (4, 8)])
+@pytest.mark.parametrize("next_n,bs", [(2, 16), (4, 8), (6, 6)])
 def test_rows_through_the_top_k_v2_match_per_token(monkeypatch, next_n, bs):
     # 0.5.23's default top-k maps scores row i through page-table row i with a per-forward plan:
-    # the pair-tail rows must each carry their own request's page-table row and plan entry
+    # two-token kernel rows still give one scores row per draft token
     q, w = S.make_queries(bs * next_n, seed=17 + next_n)
     v2 = S.TopKV2()
     ref, (ref_args, _), _ = topk(monkeypatch, "sm90", next_n, bs, q, w, forced=True, top_k_v2=v2)
     got, (args, _), _ = topk(monkeypatch, "sm90", next_n, bs, q, w, top_k_v2=v2)
     assert ref_args[0].shape[1] == 1 and args[0].shape[1] == 2
-    assert v2.calls[-1]["rows"] == bs * (next_n + 1 if next_n % 2 else next_n)
+    assert v2.calls[-1]["rows"] == bs * next_n
     assert bool((ref >= 0).any())  # slots, not positions
     assert torch.equal(got, ref)
 
@@ -191,23 +187,7 @@ def test_rows_that_do_not_divide_next_n_fall_back_to_per_token(monkeypatch):
     assert torch.equal(got, ref)
 
 
-def test_pair_tail_rows_without_topk_offsets_fall_back_to_per_token(monkeypatch):
-    # pair-tail lengths have one row per padded token: a per-token fallback takes the per-token lengths
-    def no_offsets(meta):
-        attn = dataclasses.replace(meta.attn_metadata, paged_mqa_topk_cu_seqlens_q=None)
-        return dataclasses.replace(meta, attn_metadata=attn)
-
-    q, w = S.make_queries(96, seed=6)
-    got, (args, _), _ = topk(monkeypatch, "sm90", 3, 32, q, w, mutate=no_offsets)
-    q_arg, _, _, ctx_arg, _, sched_arg, _ = args
-    assert tuple(q_arg.shape[:2]) == (96, 1)
-    assert ctx_arg.reshape(-1).tolist() == S.expected_token_lengths((SEQ_LENS * 4)[:32], 3)
-    assert torch.equal(sched_arg[0], S.FakeDeepGemm._fingerprint(ctx_arg))
-    ref, _, _ = topk(monkeypatch, "sm90", 3, 32, q, w, forced=True)
-    assert torch.equal(got, ref)
-
-
-@pytest.mark.parametrize("next_n,bs", [(4, 8), (3, 32)])
+@pytest.mark.parametrize("next_n,bs", [(4, 8), (2, 16)])
 def test_padded_q_keeps_rows_and_pads_output(monkeypatch, next_n, bs):
     # dp-attention / MAX_LEN padding: q has more rows than the batch's tokens
     q, w = S.make_queries(bs * next_n + 5, seed=3)
@@ -245,9 +225,11 @@ def padded_forward_batch(backend, seq_lens, next_n, padded_bs):
     return fb
 
 
-@pytest.mark.parametrize("next_n,real,padded", [(2, 13, 16), (4, 5, 8), (6, 5, 6), (3, 29, 32), (5, 30, 32)])
+@pytest.mark.parametrize(
+    "next_n,real,padded,tokens", [(2, 13, 16, 2), (4, 5, 8, 2), (6, 5, 6, 2), (3, 29, 32, 1), (5, 30, 32, 1)]
+)
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])
-def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, cuda_graph):
+def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, tokens, cuda_graph):
     q, w = S.make_queries(padded * next_n, seed=real)
     ref, _, _ = topk(
         monkeypatch, "sm90", next_n, real, q[: real * next_n], w[: real * next_n], forced=True, cuda_graph=cuda_graph
@@ -260,5 +242,5 @@ def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, cuda_gr
         prepare(backend, batch, padded, cuda_graph)
         got = S.run_topk(backend, batch, q, w)
     (q_arg, *_), _ = fake.fp8_paged_mqa_logits.calls[0]
-    assert q_arg.shape[1] == 2
+    assert q_arg.shape[1] == tokens
     assert torch.equal(got[: real * next_n], ref)
