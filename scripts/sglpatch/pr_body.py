@@ -131,19 +131,26 @@ def _tests_of(summary: dict) -> list[tuple[str, str, str]]:
 
 
 def speed_section(group: Group, project: Path) -> list[str]:
-    lines = []
-    if group.engine:
-        lines += _engine_table(_load_json(project / group.engine["file"]), group.engine)
-    if group.engine and group.benchmark:
+    """The engine table with the notes that say what it shows, then the indexer step alone; without an engine
+    run, the benchmark (or the notes in its place)."""
+    if not group.engine:
+        return _benchmark_section(group, project)
+    lines = _engine_table(_load_json(project / group.engine["file"]), group.engine)
+    if group.speed_notes:
+        lines += ["", *_paragraphs(group.speed_notes)]
+    if group.benchmark:
         lines += ["", "**The indexer step alone** (it explains the gain above; it is not what a user sees):", ""]
-    if group.engine and not group.benchmark:
-        return lines + [""] + [line for paragraph in group.speed_notes for line in (paragraph, "")][:-1]
-    return lines + _benchmark_section(group, project)
+        lines += _benchmark_section(group, project)
+    return lines
+
+
+def _paragraphs(texts: list[str]) -> list[str]:
+    return [line for paragraph in texts for line in (paragraph, "")][:-1]
 
 
 def _benchmark_section(group: Group, project: Path) -> list[str]:
     if not group.benchmark and group.speed_notes:
-        return [line for paragraph in group.speed_notes for line in (paragraph, "")][:-1]
+        return _paragraphs(group.speed_notes)
     if not group.benchmark:
         return ["No speed change is claimed for this group; it changes what the draft loop computes, not a kernel."]
     data = _load_json(project / group.benchmark)

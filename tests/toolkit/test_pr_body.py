@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from sglpatch.lines import all_lines
 from sglpatch.pr_body import Group, render_body
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
@@ -37,12 +38,21 @@ def test_speed_table_from_the_indexer_step_benchmark():
 
 
 def test_project_groups_say_what_their_gpu_results_ran():
-    groups = json.loads((default_patch_dir() / "pr-groups.json").read_text())["groups"]
-    for group in groups:
-        notes = " ".join(group["accuracy_notes"])
-        assert "What ran on an H200" in notes and "Not run on the GPU" in notes
-        if group["accuracy"]:  # it cites the GPU CI summary, which predates this revision
-            assert "previous revision of this series" in notes
+    """Every group a line sends upstream that cites GPU results says what ran there and what did not."""
+    cited = 0
+    for line in all_lines():
+        data = json.loads((line.directory / "pr-groups.json").read_text())
+        if data.get("backport"):
+            continue
+        for group in data["groups"]:
+            if not (group.get("accuracy") or group.get("benchmark") or group.get("engine")):
+                continue
+            cited += 1
+            notes = " ".join(group["accuracy_notes"])
+            assert "What ran on an H200" in notes and "Not run on the GPU" in notes, (line.name, group["id"])
+            if group["accuracy"]:  # it cites the GPU CI summary, which predates this revision
+                assert "previous revision of this series" in notes
+    assert cited
 
 
 def _engine_row(line, next_n, bs, verify=(2000.0, 1600.0)):
@@ -84,3 +94,18 @@ def test_speed_section_cites_the_engine_rows_of_its_line_first(tmp_path):
     ]
     assert "torch 2.11.0, sgl-deep-gemm 0.1.5.post1, sglang-kernel 0.4.4" in speed
     assert speed.index("sglang's own `Engine`") < speed.index("Indexer alone: see x.")
+
+
+def test_speed_notes_of_an_engine_run_come_between_its_table_and_the_indexer_step(tmp_path):
+    run = {"run": "engine_h200_run9.json", "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": []}
+    (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [_engine_row("v0.5.14", 4, 32)]}))
+    source = PROJECT_ROOT / "docs/results/indexer_h200.json"
+    (tmp_path / "indexer.json").write_text(source.read_text())
+    group = _group(
+        engine={"file": "engine.json", "line": "v0.5.14"},
+        benchmark="indexer.json",
+        speed_notes=["The engine ran on the other line."],
+    )
+    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1].split("## Checklist")[0]
+    order = [speed.index(x) for x in ("| 4 | 32 | 64k |", "The engine ran on the other line.", "The indexer step alone")]
+    assert order == sorted(order), order
