@@ -45,6 +45,7 @@ class CheckoutRecord:
     base: str | None = None  # the commit the series was applied onto
     three_way: bool = False  # applied with --3way onto a base that differs from the pin
     run: RunMark | None = None  # the run writing it, while applying or reverting
+    worktree: dict[str, str] = field(default_factory=dict)  # blob of each touched file's bytes before the apply
 
     def with_state(self, state: WriteState) -> CheckoutRecord:
         return replace(self, state=state)
@@ -75,6 +76,13 @@ class CheckoutRecord:
                 raise ValueError(f"{key} is not a list of names")
         for path in data.get("touched", []):
             check_path_is_safe(path)
+        worktree = data.get("worktree", {})
+        if not isinstance(worktree, dict) or not all(
+            isinstance(v, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", v) for v in worktree.values()
+        ):
+            raise ValueError("worktree is not a map of paths to blob ids")
+        for path in worktree:
+            check_path_is_safe(path)
         if not isinstance(data.get("three_way", False), bool):
             raise ValueError("three_way is not true or false")
         before, run = data.get("before"), data.get("run")
@@ -91,6 +99,7 @@ class CheckoutRecord:
             base=data.get("base"),
             three_way=data.get("three_way", False),
             run=RunMark.from_json(run) if run is not None else None,
+            worktree=dict(worktree),
         )
 
     def to_json(self) -> dict:
@@ -107,6 +116,7 @@ class CheckoutRecord:
             "base": self.base,
             "three_way": self.three_way or None,
             "run": self.run.to_json() if self.run else None,
+            "worktree": self.worktree or None,
         }
         return {k: v for k, v in data.items() if v is not None}
 

@@ -8,9 +8,11 @@ from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
 from sglpatch.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.interrupts import fault_point, write_phase
+from sglpatch.output import say
 from sglpatch.plan import dirty_paths
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target
+from sglpatch.worktree_bytes import give_back_worktree
 from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState
 
@@ -68,6 +70,8 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
         fault_point("checkout: back on the previous branch")
         free_reserve(target)
         _check_switched_back(target, record, err)
+    if lost := give_back_worktree(target, record.worktree):
+        say(f"note: {', '.join(lost[:3])} came back as git writes them now: the bytes they had are gone from git")
     if git.rev_parse(f"refs/heads/{record.branch}") is not None:
         git.run("branch", "-q", "-D", record.branch)
         fault_point("checkout: series branch deleted")

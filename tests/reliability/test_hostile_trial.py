@@ -273,3 +273,22 @@ def test_stale_unchecked_bytecode_does_not_shadow_the_patched_source(sglpatch, p
     assert sglpatch("revert", "--sglang", package)[0] == 0
     assert tree_state(package) == before  # the old pyc back, the new one gone
     assert _verbosity_as_python_imports_it(module) == 0
+
+
+# -- defect 11: a revert gives back the bytes the work tree had, whatever git's eol settings say --------
+
+
+@pytest.mark.parametrize("cloned_with_crlf", [False, True], ids=["autocrlf-set-after-clone", "cloned-with-autocrlf"])
+def test_revert_gives_back_the_bytes_the_work_tree_had(sglpatch, tmp_path, base_repo, patches, cloned_with_crlf):
+    checkout = tmp_path / "checkout"
+    config = ["-c", "core.autocrlf=true"] if cloned_with_crlf else []
+    subprocess.run(["git", *config, "clone", "-q", str(base_repo), str(checkout)], check=True)
+    for key, value in (("user.name", "Target User"), ("user.email", "target@example.com"), ("core.autocrlf", "true")):
+        subprocess.run(["git", "config", key, value], cwd=checkout, check=True)
+    assert (b"\r\n" in (checkout / SECOND).read_bytes()) == cloned_with_crlf
+    before = tree_state(checkout)
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, err
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+    assert tree_state(checkout) == before

@@ -18,6 +18,7 @@ from sglpatch.series import Series
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target, target_lock
 from sglpatch.target_state import Applied, TargetState
+from sglpatch.worktree_bytes import give_back_worktree, record_worktree
 from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.write_states import WriteState
 
@@ -155,17 +156,26 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
+    touched = sorted({p for s in plan.states for p in s.patch.touched_paths})
+    try:
+        worktree = record_worktree(plan.target, touched)
+    except (GitFailed, OSError) as exc:
+        why = (
+            f"cannot write {exc.filename or git.git_dir()} ({exc.strerror or exc})" if isinstance(exc, OSError) else exc
+        )
+        raise FatalError(f"{why}; nothing was changed: {plan.target.root} is as it was") from None
     record = CheckoutRecord(
         state=WriteState.APPLYING,
         branch=branch,
         previous=previous,
         head=parent,
         patches=[s.patch.name for s in plan.states],
-        touched=sorted({p for s in plan.states for p in s.patch.touched_paths}),
+        touched=touched,
         before=below,
         series=digest,
         base=head,
         three_way=three_way,
+        worktree=worktree,
     )
     room = room_to_roll_back(plan.target, record.touched)
     try:
@@ -219,6 +229,7 @@ def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> 
         free_reserve(target)
         still = restore_previous(target, record)
         if not still:
+            give_back_worktree(target, record.worktree)
             if git.rev_parse(f"refs/heads/{record.branch}") is not None:
                 git.run("branch", "-q", "-D", record.branch)
             drop_record(target, record)

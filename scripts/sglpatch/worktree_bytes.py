@@ -1,0 +1,50 @@
+"""The series' files as the work tree held them before an apply, byte for byte: taking the series out gives
+back those bytes.
+
+`git checkout` writes a file the way the configuration says now (core.autocrlf, .gitattributes eol and
+filters), which need not be how the file was: in a checkout cloned with LF files and `core.autocrlf=true`
+set since, a plain revert leaves the series' files CRLF. Apply records the blob id of each touched file's
+bytes (storing those bytes as a git object when they are not the committed blob); a revert, an apply's own
+roll-back and `recover`, once HEAD and the index are back, rewrite each file whose bytes differ.
+"""
+
+from __future__ import annotations
+
+from sglpatch.durable import write_durably
+from sglpatch.git import blob_id
+from sglpatch.interrupts import fault_point
+from sglpatch.target import Target
+from sglpatch.write_check import tree_blobs
+
+
+def record_worktree(target: Target, paths: list[str]) -> dict[str, str]:
+    """Blob id of the bytes of each of `paths` that is a file in the work tree now."""
+    committed = tree_blobs(target, "HEAD", paths)
+    found = {}
+    for path in paths:
+        local = target.root / path
+        if not local.is_file() or local.is_symlink():
+            continue
+        data = local.read_bytes()
+        found[path] = blob_id(data)
+        if found[path] != committed.get(path):  # bytes git has not got: keep them, for the way back
+            found[path] = target.git.run_with_input(["hash-object", "-w", "--no-filters", "--stdin"], data)
+    return found
+
+
+def give_back_worktree(target: Target, recorded: dict[str, str]) -> list[str]:
+    """Rewrite each recorded file whose bytes differ from those recorded; returns those whose bytes are no
+    longer in the repository (pruned by `git gc` since the apply): they stay as git wrote them."""
+    lost = []
+    for path, blob in sorted(recorded.items()):
+        local = target.root / path
+        if not local.is_file() or local.is_symlink() or blob_id(data := local.read_bytes()) == blob:
+            continue
+        if target.git.try_run("cat-file", "-e", blob)[0] != 0:
+            lost.append(path)
+            continue
+        wanted = target.git.run_bytes("cat-file", "blob", blob)
+        if wanted != data:
+            write_durably(local, wanted, fault_points=False, mode=local.stat().st_mode & 0o7777)
+            fault_point(f"checkout: {local.name} as the work tree had it")
+    return lost
