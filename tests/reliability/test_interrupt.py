@@ -23,9 +23,9 @@ from testing.fault_harness import (
     FULL_GRID,
     GRID,
     GRID_PROPERTY,
+    GRID_SIGNALS,
     KINDS,
     OPERATIONS,
-    SIGNALS,
     Lab,
     default_sigint,
     run_git_grid,
@@ -42,7 +42,7 @@ def labs(tmp_path_factory, base_repo, series_dir):
     return {kind: Lab(kind, tmp_path_factory.mktemp(f"lab-{kind}"), base_repo, series_dir) for kind in KINDS}
 
 
-@pytest.mark.parametrize("sig", [*SIGNALS, DISK_FULL])
+@pytest.mark.parametrize("sig", [*GRID_SIGNALS, DISK_FULL])
 @pytest.mark.parametrize("operation,kind", [pytest.param(*g, marks=NETWORK) if g[0] == "rebase" else g for g in GRID])
 def test_interrupted_run_ends_in_a_known_state(labs, record_property, operation, kind, sig):
     lab = labs[kind]
