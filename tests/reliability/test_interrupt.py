@@ -74,8 +74,9 @@ def test_killed_inside_git_ends_in_a_known_state(labs, record_property, operatio
     byte as it was or fully patched."""
     lab = labs[kind]
     result = run_git_grid(lab, OPERATIONS[operation], FULL_GRID)
-    _record_figures(record_property, operation, kind, "KILL in git", len(lab.git_trace(OPERATIONS[operation])), result)
-    assert result.tried >= 3, lab.git_trace(OPERATIONS[operation])
+    trace = lab.git_trace(OPERATIONS[operation])
+    _record_figures(record_property, operation, kind, "KILL in git", len(trace), result)
+    assert len(trace) >= 3 and result.tried >= 1, trace  # git's own writes are seen, and cut
     assert not result.failures, "\n".join(result.failures)
     assert result.recovered == result.tried
 
