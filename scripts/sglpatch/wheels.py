@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
 from sglpatch.errors import FatalError
@@ -118,6 +117,8 @@ def _pypi_files(release: str) -> tuple[list, str]:
 
 def pypi_json(url: str) -> dict:
     """One GET of PyPI's JSON API (the only place the toolkit asks PyPI something other than pip does)."""
+    import urllib.request  # here, not at the top: it slows every CLI start, and most runs never ask PyPI
+
     with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - a fixed https URL
         return json.load(response)
 
