@@ -136,11 +136,57 @@ def read_parts(path):
     return parts
 
 
+LAYOUT_MARKS = {  # layout -> (marker, filled, legend)
+    "native": ("o", True, "native [B, 2]"),
+    "paired": ("s", True, "paired"),
+    "pair_tail": ("x", True, "pairs plus a tail (taken out since)"),
+    "per_token": ("o", False, "per-token chosen (same step twice)"),
+}
+
+
+def plot(docs: list[tuple[str, dict]], path: Path) -> None:
+    """Per line, each CUDA-graph row's chosen / forced per-token time against the tokens of its batch, coloured
+    by next_n, marked by the layout the rule chose; the 0.97x floor as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(docs), figsize=(6.5 * len(docs), 4.8), sharey=True, squeeze=False)
+    colours = dict(zip(range(2, 7), ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True))
+    for ax, (name, doc) in zip(axes[0], docs, strict=True):
+        rows = [r for r in doc["rows"] if r.get("cuda_graph") and r.get("speedup")]
+        for r in rows:
+            marker, filled, _ = LAYOUT_MARKS[r["layout"]]
+            colour = colours.get(r["next_n"], "grey")
+            paint = (
+                dict(c=colour) if marker == "x" else dict(facecolors=colour if filled else "none", edgecolors=colour)
+            )
+            ax.scatter(r["batch_size"] * r["ctx"], r["speedup"], marker=marker, s=22, **paint)
+        ax.axhline(FLOOR, color="black", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens in the batch (requests x context)")
+        ax.set_title(f"{name}: sglang {doc.get('sglang', '?')}, {doc.get('device', '?')}", fontsize=9)
+    axes[0][0].set_ylabel("per-token time / chosen time (CUDA graphs)")
+    handles = [
+        plt.Line2D([], [], ls="", marker=m, mfc="grey" if f else "none", mec="grey", label=label)
+        for m, f, label in LAYOUT_MARKS.values()
+    ]
+    handles += [plt.Line2D([], [], ls="", marker="o", color=c, label=f"next_n {n}") for n, c in colours.items()]
+    handles.append(plt.Line2D([], [], color="black", lw=0.8, ls="--", label=f"{FLOOR}x"))
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", type=Path)
     ap.add_argument("--parts", type=Path, help="tab-separated part, exit status, seconds (one a line)")
     ap.add_argument("--summary", type=Path, help="write the summary as JSON here")
+    ap.add_argument("--png", type=Path, help="draw every run's CUDA-graph rows here")
     args = ap.parse_args(argv)
     lines, missing = [], []
     for path in args.runs:
@@ -162,6 +208,8 @@ def main(argv=None) -> int:
             print(f"[layouts]   {c['status']:7s} {c['criterion']}: {c['detail']}")
     if args.summary:
         args.summary.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.png and lines:
+        plot([(path.name, json.loads(path.read_text())) for path in args.runs if path.is_file()], args.png)
     return 0 if summary["ok"] else 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from bench import layouts_report
+from sglpatch.project import PROJECT_ROOT as ROOT
 
 
 def row(next_n, bs, ctx, layout, speedup, grids=("holdout",), **extra):
@@ -106,3 +107,15 @@ def test_command_writes_the_summary_and_fails_on_a_missing_run(tmp_path, capsys)
     assert summary["ok"] and summary["parts"][1] == dict(part="holdout-v0.5.14", exit_status="124", wall_s=200.0)
     assert "part holdout-v0.5.14: exit 124" in capsys.readouterr().out
     assert layouts_report.main([str(run), str(tmp_path / "absent.json")]) == 1
+
+
+def test_the_picture_of_the_committed_holdout_runs_is_drawn(tmp_path):
+    import matplotlib.image
+
+    runs = [
+        str(ROOT / "docs/results" / name) for name in ("indexer_holdout_h200.json", "indexer_holdout_h200_v0_5_23.json")
+    ]
+    png = tmp_path / "holdout.png"
+    assert layouts_report.main([*runs, "--png", str(png)]) == 1  # the committed runs fail criteria, as measured
+    height, width, _ = matplotlib.image.imread(png).shape
+    assert width > 2 * height > 600  # one panel per line, side by side
