@@ -60,6 +60,94 @@ if triton is not None:
         _epilogue(tl.dot(k, q_tile), w, scale, out_row_ptr, offs_p, p_mask)
 
     @triton.jit
+    def _program_pages(ctx_ptr, ctx_stride, NEXT_N: tl.constexpr, PAGE_: tl.constexpr, PAGES_PER_PROG: tl.constexpr):
+        # This program's request, the first page of its run, and the request's page count.
+        split = tl.program_id(0)
+        b = tl.program_id(1).to(tl.int64)
+        # The request's KV length: its last draft token sees the most.
+        seq_len = tl.load(ctx_ptr + b * ctx_stride + (NEXT_N - 1))
+        num_pages = tl.cdiv(seq_len, PAGE_)
+        return b, split * PAGES_PER_PROG, num_pages
+
+    @triton.jit
+    def _request(q_ptr, w_ptr, out_ptr, out_stride, b, H: tl.constexpr, D: tl.constexpr, NEXT_N: tl.constexpr):
+        # Request b: its first output row, and each draft token's q as the [D, H] B operand and head
+        # weights, loaded once per program. A token past NEXT_N gets token 0's (no load; never read).
+        offs_h = tl.arange(0, H)
+        q_req = q_ptr + b * (NEXT_N * H * D)
+        qt_offs = tl.arange(0, D)[:, None] + offs_h[None, :] * D
+        w_req = w_ptr + b * (NEXT_N * H)
+        out_req = out_ptr + b * NEXT_N * out_stride
+        q0 = tl.load(q_req + qt_offs)
+        w0 = tl.load(w_req + offs_h)
+        q1, q2, q3 = q0, q0, q0
+        w1, w2, w3 = w0, w0, w0
+        if NEXT_N > 1:
+            q1 = tl.load(q_req + H * D + qt_offs)
+            w1 = tl.load(w_req + H + offs_h)
+        if NEXT_N > 2:
+            q2 = tl.load(q_req + 2 * H * D + qt_offs)
+            w2 = tl.load(w_req + 2 * H + offs_h)
+        if NEXT_N > 3:
+            q3 = tl.load(q_req + 3 * H * D + qt_offs)
+            w3 = tl.load(w_req + 3 * H + offs_h)
+        return out_req, q0, w0, q1, w1, q2, w2, q3, w3
+
+    @triton.jit
+    def _store_joined(
+        k,
+        q0,
+        w0,
+        q1,
+        w1,
+        q2,
+        w2,
+        q3,
+        w3,
+        scale,
+        out_req,
+        out_stride,
+        offs_p,
+        p_mask,
+        ROWS: tl.constexpr,
+        NEXT_N: tl.constexpr,
+        NP2: tl.constexpr,
+    ):
+        # every token's logits of a [ROWS, D] key tile joined into one [ROWS, NP2] tile and stored once
+        # (one layout change and one barrier per tile instead of one per token)
+        v0 = _token_values(k, q0, w0, scale)
+        if NEXT_N == 1:
+            v_all = tl.reshape(tl.join(v0, v0), (ROWS, 2))
+        elif NEXT_N == 2:
+            v1 = _token_values(k, q1, w1, scale)
+            v_all = tl.join(v0, v1)
+        else:
+            v1 = _token_values(k, q1, w1, scale)
+            v2 = _token_values(k, q2, w2, scale)
+            if NEXT_N == 4:
+                v3 = _token_values(k, q3, w3, scale)
+            else:
+                v3 = v2
+            v_all = tl.reshape(tl.join(tl.join(v0, v2), tl.join(v1, v3)), (ROWS, 4))
+        offs_j = tl.arange(0, NP2 if NP2 > 1 else 2)
+        o_ptrs = out_req + offs_j[None, :] * out_stride + offs_p[:, None]
+        tl.store(o_ptrs, v_all, mask=p_mask[:, None] & (offs_j[None, :] < NEXT_N))
+
+    @triton.jit
+    def _two_pages(kv_ptr, table_row, i, last, offs_r, offs_d, out_width, PAGE_: tl.constexpr, D: tl.constexpr):
+        # Pages i and i + 1 as one [2 * PAGE, D] key tile (one warpgroup per page with num_warps=8), their
+        # scales and logit positions; the second is masked off past the run's last page.
+        in_page = offs_r % PAGE_
+        page_idx = i + offs_r // PAGE_
+        row_ok = page_idx < last
+        page = tl.load(table_row + page_idx, mask=row_ok, other=0).to(tl.int64)
+        row_ptr = kv_ptr + page * (PAGE_ * (D + 4))
+        k = tl.load(row_ptr[:, None] + in_page[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        scale = tl.load((row_ptr + PAGE_ * D).to(tl.pointer_type(tl.float32)) + in_page, mask=row_ok, other=0.0)
+        offs_p = i * PAGE_ + offs_r
+        return k, scale, offs_p, row_ok & (offs_p < out_width)
+
+    @triton.jit
     def _single_read_kernel(
         q_ptr,
         kv_ptr,
@@ -83,55 +171,46 @@ if triton is not None:
         FUSED: tl.constexpr,
         NP2: tl.constexpr,
         ONE_STORE: tl.constexpr,
+        X2: tl.constexpr,
     ):
-        split = tl.program_id(0)
-        b = tl.program_id(1).to(tl.int64)
-        # The request's KV length: its last draft token sees the most.
-        seq_len = tl.load(ctx_ptr + b * ctx_stride + (NEXT_N - 1))
-        num_pages = tl.cdiv(seq_len, PAGE_)
-        first = split * PAGES_PER_PROG
+        # X2: two pages per step, every token's logits joined and stored once per step.
+        ROWS: tl.constexpr = PAGE_ * (2 if X2 else 1)
+        b, first, num_pages = _program_pages(ctx_ptr, ctx_stride, NEXT_N, PAGE_, PAGES_PER_PROG)
         if first < num_pages:
             last = tl.minimum(first + PAGES_PER_PROG, num_pages)
-            offs_r = tl.arange(0, PAGE_)
+            offs_r = tl.arange(0, ROWS)
             offs_d = tl.arange(0, D)
-            offs_h = tl.arange(0, H)
-            # q of token j as the [D, H] B operand, loaded once per program.
-            q_req = q_ptr + b * (NEXT_N * H * D)
-            qt_offs = offs_d[:, None] + offs_h[None, :] * D
-            w_req = w_ptr + b * (NEXT_N * H)
-            out_req = out_ptr + b * NEXT_N * out_stride
+            out_req, q0, w0, q1, w1, q2, w2, q3, w3 = _request(q_ptr, w_ptr, out_ptr, out_stride, b, H, D, NEXT_N)
             if FUSED:
+                # every token's q as one [D, NP2 * H] B operand
+                q_req = q_ptr + b * (NEXT_N * H * D)
+                w_req = w_ptr + b * (NEXT_N * H)
+                offs_h = tl.arange(0, H)
                 offs_n = tl.arange(0, NP2 * H)
                 q_all = tl.load(
                     q_req + offs_d[:, None] + offs_n[None, :] * D, mask=offs_n[None, :] < NEXT_N * H, other=0.0
                 )
                 offs_t = tl.arange(0, NP2)
                 w_all = tl.load(w_req + offs_t[:, None] * H + offs_h[None, :], mask=offs_t[:, None] < NEXT_N, other=0.0)
-            q0 = tl.load(q_req + qt_offs)
-            w0 = tl.load(w_req + offs_h)
-            if NEXT_N > 1:
-                q1 = tl.load(q_req + H * D + qt_offs)
-                w1 = tl.load(w_req + H + offs_h)
-            if NEXT_N > 2:
-                q2 = tl.load(q_req + 2 * H * D + qt_offs)
-                w2 = tl.load(w_req + 2 * H + offs_h)
-            if NEXT_N > 3:
-                q3 = tl.load(q_req + 3 * H * D + qt_offs)
-                w3 = tl.load(w_req + 3 * H + offs_h)
             table_row = table_ptr + b * table_stride
             k_offs = offs_r[:, None] * D + offs_d[None, :]
-            for i in tl.range(first, last, num_stages=NUM_STAGES):
-                page = tl.load(table_row + i).to(tl.int64)
-                page_ptr = kv_ptr + page * (PAGE_ * (D + 4))
-                if USE_TMA:
-                    # the page's keys by the bulk tensor copy engine: [1, PAGE, D] box of a
-                    # [pages, PAGE, D] view whose page stride is PAGE * (D + 4) bytes
-                    k = k_desc.load([page.to(tl.int32), 0, 0]).reshape(PAGE_, D)
+            for i in tl.range(first, last, ROWS // PAGE_, num_stages=NUM_STAGES):
+                if X2:
+                    k, scale, offs_p, p_mask = _two_pages(
+                        kv_ptr, table_row, i, last, offs_r, offs_d, out_width, PAGE_, D
+                    )
                 else:
-                    k = tl.load(page_ptr + k_offs)
-                scale = tl.load((page_ptr + PAGE_ * D).to(tl.pointer_type(tl.float32)) + offs_r)
-                offs_p = i * PAGE_ + offs_r
-                p_mask = offs_p < out_width
+                    page = tl.load(table_row + i).to(tl.int64)
+                    page_ptr = kv_ptr + page * (PAGE_ * (D + 4))
+                    if USE_TMA:
+                        # the page's keys by the bulk tensor copy engine: [1, PAGE, D] box of a
+                        # [pages, PAGE, D] view whose page stride is PAGE * (D + 4) bytes
+                        k = k_desc.load([page.to(tl.int32), 0, 0]).reshape(PAGE_, D)
+                    else:
+                        k = tl.load(page_ptr + k_offs)
+                    scale = tl.load((page_ptr + PAGE_ * D).to(tl.pointer_type(tl.float32)) + offs_r)
+                    offs_p = i * PAGE_ + offs_r
+                    p_mask = offs_p < out_width
                 if FUSED:
                     # one [PAGE, D] @ [D, NP2 * H] product for all tokens, split per token after
                     s_all = tl.dot(k, q_all)
@@ -139,26 +218,10 @@ if triton is not None:
                     v_all = tl.sum(tl.maximum(s3d, 0.0) * w_all[None, :, :], axis=2) * scale[:, None]
                     o_ptrs = out_req + offs_t[None, :] * out_stride + offs_p[:, None]
                     tl.store(o_ptrs, v_all, mask=p_mask[:, None] & (offs_t[None, :] < NEXT_N))
-                elif ONE_STORE:
-                    # every token's logits joined into one [PAGE, NP2] tile and stored once per page
-                    # (one layout change and one barrier per page instead of one per token)
-                    v0 = _token_values(k, q0, w0, scale)
-                    if NEXT_N == 1:
-                        v_all = tl.reshape(tl.join(v0, v0), (PAGE_, 2))
-                    elif NEXT_N == 2:
-                        v1 = _token_values(k, q1, w1, scale)
-                        v_all = tl.join(v0, v1)
-                    else:
-                        v1 = _token_values(k, q1, w1, scale)
-                        v2 = _token_values(k, q2, w2, scale)
-                        if NEXT_N == 4:
-                            v3 = _token_values(k, q3, w3, scale)
-                        else:
-                            v3 = v2
-                        v_all = tl.reshape(tl.join(tl.join(v0, v2), tl.join(v1, v3)), (PAGE_, 4))
-                    offs_j = tl.arange(0, NP2 if NP2 > 1 else 2)
-                    o_ptrs = out_req + offs_j[None, :] * out_stride + offs_p[:, None]
-                    tl.store(o_ptrs, v_all, mask=p_mask[:, None] & (offs_j[None, :] < NEXT_N))
+                elif ONE_STORE or X2:
+                    _store_joined(
+                        k, q0, w0, q1, w1, q2, w2, q3, w3, scale, out_req, out_stride, offs_p, p_mask, ROWS, NEXT_N, NP2
+                    )
                 elif DOTS_FIRST:
                     # every token's MMA issued before the first epilogue: the tensor cores run
                     # token j+1's product while the CUDA cores reduce token j's
@@ -184,84 +247,6 @@ if triton is not None:
                         _one_token(k, q2, w2, scale, out_req + 2 * out_stride, offs_p, p_mask)
                     if NEXT_N > 3:
                         _one_token(k, q3, w3, scale, out_req + 3 * out_stride, offs_p, p_mask)
-
-    @triton.jit
-    def _single_read_kernel_x2(
-        q_ptr,
-        kv_ptr,
-        w_ptr,
-        ctx_ptr,
-        table_ptr,
-        out_ptr,
-        ctx_stride,
-        table_stride,
-        out_stride,
-        out_width,
-        NEXT_N: tl.constexpr,
-        H: tl.constexpr,
-        D: tl.constexpr,
-        PAGE_: tl.constexpr,
-        PAGES_PER_PROG: tl.constexpr,
-        NUM_STAGES: tl.constexpr,
-        NP2: tl.constexpr,
-    ):
-        # Two pages per step: a [2 * PAGE, D] key tile gathered from two pages (one warpgroup per
-        # page with num_warps=8), every token's logits joined and stored once per step.
-        ROWS: tl.constexpr = 2 * PAGE_
-        split = tl.program_id(0)
-        b = tl.program_id(1).to(tl.int64)
-        seq_len = tl.load(ctx_ptr + b * ctx_stride + (NEXT_N - 1))
-        num_pages = tl.cdiv(seq_len, PAGE_)
-        first = split * PAGES_PER_PROG
-        if first < num_pages:
-            last = tl.minimum(first + PAGES_PER_PROG, num_pages)
-            offs_r = tl.arange(0, ROWS)
-            offs_d = tl.arange(0, D)
-            offs_h = tl.arange(0, H)
-            q_req = q_ptr + b * (NEXT_N * H * D)
-            qt_offs = offs_d[:, None] + offs_h[None, :] * D
-            w_req = w_ptr + b * (NEXT_N * H)
-            out_req = out_ptr + b * NEXT_N * out_stride
-            q0 = tl.load(q_req + qt_offs)
-            w0 = tl.load(w_req + offs_h)
-            if NEXT_N > 1:
-                q1 = tl.load(q_req + H * D + qt_offs)
-                w1 = tl.load(w_req + H + offs_h)
-            if NEXT_N > 2:
-                q2 = tl.load(q_req + 2 * H * D + qt_offs)
-                w2 = tl.load(w_req + 2 * H + offs_h)
-            if NEXT_N > 3:
-                q3 = tl.load(q_req + 3 * H * D + qt_offs)
-                w3 = tl.load(w_req + 3 * H + offs_h)
-            table_row = table_ptr + b * table_stride
-            in_page = offs_r % PAGE_
-            which = offs_r // PAGE_
-            for i in tl.range(first, last, 2, num_stages=NUM_STAGES):
-                page_idx = i + which
-                row_ok = page_idx < last
-                page = tl.load(table_row + page_idx, mask=row_ok, other=0).to(tl.int64)
-                row_ptr = kv_ptr + page * (PAGE_ * (D + 4))
-                k = tl.load(row_ptr[:, None] + in_page[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-                scale = tl.load((row_ptr + PAGE_ * D).to(tl.pointer_type(tl.float32)) + in_page, mask=row_ok, other=0.0)
-                offs_p = i * PAGE_ + offs_r
-                p_mask = row_ok & (offs_p < out_width)
-                v0 = _token_values(k, q0, w0, scale)
-                if NEXT_N == 1:
-                    v_all = tl.reshape(tl.join(v0, v0), (ROWS, 2))
-                elif NEXT_N == 2:
-                    v1 = _token_values(k, q1, w1, scale)
-                    v_all = tl.join(v0, v1)
-                else:
-                    v1 = _token_values(k, q1, w1, scale)
-                    v2 = _token_values(k, q2, w2, scale)
-                    if NEXT_N == 4:
-                        v3 = _token_values(k, q3, w3, scale)
-                    else:
-                        v3 = v2
-                    v_all = tl.reshape(tl.join(tl.join(v0, v2), tl.join(v1, v3)), (ROWS, 4))
-                offs_j = tl.arange(0, NP2 if NP2 > 1 else 2)
-                o_ptrs = out_req + offs_j[None, :] * out_stride + offs_p[:, None]
-                tl.store(o_ptrs, v_all, mask=p_mask[:, None] & (offs_j[None, :] < NEXT_N))
 
 
 def pick_pages_per_prog(batch_size: int, max_pages: int, num_sms: int = 132) -> int:
@@ -317,59 +302,21 @@ def single_read_logits(
         pages_per_prog = pick_pages_per_prog(batch, min(max_pages, math.ceil(max_context_len / PAGE)))
     grid = (math.ceil(min(max_pages, math.ceil(max_context_len / PAGE)) / pages_per_prog), batch)
     kv_fp8 = kv_cache.view(torch.float8_e4m3fn)
+    tensors = (weights, context_lens, block_table, out)
+    strides = (context_lens.stride(0), block_table.stride(0), out.stride(0), out.shape[1])
+    # what both kernels are compiled for: the tile shapes, and how the pages are spread
+    shape = dict(H=HEADS, D=DIM, PAGE_=PAGE, NEXT_N=next_n, NP2=triton.next_power_of_2(next_n))
+    schedule = dict(PAGES_PER_PROG=pages_per_prog, NUM_STAGES=num_stages, num_warps=num_warps)
     if x2:
         assert pages_per_prog % 2 == 0
-        _single_read_kernel_x2[grid](
-            q,
-            kv_fp8,
-            weights,
-            context_lens,
-            block_table,
-            out,
-            context_lens.stride(0),
-            block_table.stride(0),
-            out.stride(0),
-            out.shape[1],
-            NEXT_N=next_n,
-            H=HEADS,
-            D=DIM,
-            PAGE_=PAGE,
-            PAGES_PER_PROG=pages_per_prog,
-            NUM_STAGES=num_stages,
-            NP2=triton.next_power_of_2(next_n),
-            num_warps=num_warps,
-        )
-        return out
+        use_tma = dots_first = fused = one_store = False  # the two-page step reads keys by pointer, stores once
     k_desc = None
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         k_desc = TensorDescriptor(kv_fp8.view(-1), [kv_cache.shape[0], PAGE, DIM], [PAGE_BYTES, DIM, 1], [1, PAGE, DIM])
-    _single_read_kernel[grid](
-        q,
-        kv_fp8,
-        k_desc,
-        weights,
-        context_lens,
-        block_table,
-        out,
-        context_lens.stride(0),
-        block_table.stride(0),
-        out.stride(0),
-        out.shape[1],
-        NEXT_N=next_n,
-        H=HEADS,
-        D=DIM,
-        PAGE_=PAGE,
-        PAGES_PER_PROG=pages_per_prog,
-        NUM_STAGES=num_stages,
-        USE_TMA=use_tma,
-        DOTS_FIRST=dots_first,
-        FUSED=fused,
-        ONE_STORE=one_store,
-        NP2=triton.next_power_of_2(next_n),
-        num_warps=num_warps,
-    )
+    variant = dict(USE_TMA=use_tma, DOTS_FIRST=dots_first, FUSED=fused, ONE_STORE=one_store, X2=x2)
+    _single_read_kernel[grid](q, kv_fp8, k_desc, *tensors, *strides, **variant, **shape, **schedule)
     return out
 
 
