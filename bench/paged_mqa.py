@@ -172,11 +172,17 @@ def layout_args(batch: Batch, layout: str):
     return q, batch.weights, ctx, table
 
 
+def layout_schedule(deep_gemm, batch: Batch, layout: str):
+    """DeepGEMM's schedule metadata for ``batch`` in ``layout`` (sglang makes it once per forward)."""
+    _, _, ctx, _ = layout_args(batch, layout)
+    return deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, deep_gemm.get_num_sms())
+
+
 def run_layout(deep_gemm, kv_pool, batch: Batch, layout: str, schedule=None):
     """Per-token-shaped logits [B*next_n, max_context_len] for ``layout``."""
     q, weights, ctx, table = layout_args(batch, layout)
     if schedule is None:
-        schedule = deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, deep_gemm.get_num_sms())
+        schedule = layout_schedule(deep_gemm, batch, layout)
     logits = deep_gemm.fp8_paged_mqa_logits(
         q,
         kv_pool,
@@ -193,22 +199,19 @@ def run_layout(deep_gemm, kv_pool, batch: Batch, layout: str, schedule=None):
 # ---------------------------------------------------------------- timing
 
 
-def time_layout(deep_gemm, kv_pool, batches: list[Batch], layout: str, reps: int):
-    """Median microseconds per kernel call over CUDA-graph replays."""
+def time_calls(fn, batches: list[Batch], reps: int) -> float:
+    """Median microseconds per call of ``fn``: a CUDA graph of one call per batch (rotation), replayed
+    ``reps`` times; each batch is called once before the capture (warm-up, JIT)."""
     import torch
 
-    schedules = []
     for b in batches:
-        _, _, ctx, _ = layout_args(b, layout)
-        schedules.append(deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, deep_gemm.get_num_sms()))
-    for b, s in zip(batches, schedules, strict=True):  # warm-up (and JIT) outside the graph
-        run_layout(deep_gemm, kv_pool, b, layout, s)
+        fn(b)
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for b, s in zip(batches, schedules, strict=True):
-            run_layout(deep_gemm, kv_pool, b, layout, s)
+        for b in batches:
+            fn(b)
     graph.replay()
     torch.cuda.synchronize()
     samples = []
@@ -224,6 +227,54 @@ def time_layout(deep_gemm, kv_pool, batches: list[Batch], layout: str, reps: int
     return statistics.median(samples)
 
 
+def time_layout(deep_gemm, kv_pool, batches: list[Batch], layout: str, reps: int):
+    """Median microseconds per kernel call over CUDA-graph replays; the schedules are made outside the graph."""
+    schedules = {id(b): layout_schedule(deep_gemm, b, layout) for b in batches}
+    return time_calls(lambda b: run_layout(deep_gemm, kv_pool, b, layout, schedules[id(b)]), batches, reps)
+
+
+def plan_pool(configs, args, l2_bytes: int) -> tuple[dict, int]:
+    """Rotations per (next_n, B, ctx, lengths) case, enough that their KV is three times the L2 (within
+    --min-calls and --max-calls), and the pool pages the largest case needs."""
+    plans, max_pages = {}, 0
+    for n, b, c, d in configs:
+        set_pages = b * math.ceil(c / PAGE)
+        rotations = max(args.min_calls, min(args.max_calls, math.ceil(3 * l2_bytes / (set_pages * PAGE_BYTES))))
+        plans[(n, b, c, d)] = rotations
+        max_pages = max(max_pages, set_pages * rotations)
+    return plans, max_pages
+
+
+def make_batches(case, plans: dict, max_pages: int, rng, gen, device) -> list[Batch]:
+    """The rotations of one case, each over its own pages of a random permutation of the pool.
+    Lengths: uniform, every request at ctx; ragged, uniform in [ctx/2, ctx]."""
+    import torch
+
+    n, b, c, d = case
+    perm = torch.randperm(max_pages, device=device, generator=gen)
+    set_pages = b * math.ceil(c / PAGE)
+    lens = [c] * b if d == "uniform" else [rng.randint(c // 2, c) for _ in range(b)]
+    return [make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen) for r in range(plans[case])]
+
+
+def run_facts(device, num_sms: int, reps: int, **versions) -> dict:
+    """What a GPU run's JSON says about where it ran, before its rows."""
+    import torch
+
+    return {
+        "device": torch.cuda.get_device_name(device),
+        "sm": "{}.{}".format(*torch.cuda.get_device_capability(device)),
+        "num_sms": num_sms,
+        "torch": torch.__version__,
+        **versions,
+        "deep_gemm": _dist_version("sgl-deep-gemm"),
+        "heads": HEADS,
+        "head_dim": DIM,
+        "page": PAGE,
+        "reps": reps,
+    }
+
+
 def run_bench(args) -> dict:
     import deep_gemm
     import torch
@@ -234,33 +285,14 @@ def run_bench(args) -> dict:
     gen = torch.Generator(device=device).manual_seed(1234)
 
     configs = [(n, b, c, d) for d in args.lengths for n in args.next_n for b in args.batch_sizes for c in args.ctx]
-    max_pages = 0
-    plans = {}
-    for n, b, c, d in configs:
-        set_pages = b * math.ceil(c / PAGE)
-        rotations = max(
-            args.min_calls,
-            min(args.max_calls, math.ceil(3 * l2_bytes / (set_pages * PAGE_BYTES))),
-        )
-        plans[(n, b, c, d)] = rotations
-        max_pages = max(max_pages, set_pages * rotations)
+    plans, max_pages = plan_pool(configs, args, l2_bytes)
     print(f"KV pool: {max_pages} pages, {max_pages * PAGE_BYTES / 2**30:.2f} GiB")
     kv_pool = make_kv_pool(max_pages, device)
 
     rows = []
     rng = random.Random(99)
     for n, b, c, d in configs:
-        rotations = plans[(n, b, c, d)]
-        perm = torch.randperm(max_pages, device=device, generator=gen)
-        set_pages = b * math.ceil(c / PAGE)
-        # uniform: every request at ctx; ragged: uniform in [ctx/2, ctx].
-        if d == "uniform":
-            lens = [c] * b
-        else:
-            lens = [rng.randint(c // 2, c) for _ in range(b)]
-        batches = [
-            make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen) for r in range(rotations)
-        ]
+        batches = make_batches((n, b, c, d), plans, max_pages, rng, gen, device)
         candidate = "native" if n == 2 else "paired"
         t_tok = time_layout(deep_gemm, kv_pool, batches, "per_token", args.reps)
         t_multi = time_layout(deep_gemm, kv_pool, batches, candidate, args.reps)
@@ -271,7 +303,7 @@ def run_bench(args) -> dict:
                 "batch_size": b,
                 "ctx": c,
                 "lengths": d,
-                "calls_per_graph": rotations,
+                "calls_per_graph": len(batches),
                 "kv_bytes": kv,
                 "per_token_us": t_tok,
                 f"{candidate}_us": t_multi,
@@ -287,18 +319,7 @@ def run_bench(args) -> dict:
         del batches
         torch.cuda.empty_cache()
 
-    return {
-        "device": torch.cuda.get_device_name(device),
-        "sm": "{}.{}".format(*torch.cuda.get_device_capability(device)),
-        "num_sms": deep_gemm.get_num_sms(),
-        "torch": torch.__version__,
-        "deep_gemm": _dist_version("sgl-deep-gemm"),
-        "heads": HEADS,
-        "head_dim": DIM,
-        "page": PAGE,
-        "reps": args.reps,
-        "rows": rows,
-    }
+    return {**run_facts(device, deep_gemm.get_num_sms(), args.reps), "rows": rows}
 
 
 def _dist_version(name: str) -> str | None:
@@ -351,25 +372,44 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(result: dict, path: str) -> None:
+def speedup_panels(rows: list[dict]):
+    """A figure of speedup-over-batch-size panels, one per (lengths, next_n) of ``rows`` (lengths down,
+    next_n across): the figure and, per panel, (axes, lengths, next_n, {ctx: its rows by batch size})."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    next_ns = sorted({r["next_n"] for r in result["rows"]})
-    dists = sorted({r.get("lengths", "uniform") for r in result["rows"]}, reverse=True)
-    fig, axes = plt.subplots(
-        len(dists),
-        len(next_ns),
-        figsize=(6 * len(next_ns), 4.5 * len(dists)),
-        squeeze=False,
-    )
-    panels = [(d, n) for d in dists for n in next_ns]
-    for ax, (d, n) in zip(axes.flat, panels, strict=True):
-        rows = [r for r in result["rows"] if r["next_n"] == n and r.get("lengths", "uniform") == d]
-        for c in sorted({r["ctx"] for r in rows}):
-            sel = sorted((r for r in rows if r["ctx"] == c), key=lambda r: r["batch_size"])
+    next_ns = sorted({r["next_n"] for r in rows})
+    dists = sorted({r.get("lengths", "uniform") for r in rows}, reverse=True)
+    fig, axes = plt.subplots(len(dists), len(next_ns), figsize=(6 * len(next_ns), 4.5 * len(dists)), squeeze=False)
+    panels = []
+    for ax, (d, n) in zip(axes.flat, [(d, n) for d in dists for n in next_ns], strict=True):
+        mine = [r for r in rows if r["next_n"] == n and r.get("lengths", "uniform") == d]
+        by_ctx = {
+            c: sorted((r for r in mine if r["ctx"] == c), key=lambda r: r["batch_size"])
+            for c in sorted({r["ctx"] for r in mine})
+        }
+        panels.append((ax, d, n, by_ctx))
+    return fig, panels
+
+
+def finish_panel(ax, ylabel: str, title: str, **title_style) -> None:
+    """The parity line, the 0.95 floor, log2 batch sizes, labels, legend and grid."""
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.axhline(0.95, color="red", linewidth=0.6, linestyle=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size B (requests)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, **title_style)
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+
+
+def plot(result: dict, path: str) -> None:
+    fig, panels = speedup_panels(result["rows"])
+    for ax, d, n, by_ctx in panels:
+        for c, sel in by_ctx.items():
             xs = [r["batch_size"] for r in sel]
             (line,) = ax.plot(xs, [r["speedup"] for r in sel], marker="o", label=f"chosen, {c // 1024}k")
             ax.plot(
@@ -380,34 +420,27 @@ def plot(result: dict, path: str) -> None:
                 alpha=0.6,
                 label=f"{sel[0]['multi_layout']} always, {c // 1024}k",
             )
-        ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.axhline(0.95, color="red", linewidth=0.6, linestyle=":")
+        finish_panel(ax, "speedup over per-token", f"next_n={n}, {d} lengths: fp8_paged_mqa_logits, {result['device']}")
         ax.axvline(result["min_batch_size"], color="black", linewidth=0.6, linestyle=":")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size B (requests)")
-        ax.set_ylabel("speedup over per-token")
-        ax.set_title(f"next_n={n}, {d} lengths: fp8_paged_mqa_logits, {result['device']}")
-        ax.legend(fontsize=7)
-        ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_grid_arguments(parser, next_n: list[int]) -> None:
+    """The kernel grid's options (bench/sm90_single_read.py takes them too): output folder, the cases, timing."""
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--next-n", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--next-n", type=int, nargs="+", default=next_n)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64, 128])
     parser.add_argument("--ctx", type=int, nargs="+", default=[4096, 16384, 65536])
-    parser.add_argument(
-        "--lengths",
-        nargs="+",
-        default=["uniform", "ragged"],
-        choices=["uniform", "ragged"],
-    )
+    parser.add_argument("--lengths", nargs="+", default=["uniform", "ragged"], choices=["uniform", "ragged"])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--min-calls", type=int, default=4)
     parser.add_argument("--max-calls", type=int, default=128)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_grid_arguments(parser, next_n=[2, 4])
     parser.add_argument("--min-bs", type=int, default=DEFAULT_MIN_BS)
     parser.add_argument("--rerender", help="json from an earlier run: no GPU work")
     args = parser.parse_args(argv)

@@ -31,7 +31,6 @@ import math
 import os
 import random
 import shlex
-import statistics
 import sys
 import time
 
@@ -73,33 +72,6 @@ def run_single(batch: pm.Batch, kv_pool, cfg: dict):
     return sk.single_read_logits(q, kv_pool, batch.weights, ctx, table, batch.max_context_len, **_launch_args(cfg))
 
 
-def time_fn(fn, batches, reps: int) -> float:
-    """Median us per call: CUDA graph of one call per rotation, replayed reps times."""
-    import torch
-
-    for b in batches:
-        fn(b)
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for b in batches:
-            fn(b)
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / len(batches))
-    del graph
-    return statistics.median(samples)
-
-
 def compare(batch: pm.Batch, ref, got) -> dict:
     """Logits on valid positions and per-row top-k, single-read (got) against DeepGEMM per-token (ref)."""
     import torch
@@ -137,26 +109,6 @@ def compare(batch: pm.Batch, ref, got) -> dict:
     return {"max_rel_diff": max_rel, "topk_identical": identical, "topk_near_tie_swaps": near_ties}
 
 
-def make_batches(n, b, c, d, kv_pool, max_pages, plans, rng, gen, device):
-    import torch
-
-    rotations = plans[(n, b, c, d)]
-    perm = torch.randperm(max_pages, device=device, generator=gen)
-    set_pages = b * math.ceil(c / pm.PAGE)
-    lens = [c] * b if d == "uniform" else [rng.randint(c // 2, c) for _ in range(b)]
-    return [pm.make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen) for r in range(rotations)]
-
-
-def plan_pool(configs, args, l2_bytes):
-    plans, max_pages = {}, 0
-    for n, b, c, d in configs:
-        set_pages = b * math.ceil(c / pm.PAGE)
-        rot = max(args.min_calls, min(args.max_calls, math.ceil(3 * l2_bytes / (set_pages * pm.PAGE_BYTES))))
-        plans[(n, b, c, d)] = rot
-        max_pages = max(max_pages, set_pages * rot)
-    return plans, max_pages
-
-
 def run_bench(args) -> dict:
     import deep_gemm
     import torch
@@ -168,7 +120,7 @@ def run_bench(args) -> dict:
     gen = torch.Generator(device=device).manual_seed(4321)
     rng = random.Random(17)
     configs = [(n, b, c, d) for d in args.lengths for n in args.next_n for b in args.batch_sizes for c in args.ctx]
-    plans, max_pages = plan_pool(configs, args, l2_bytes)
+    plans, max_pages = pm.plan_pool(configs, args, l2_bytes)
     print(f"KV pool: {max_pages} pages, {max_pages * pm.PAGE_BYTES / 2**30:.2f} GiB", flush=True)
     kv_pool = pm.make_kv_pool(max_pages, device)
 
@@ -178,14 +130,13 @@ def run_bench(args) -> dict:
     rows = []
     sweep_rows = []
     for n, b, c, d in configs:
-        batches = make_batches(n, b, c, d, kv_pool, max_pages, plans, rng, gen, device)
+        batches = pm.make_batches((n, b, c, d), plans, max_pages, rng, gen, device)
         sched = {}
         layouts = ["per_token"] + (["paired"] if n % 2 == 0 else [])
         for bt in batches:
             for lay in layouts:
-                _, _, ctx, _ = pm.layout_args(bt, lay)
-                sched[(id(bt), lay)] = deep_gemm.get_paged_mqa_logits_metadata(ctx, pm.PAGE, deep_gemm.get_num_sms())
-        times = {lay: time_fn(dg(lay), batches, args.reps) for lay in layouts}
+                sched[(id(bt), lay)] = pm.layout_schedule(deep_gemm, bt, lay)
+        times = {lay: pm.time_calls(dg(lay), batches, args.reps) for lay in layouts}
         kv = batches[0].kv_bytes()
         max_pages_req = math.ceil(batches[0].max_context_len / pm.PAGE)
         ref = pm.run_layout(deep_gemm, kv_pool, batches[0], "per_token", sched[(id(batches[0]), "per_token")])
@@ -193,7 +144,7 @@ def run_bench(args) -> dict:
         if args.sweep:
             for cfg in sweep_configs(n, b, max_pages_req):
                 try:
-                    t = time_fn(lambda bt, cfg=cfg: run_single(bt, kv_pool, cfg), batches, args.reps)
+                    t = pm.time_calls(lambda bt, cfg=cfg: run_single(bt, kv_pool, cfg), batches, args.reps)
                     chk = compare(batches[0], ref, run_single(batches[0], kv_pool, cfg))
                 except Exception as exc:  # noqa: BLE001  a config that does not compile or fit
                     print(f"  config {cfg}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
@@ -222,7 +173,7 @@ def run_bench(args) -> dict:
             torch.cuda.empty_cache()
             continue
         cfg = kernel_config(n, b, max_pages_req, args.chosen)
-        t_single = time_fn(lambda bt: run_single(bt, kv_pool, cfg), batches, args.reps)
+        t_single = pm.time_calls(lambda bt: run_single(bt, kv_pool, cfg), batches, args.reps)
         chk = compare(batches[0], ref, run_single(batches[0], kv_pool, cfg))
         for lay, t in [("single", t_single)] + list(times.items()):
             rows.append(
@@ -258,20 +209,8 @@ def run_bench(args) -> dict:
         del batches
         torch.cuda.empty_cache()
 
-    return {
-        "device": torch.cuda.get_device_name(device),
-        "sm": "{}.{}".format(*torch.cuda.get_device_capability(device)),
-        "num_sms": props.multi_processor_count,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "deep_gemm": pm._dist_version("sgl-deep-gemm"),
-        "heads": pm.HEADS,
-        "head_dim": pm.DIM,
-        "page": pm.PAGE,
-        "reps": args.reps,
-        "rows": rows,
-        **({"sweep": sweep_rows} if args.sweep else {}),
-    }
+    facts = pm.run_facts(device, props.multi_processor_count, args.reps, triton=triton.__version__)
+    return {**facts, "rows": rows, **({"sweep": sweep_rows} if args.sweep else {})}
 
 
 SWEEP = {
@@ -326,32 +265,17 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    next_ns = sorted({r["next_n"] for r in result["rows"]})
-    dists = sorted({r["lengths"] for r in result["rows"]}, reverse=True)
-    fig, axes = plt.subplots(len(dists), len(next_ns), figsize=(6 * len(next_ns), 4.5 * len(dists)), squeeze=False)
-    for ax, (d, n) in zip(axes.flat, [(d, n) for d in dists for n in next_ns], strict=True):
-        rows = [r for r in result["rows"] if r["next_n"] == n and r["lengths"] == d and r["layout"] == "single"]
-        for c in sorted({r["ctx"] for r in rows}):
-            sel = sorted((r for r in rows if r["ctx"] == c), key=lambda r: r["batch_size"])
+    fig, panels = pm.speedup_panels([r for r in result["rows"] if r["layout"] == "single"])
+    for ax, d, n, by_ctx in panels:
+        for c, sel in by_ctx.items():
             ax.plot(
                 [r["batch_size"] for r in sel],
                 [r["speedup_vs_current"] for r in sel],
                 marker="o",
                 label=f"{c // 1024}k",
             )
-        ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.axhline(0.95, color="red", linewidth=0.6, linestyle=":")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size B (requests)")
-        ax.set_ylabel("single-read speedup vs current layout")
-        ax.set_title(f"next_n={n}, {d}: Triton single read vs DeepGEMM {result.get('deep_gemm')}", fontsize=9)
-        ax.legend(fontsize=7)
-        ax.grid(True, alpha=0.3)
+        title = f"next_n={n}, {d}: Triton single read vs DeepGEMM {result.get('deep_gemm')}"
+        pm.finish_panel(ax, "single-read speedup vs current layout", title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -379,14 +303,7 @@ def profile(args) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--next-n", type=int, nargs="+", default=[3, 4])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64, 128])
-    parser.add_argument("--ctx", type=int, nargs="+", default=[4096, 16384, 65536])
-    parser.add_argument("--lengths", nargs="+", default=["uniform", "ragged"], choices=["uniform", "ragged"])
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--min-calls", type=int, default=4)
-    parser.add_argument("--max-calls", type=int, default=128)
+    pm.add_grid_arguments(parser, next_n=[3, 4])
     parser.add_argument("--sweep", action="store_true", help="time several kernel configurations instead")
     parser.add_argument("--name", default="sm90_single_read_h200")
     parser.add_argument("--config-json", help="kernel configuration per next_n (written by --sweep)")
