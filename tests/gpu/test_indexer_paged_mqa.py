@@ -25,9 +25,6 @@ without a CUDA SM90/SM100 device, DeepGEMM or sgl-kernel, or either sglang tree.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +33,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu_trees  # noqa: E402
+import indexer_runs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -43,25 +41,7 @@ _reason = gpu_trees.gpu_skip_reason()
 if _reason:
     pytest.skip(_reason, allow_module_level=True)
 
-REQUIRED_EXERCISED = (
-    "sglang.srt.layers.attention.dsa.dsa_indexer.Indexer._get_topk_paged",
-    "sglang.srt.layers.attention.dsa.dsa_indexer.Indexer._store_index_k_cache",
-    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_forward_metadata",
-    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_cuda_graph_state",
-    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend.init_forward_metadata_out_graph",
-    "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._apply_cuda_graph_metadata",
-    "sglang.srt.layers.attention.dsa_backend.DSAIndexerMetadata.topk_transform",
-    "deep_gemm.fp8_paged_mqa_logits",
-    "deep_gemm.get_paged_mqa_logits_metadata",
-    "sgl_kernel.fast_topk_transform_fused",
-)
-BENCH = gpu_trees.REPO / "bench" / "indexer_step.py"
-
-
-def _run(cmd, log):
-    with open(log, "w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, timeout=3000)
-    return proc.returncode, Path(log).read_text()
+REQUIRED_EXERCISED = indexer_runs.EXERCISED_ON_BOTH_LINES + ("sgl_kernel.fast_topk_transform_fused",)
 
 
 @pytest.fixture(scope="module")
@@ -75,29 +55,7 @@ def runs(tmp_path_factory):
     pristine = gpu_trees.pristine_tree(tmp / "pristine")
     if pristine is None:
         pytest.skip("no pristine sglang 0.5.14 tree: set SGLPATCH_PRISTINE_TREE or run `make apply` once")
-    grid = os.environ.get("SGLPATCH_INDEXER_GRID", "smoke")
-    out = Path(os.environ.get("SGLPATCH_INDEXER_JSON") or tmp / "indexer.json")
-    topk_dir = tmp / "pristine_topk"
-    rc_p, log_p = _run(
-        [sys.executable, str(BENCH), "--tree", str(pristine), "--label", "pristine", "--grid", grid]
-        + ["--dump-topk", str(topk_dir), "--json", str(out.with_name(out.stem + "_pristine.json"))],
-        tmp / "pristine.log",
-    )
-    command = (
-        f"python bench/indexer_step.py --tree {patched} --label patched --grid {grid} "
-        f"--compare-topk <pristine run's --dump-topk> --json {out.name}"
-    )
-    if os.environ.get("SGLPATCH_RUN_COMMAND"):
-        command = f"{os.environ['SGLPATCH_RUN_COMMAND']}  (test_indexer_paged_mqa.py ran: {command})"
-    rc, log = _run(
-        [sys.executable, str(BENCH), "--tree", str(patched), "--label", "patched", "--grid", grid]
-        + ["--compare-topk", str(topk_dir), "--json", str(out), "--command", command],
-        tmp / "patched.log",
-    )
-    print(log[-4000:])
-    doc = json.loads(out.read_text())
-    pristine_doc = json.loads(out.with_name(out.stem + "_pristine.json").read_text())
-    return dict(rc=rc, log=log, doc=doc, pristine=pristine_doc, grid=grid, rc_p=rc_p, log_p=log_p)
+    return indexer_runs.run_pristine_then_patched(tmp, pristine, patched, "indexer.json", "test_indexer_paged_mqa.py")
 
 
 def test_pristine_run_finished(runs):
@@ -114,11 +72,7 @@ def test_graph_vs_eager_differs_only_where_the_topk_kernel_is_inexact(runs):
     """Where a CUDA-graph replay's per-token top-k differs from the eager one (same tree), the
     two logits rows are bit-identical and the eager top-k is not an exact top-k of them: the
     fused top-k kernel, on pristine v0.5.14 as on the patched tree."""
-    for doc in (runs["pristine"], runs["doc"]):
-        for r in doc["rows"]:
-            if r["cuda_graph"]:
-                gve = r["graph_vs_eager_per_token"]
-                assert gve["mismatch_rows"] == 0, (doc["tree"], r)
+    indexer_runs.assert_graph_replays_match_eager(runs)
 
 
 def test_every_row_identical_to_per_token_and_pristine(runs):
@@ -145,27 +99,12 @@ def test_every_row_identical_to_per_token_and_pristine(runs):
 def test_logits_bit_identical_across_layouts(runs):
     """DeepGEMM's logits in the chosen layout equal per-token's bit for bit on every position
     each token may attend to, in every case, eager and CUDA graph."""
-    bad = [r for r in runs["doc"]["rows"] if r["logits_bit_identical"] is not True]
-    assert not bad, bad[:3]
+    indexer_runs.assert_logits_bit_identical(runs)
 
 
 def test_grid_covered_eager_and_graph(runs):
-    from bench import indexer_step
-
-    g = indexer_step.GRIDS[runs["grid"]]
-    want = {
-        (n, b, c, kind, graph)
-        for n in g["next_ns"]
-        for b in g["batch_sizes"]
-        for c in g["ctxs"]
-        for kind in g["lengths"]
-        for graph in (False, True)
-    }
-    for doc in (runs["doc"], runs["pristine"]):
-        got = {(r["next_n"], r["batch_size"], r["ctx"], r["lengths"], r["cuda_graph"]) for r in doc["rows"]}
-        assert got == want, sorted(want - got)[:5]
-    graph_rows = [r for r in runs["doc"]["rows"] if r["cuda_graph"]]
-    assert all(r["per_token_us"] and r["chosen_us"] and r["speedup"] for r in graph_rows)
+    indexer_runs.assert_grid_covered(runs)
+    assert all(r["speedup"] for r in runs["doc"]["rows"] if r["cuda_graph"])
 
 
 def test_multi_token_layouts_reached_deepgemm(runs):
@@ -184,16 +123,12 @@ def test_multi_token_layouts_reached_deepgemm(runs):
 
 
 def test_pristine_ran_per_token(runs):
-    rows = runs["pristine"]["rows"]
-    assert rows and all(r["layout"] == "per_token" and r["kernel_q_chosen"][1] == 1 for r in rows)
+    indexer_runs.assert_pristine_ran_per_token(runs)
 
 
 def test_comparison_self_check_caught_a_planted_change(runs):
-    check = runs["doc"]["comparison_self_check"]
-    assert check and check["detected"], check
+    indexer_runs.assert_self_check_caught_a_planted_change(runs)
 
 
 def test_exercised_functions_ran(runs):
-    names = set(runs["doc"]["exercised"])
-    missing = [n for n in REQUIRED_EXERCISED if n not in names]
-    assert not missing, (missing, sorted(names))
+    indexer_runs.assert_exercised(runs, REQUIRED_EXERCISED)
