@@ -1,7 +1,12 @@
 """Where the GPU tests find what they run: a CUDA device with DeepGEMM, and sglang trees.
 
 - ``gpu_skip_reason()``: why the GPU tests cannot run here (no torch, no CUDA device, a GPU
-  that is neither SM90 nor SM100, ``deep_gemm`` or ``sgl_kernel`` not importable), or None.
+  that is neither SM90 nor SM100, ``deep_gemm`` or ``sgl_kernel`` not importable), or None;
+  ``skip_module_without_gpu()`` skips the calling test module with that reason.
+- ``sm90_kernels_or_skip(no_gpu, not_sm90, *needed)``: torch and deep_gemm for a kernel-level test
+  module on an SM90 GPU; else the module is skipped, saying why.
+- ``require_patched_tree()``: the patched tree for a test; skips it where there is none, fails it
+  where the tree does not carry the series.
 - ``patched_tree()``: ``$SGLPATCH_SGLANG_TREE`` or ``<repo>/build/sglang/python`` (what
   ``make apply`` writes); None when neither holds ``sglang/``.
 - ``pristine_tree(tmp)``: ``$SGLPATCH_PRISTINE_TREE``, else the sglang 0.5.14 wheel in the
@@ -21,6 +26,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,6 +49,45 @@ def gpu_skip_reason() -> str | None:
             tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
             return f"`import {name}` fails here ({tail}); see docs/gpu-bundle.md"
     return None
+
+
+def skip_module_without_gpu() -> None:
+    """Called as a test module is imported: skips the whole module, with the reason, where the GPU tests
+    cannot run."""
+    __tracebackhide__ = True  # pytest reports the skip at the test module's line
+    reason = gpu_skip_reason()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+
+
+def sm90_kernels_or_skip(no_gpu: str, not_sm90: str, *needed: str):
+    """Called as a kernel-level test module is imported: (torch, deep_gemm) on an SM90 GPU with the modules
+    ``needed`` importable; else skips the whole module with ``no_gpu`` (no CUDA device), ``not_sm90``
+    (``{sm}`` becomes the device's, e.g. sm_100), or what failed to import."""
+    __tracebackhide__ = True  # pytest reports the skip at the test module's line
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip(no_gpu, allow_module_level=True)
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        pytest.skip(not_sm90.format(sm=f"sm_{major}{minor}"), allow_module_level=True)
+    for name in needed:
+        pytest.importorskip(name, reason=f"{name} is not installed")
+    try:
+        import deep_gemm
+    except Exception as exc:  # noqa: BLE001  ImportError, or a failed module build
+        pytest.skip(f"deep_gemm is not importable: {exc}", allow_module_level=True)
+    return torch, deep_gemm
+
+
+def require_patched_tree() -> Path:
+    __tracebackhide__ = True
+    tree = patched_tree()
+    if tree is None:
+        pytest.skip("no patched sglang tree: run `make apply` or set SGLPATCH_SGLANG_TREE")
+    if not is_patched(tree):
+        pytest.fail(f"{tree} does not carry the series (no paged_mqa_layout / seed_dsa_topk_from_draft_extend)")
+    return tree
 
 
 def _has_sglang(tree: Path) -> bool:

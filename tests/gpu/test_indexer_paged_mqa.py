@@ -37,20 +37,14 @@ import indexer_runs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-_reason = gpu_trees.gpu_skip_reason()
-if _reason:
-    pytest.skip(_reason, allow_module_level=True)
+gpu_trees.skip_module_without_gpu()
 
 REQUIRED_EXERCISED = indexer_runs.EXERCISED_ON_BOTH_LINES + ("sgl_kernel.fast_topk_transform_fused",)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    patched = gpu_trees.patched_tree()
-    if patched is None:
-        pytest.skip("no patched sglang tree: run `make apply` or set SGLPATCH_SGLANG_TREE")
-    if not gpu_trees.is_patched(patched):
-        pytest.fail(f"{patched} does not carry the series (no paged_mqa_layout / seed_dsa_topk_from_draft_extend)")
+    patched = gpu_trees.require_patched_tree()
     tmp = tmp_path_factory.mktemp("indexer")
     pristine = gpu_trees.pristine_tree(tmp / "pristine")
     if pristine is None:

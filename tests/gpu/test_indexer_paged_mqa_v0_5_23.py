@@ -38,9 +38,7 @@ import indexer_runs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-_reason = gpu_trees.gpu_skip_reason()
-if _reason:
-    pytest.skip(_reason, allow_module_level=True)
+gpu_trees.skip_module_without_gpu()
 
 REQUIRED_EXERCISED = indexer_runs.EXERCISED_ON_BOTH_LINES + (
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._paged_mqa_tokens_per_row",

@@ -32,9 +32,7 @@ import gpu_trees  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-_reason = gpu_trees.gpu_skip_reason()
-if _reason:
-    pytest.skip(_reason, allow_module_level=True)
+gpu_trees.skip_module_without_gpu()
 
 CASE = Path(__file__).resolve().parent / "seed_draft_loop_case.py"
 REQUIRED = (
@@ -55,11 +53,7 @@ REQUIRED = (
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    tree = gpu_trees.patched_tree()
-    if tree is None:
-        pytest.skip("no patched sglang tree: run `make apply` or set SGLPATCH_SGLANG_TREE")
-    if not gpu_trees.is_patched(tree):
-        pytest.fail(f"{tree} does not carry the series")
+    tree = gpu_trees.require_patched_tree()
     out = Path(os.environ.get("SGLPATCH_SEED_LOOP_JSON") or tmp_path_factory.mktemp("seed") / "seed.json")
     proc = subprocess.run(
         [sys.executable, str(CASE), "--tree", str(tree), "--json", str(out)],

@@ -16,25 +16,24 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
 from bench import paged_mqa as pm
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_trees  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device: the Triton kernel and DeepGEMM need a GPU", allow_module_level=True)
-_major, _minor = torch.cuda.get_device_capability()
-if _major != 9:
-    pytest.skip(f"the kernel targets SM90 (Hopper); found sm_{_major}{_minor}", allow_module_level=True)
-pytest.importorskip("triton", reason="triton is not installed")
-try:
-    import deep_gemm
-except Exception as exc:  # noqa: BLE001
-    pytest.skip(f"deep_gemm is not importable: {exc}", allow_module_level=True)
+torch, deep_gemm = gpu_trees.sm90_kernels_or_skip(
+    "no CUDA device: the Triton kernel and DeepGEMM need a GPU",
+    "the kernel targets SM90 (Hopper); found {sm}",
+    "triton",
+)
 
 from bench import single_read_kernel as sk  # noqa: E402
 
