@@ -19,6 +19,9 @@ Real sglang objects from the tree the harness selected, built on CPU:
   it does not write are NaN, so a consumer that reads them fails.
 - ``set_arch``: the platform answers dsa_backend reads (SM100, SM90, other
   CUDA, ROCm), patched over the names the module imported.
+- ``capture_then_replay``: TARGET_VERIFY metadata captured for a CUDA graph,
+  then replayed with new lengths, checking that the replay works in place
+  (also used by the v0.5.23 line's tests).
 """
 
 from __future__ import annotations
@@ -238,6 +241,44 @@ def run_topk(backend, forward_batch, q_fp8, weights, metadata=None):
     ctx = fctx.ForwardContext(attn_backend=backend)
     with fctx.forward_context(ctx):
         return make_indexer()._get_topk_paged(forward_batch, 0, q_fp8, weights, metadata)
+
+
+def _apply_graph_metadata(backend, bs, seq_lens, req_pool_indices):
+    lens = torch.tensor(seq_lens, dtype=torch.int64)
+    backend._apply_cuda_graph_metadata(
+        bs=bs,
+        req_pool_indices=req_pool_indices,
+        seq_lens=lens,
+        seq_lens_cpu=lens.clone(),
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        spec_info=None,
+    )
+
+
+def capture_then_replay(backend, bs, replay_lens, max_bs, before_replay=None, pool=None, keep=()):
+    """Capture TARGET_VERIFY metadata for ``bs`` requests (fill lengths of 1, graph state for ``max_bs``),
+    run ``before_replay``, then replay it with ``replay_lens`` (request slots ``pool``, default 1..bs).
+
+    Asserts the replay refreshed the captured metadata in place: the same object, its context lengths and
+    schedule at the same addresses and shape, and the attributes named in ``keep`` as captured. Returns it.
+    """
+    backend.init_cuda_graph_state(max_bs=max_bs, max_num_tokens=max_bs * backend.speculative_num_draft_tokens)
+    _apply_graph_metadata(backend, bs, [1] * bs, torch.arange(1, bs + 1))
+    captured = backend.decode_cuda_graph_metadata[bs]
+
+    def in_place_facts(meta):
+        ctx = meta.paged_mqa_ctx_lens_2d
+        kept = [getattr(meta, name) for name in keep]
+        return ctx.data_ptr(), meta.paged_mqa_schedule_metadata.data_ptr(), tuple(ctx.shape), kept
+
+    at_capture = in_place_facts(captured)
+    if before_replay is not None:
+        before_replay()
+    _apply_graph_metadata(backend, bs, replay_lens, torch.arange(1, bs + 1) if pool is None else pool)
+    meta = backend.forward_metadata
+    assert meta is captured
+    assert in_place_facts(meta) == at_capture
+    return meta
 
 
 def expected_token_lengths(seq_lens, next_n):

@@ -224,35 +224,8 @@ def test_env_switch_reaches_metadata(monkeypatch):
 
 
 def capture_then_replay(backend, bs, replay_lens, before_replay=None):
-    """Capture TARGET_VERIFY metadata for ``bs``, then replay it with new lengths."""
-    backend.init_cuda_graph_state(max_bs=32, max_num_tokens=32 * backend.speculative_num_draft_tokens)
-    capture_lens = torch.full((bs,), 1, dtype=torch.int64)  # capture-time fill value
-    backend._apply_cuda_graph_metadata(
-        bs=bs,
-        req_pool_indices=torch.arange(1, bs + 1),
-        seq_lens=capture_lens,
-        seq_lens_cpu=capture_lens.clone(),
-        forward_mode=S.ForwardMode.TARGET_VERIFY,
-        spec_info=None,
-    )
-    captured = backend.decode_cuda_graph_metadata[bs]
-    pointers = (captured.paged_mqa_ctx_lens_2d.data_ptr(), captured.paged_mqa_schedule_metadata.data_ptr())
-    layout = captured.paged_mqa_layout
-    if before_replay is not None:
-        before_replay()
-    lens = torch.tensor(replay_lens, dtype=torch.int64)
-    backend._apply_cuda_graph_metadata(
-        bs=bs,
-        req_pool_indices=torch.arange(1, bs + 1),
-        seq_lens=lens,
-        seq_lens_cpu=lens.clone(),
-        forward_mode=S.ForwardMode.TARGET_VERIFY,
-        spec_info=None,
-    )
-    meta = backend.forward_metadata
-    assert meta is captured and meta.paged_mqa_layout is layout
-    assert (meta.paged_mqa_ctx_lens_2d.data_ptr(), meta.paged_mqa_schedule_metadata.data_ptr()) == pointers
-    return meta
+    """Capture TARGET_VERIFY metadata for ``bs``, then replay it with new lengths: in place, the layout kept."""
+    return S.capture_then_replay(backend, bs, replay_lens, 32, before_replay, keep=("paged_mqa_layout",))
 
 
 @pytest.mark.parametrize("arch,next_n,layout", [("sm100", 4, "native"), ("sm80", 4, "per_token")])

@@ -208,39 +208,9 @@ def test_odd_next_n_metadata_is_per_token_eager_and_graph(monkeypatch, next_n):
     (sched_ctx, _, _), _ = fake.get_paged_mqa_logits_metadata.calls[-1]
     assert sched_ctx is eager.paged_mqa_ctx_lens_2d
     # graph: the layout chosen at capture (fill lengths), kept at replay with the real ones
-    graph = _capture_then_replay(S.make_backend(next_n, num_reqs=bs), bs, SEQ_LENS[:bs])
+    graph = S.capture_then_replay(S.make_backend(next_n, num_reqs=bs), bs, SEQ_LENS[:bs], 64)
     assert graph.paged_mqa_layout is L("per_token")
     assert torch.equal(graph.paged_mqa_ctx_lens_2d, eager.paged_mqa_ctx_lens_2d)
-
-
-def _capture_then_replay(backend, bs, replay_lens, pool=None):
-    """Capture TARGET_VERIFY metadata for ``bs`` requests (fill lengths), replay it with ``replay_lens``."""
-    backend.init_cuda_graph_state(max_bs=64, max_num_tokens=64 * backend.speculative_num_draft_tokens)
-    fill = torch.ones(bs, dtype=torch.int64)
-    backend._apply_cuda_graph_metadata(
-        bs=bs,
-        req_pool_indices=torch.arange(1, bs + 1),
-        seq_lens=fill,
-        seq_lens_cpu=fill.clone(),
-        forward_mode=S.ForwardMode.TARGET_VERIFY,
-        spec_info=None,
-    )
-    captured = backend.decode_cuda_graph_metadata[bs]
-    pointers = captured.paged_mqa_ctx_lens_2d.data_ptr(), captured.paged_mqa_schedule_metadata.data_ptr()
-    lens = torch.tensor(replay_lens, dtype=torch.int64)
-    pool = torch.arange(1, bs + 1) if pool is None else pool
-    backend._apply_cuda_graph_metadata(
-        bs=bs,
-        req_pool_indices=pool,
-        seq_lens=lens,
-        seq_lens_cpu=lens.clone(),
-        forward_mode=S.ForwardMode.TARGET_VERIFY,
-        spec_info=None,
-    )
-    meta = backend.forward_metadata
-    assert meta is captured
-    assert (meta.paged_mqa_ctx_lens_2d.data_ptr(), meta.paged_mqa_schedule_metadata.data_ptr()) == pointers
-    return meta
 
 
 # --- the indexer call -----------------------------------------------------------------------------
@@ -255,7 +225,7 @@ def _setup(monkeypatch, arch, next_n, bs, cuda_graph=False, max_tokens_per_row=2
     backend = S.make_backend(next_n, num_reqs=64)
     batch = S.make_forward_batch(S.ForwardMode.TARGET_VERIFY, seq_lens, next_n)
     if cuda_graph:
-        _capture_then_replay(backend, bs, seq_lens)
+        S.capture_then_replay(backend, bs, seq_lens, 64)
     else:
         backend.init_forward_metadata(batch)
     return fake, backend, batch
@@ -397,7 +367,7 @@ def test_padded_batch_keeps_real_rows(monkeypatch, next_n, real, padded, layout,
     backend = S.make_backend(next_n, num_reqs=64)
     batch = _padded_forward_batch(backend, SEQ_LENS[:real], next_n, padded)
     if cuda_graph:
-        _capture_then_replay(backend, padded, batch.seq_lens.tolist(), pool=batch.req_pool_indices)
+        S.capture_then_replay(backend, padded, batch.seq_lens.tolist(), 64, pool=batch.req_pool_indices)
     else:
         backend.init_forward_metadata(batch)
     assert backend.forward_metadata.paged_mqa_layout is L(layout)

@@ -35,6 +35,7 @@ from p12_support import (  # noqa: E402  (the 0.5.14 harness's DeepGEMM stand-in
     PAGE,
     FakeDeepGemm,
     _quantize_rows,
+    capture_then_replay,
     expected_token_lengths,
     make_queries,
 )
@@ -48,7 +49,7 @@ fbi = import_sglang("sglang.srt.model_executor.forward_batch_info")
 fctx = import_sglang("sglang.srt.model_executor.forward_context")
 runtime_context = import_sglang("sglang.srt.runtime_context")
 
-__all__ = ["FakeDeepGemm", "make_queries", "HEAD_DIM", "INDEX_TOPK", "NUM_HEADS", "PAGE"]
+__all__ = ["FakeDeepGemm", "capture_then_replay", "make_queries", "HEAD_DIM", "INDEX_TOPK", "NUM_HEADS", "PAGE"]
 
 ForwardMode = fbi.ForwardMode
 MAX_CONTEXT = 1024

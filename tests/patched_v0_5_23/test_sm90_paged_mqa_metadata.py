@@ -186,39 +186,12 @@ def test_sm90_kpool_indexer_stays_per_token(monkeypatch):
 
 
 def capture_then_replay(monkeypatch, arch, next_n, bs, replay_lens, before_replay=None):
+    """On ``arch``: TARGET_VERIFY metadata captured for ``bs`` requests, replayed in place with ``replay_lens``."""
     fake = S.FakeDeepGemm(max_tokens_per_row=S.KERNEL_TOKENS_PER_ROW[arch], num_sms=4)
     S.use_kernels(monkeypatch, fake)
     backend = S.make_backend(next_n, num_reqs=64)
     with S.platform(monkeypatch, arch):
-        backend.init_cuda_graph_state(max_bs=64, max_num_tokens=64 * next_n)
-        fill = torch.full((bs,), 1, dtype=torch.int64)
-        backend._apply_cuda_graph_metadata(
-            bs=bs,
-            req_pool_indices=torch.arange(1, bs + 1),
-            seq_lens=fill,
-            seq_lens_cpu=fill.clone(),
-            forward_mode=TV,
-            spec_info=None,
-        )
-        captured = backend.decode_cuda_graph_metadata[bs]
-        pointers = (captured.paged_mqa_ctx_lens_2d.data_ptr(), captured.paged_mqa_schedule_metadata.data_ptr())
-        shape = tuple(captured.paged_mqa_ctx_lens_2d.shape)
-        if before_replay is not None:
-            before_replay()
-        lens = torch.tensor(replay_lens, dtype=torch.int64)
-        backend._apply_cuda_graph_metadata(
-            bs=bs,
-            req_pool_indices=torch.arange(1, bs + 1),
-            seq_lens=lens,
-            seq_lens_cpu=lens.clone(),
-            forward_mode=TV,
-            spec_info=None,
-        )
-    meta = backend.forward_metadata
-    assert meta is captured
-    # replay writes in place: the captured graph's buffers keep their addresses and shape
-    assert (meta.paged_mqa_ctx_lens_2d.data_ptr(), meta.paged_mqa_schedule_metadata.data_ptr()) == pointers
-    assert tuple(meta.paged_mqa_ctx_lens_2d.shape) == shape
+        meta = S.capture_then_replay(backend, bs, replay_lens, 64, before_replay)
     return backend, meta, fake
 
 
