@@ -5,7 +5,9 @@ Real sglang objects from the tree the harness selected, built on CPU:
 - ``make_backend``: a ``DeepseekSparseAttnBackend`` made with
   ``object.__new__`` and given the attributes its metadata paths read
   (page size 64, a real ``ReqToTokenPool``-shaped token table, a real
-  ``DSATokenToKVPool`` object holding one layer's index-K buffer).
+  ``DSATokenToKVPool`` object holding one layer's index-K buffer);
+  ``make_forward_batch``, ``make_indexer``, ``run_topk``. The v0.5.23 line's
+  support23.py builds on these (its pool, and the attributes 0.5.23 reads).
 - ``FakeDeepGemm``: the stand-in for the two DeepGEMM entry points the code
   under test calls (``get_paged_mqa_logits_metadata`` and
   ``fp8_paged_mqa_logits``).  Both record their calls.  The logits one
@@ -139,25 +141,31 @@ def _quantize_rows(x):
     return (x / scale).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
 
-def make_kv_pool_object(num_pages: int, seed: int = 0):
-    """A real DSATokenToKVPool instance holding one layer's index-K buffer."""
+def index_k_buffer(num_pages: int, seed: int = 0):
+    """One layer's index-K cache, uint8 [pages, PAGE * (D + 4)]: per page the fp8 keys, then their float32 scales."""
     gen = torch.Generator().manual_seed(seed)
     k = torch.randn((num_pages * PAGE, HEAD_DIM), generator=gen)
     k_fp8, k_scale = _quantize_rows(k)
     buf = torch.empty((num_pages, PAGE * (HEAD_DIM + 4)), dtype=torch.uint8)
     buf[:, : PAGE * HEAD_DIM] = k_fp8.view(torch.uint8).view(num_pages, -1)
     buf[:, PAGE * HEAD_DIM :] = k_scale.view(num_pages, PAGE).view(torch.uint8)
+    return buf
+
+
+def make_kv_pool_object(num_pages: int, seed: int = 0):
+    """A real DSATokenToKVPool instance holding one layer's index-K buffer."""
     pool = object.__new__(memory_pool.DSATokenToKVPool)
     pool.page_size = PAGE
     pool.start_layer = 0
     pool.layer_transfer_counter = None
-    pool.index_k_with_scale_buffer = [buf]
+    pool.index_k_with_scale_buffer = [index_k_buffer(num_pages, seed)]
     pool.dtype = torch.float8_e4m3fn
     return pool
 
 
-def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
-    """A DSA backend object for target_verify with next_n draft tokens."""
+def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0, kv_pool=make_kv_pool_object):
+    """A DSA backend object for target_verify with next_n draft tokens; ``kv_pool(num_pages, seed=...)``
+    makes its KV pool."""
     num_pages = 1 + num_reqs * (MAX_CONTEXT // PAGE)
     req_to_token = scattered_req_to_token(torch, num_reqs, MAX_CONTEXT, PAGE, seed)
 
@@ -173,7 +181,7 @@ def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
     backend.max_context_len = MAX_CONTEXT
     backend.req_to_token_pool = types.SimpleNamespace(req_to_token=req_to_token)
     backend.req_to_token = req_to_token
-    backend.token_to_kv_pool = make_kv_pool_object(num_pages, seed=seed + 1)
+    backend.token_to_kv_pool = kv_pool(num_pages, seed=seed + 1)
     backend.hisparse_coordinator = None
     backend.use_mha = False
     backend.dsa_prefill_impl = "flashmla_sparse"
@@ -185,19 +193,17 @@ def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
     return backend
 
 
-def make_forward_batch(mode, seq_lens, next_n: int, req_pool_indices=None):
-    """The ForwardBatch fields the metadata and indexer paths read."""
+def make_forward_batch(mode, seq_lens, next_n: int, host_lengths: bool = True):
+    """The ForwardBatch fields the metadata and indexer paths read (``host_lengths=False``: no seq_lens_cpu)."""
     seq_lens = torch.tensor(seq_lens, dtype=torch.int64)
     bs = seq_lens.numel()
-    if req_pool_indices is None:
-        req_pool_indices = torch.arange(1, bs + 1)
     return types.SimpleNamespace(
         forward_mode=mode,
         batch_size=bs,
         seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens.clone(),
+        seq_lens_cpu=seq_lens.clone() if host_lengths else None,
         seq_lens_sum=int(seq_lens.sum()),
-        req_pool_indices=torch.as_tensor(req_pool_indices),
+        req_pool_indices=torch.arange(1, bs + 1),
         extend_seq_lens_cpu=None,
         extend_seq_lens=None,
         extend_prefix_lens_cpu=None,
@@ -234,13 +240,14 @@ def make_queries(num_tokens: int, seed: int = 0):
     return q_fp8.contiguous(), w.unsqueeze(-1).contiguous()
 
 
-def run_topk(backend, forward_batch, q_fp8, weights, metadata=None):
-    """Call the real Indexer._get_topk_paged under a real forward context."""
+def run_topk(backend, forward_batch, q_fp8, weights, metadata=None, indexer=None):
+    """Call the real Indexer._get_topk_paged (of ``indexer``, default make_indexer()) under a real forward context."""
     if metadata is None:
         metadata = backend.get_indexer_metadata(0, forward_batch)
+    indexer = make_indexer() if indexer is None else indexer
     ctx = fctx.ForwardContext(attn_backend=backend)
     with fctx.forward_context(ctx):
-        return make_indexer()._get_topk_paged(forward_batch, 0, q_fp8, weights, metadata)
+        return indexer._get_topk_paged(forward_batch, 0, q_fp8, weights, metadata)
 
 
 def _apply_graph_metadata(backend, bs, seq_lens, req_pool_indices):

@@ -27,29 +27,36 @@ import torch
 
 harness23.require()  # a missing or wrong tree fails here, with the reason
 
+import p12_support  # noqa: E402  (the 0.5.14 harness's builders and DeepGEMM stand-in)
 from cpu_sglang import import_sglang, seqlens_expand_cpu  # noqa: E402
-from p12_support import (  # noqa: E402  (the 0.5.14 harness's DeepGEMM stand-in)
+from p12_support import (  # noqa: E402
     HEAD_DIM,
     INDEX_TOPK,
     NUM_HEADS,
     PAGE,
     FakeDeepGemm,
-    _quantize_rows,
     capture_then_replay,
     expected_token_lengths,
+    make_forward_batch,
     make_queries,
 )
-
-from testing.dsa_pages import scattered_req_to_token  # noqa: E402
 
 backend_mod = import_sglang("sglang.srt.layers.attention.dsa_backend")
 indexer_mod = import_sglang("sglang.srt.layers.attention.dsa.dsa_indexer")
 topk_mod = import_sglang("sglang.srt.layers.attention.dsa.dsa_topk_backend")
 fbi = import_sglang("sglang.srt.model_executor.forward_batch_info")
-fctx = import_sglang("sglang.srt.model_executor.forward_context")
 runtime_context = import_sglang("sglang.srt.runtime_context")
 
-__all__ = ["FakeDeepGemm", "capture_then_replay", "make_queries", "HEAD_DIM", "INDEX_TOPK", "NUM_HEADS", "PAGE"]
+__all__ = [
+    "FakeDeepGemm",
+    "capture_then_replay",
+    "make_forward_batch",
+    "make_queries",
+    "HEAD_DIM",
+    "INDEX_TOPK",
+    "NUM_HEADS",
+    "PAGE",
+]
 
 ForwardMode = fbi.ForwardMode
 MAX_CONTEXT = 1024
@@ -100,13 +107,7 @@ class IndexKPool:
     """The KV pool surface _get_topk_paged reads: one layer's fp8 index-K pages."""
 
     def __init__(self, num_pages: int, seed: int = 0):
-        gen = torch.Generator().manual_seed(seed)
-        k = torch.randn((num_pages * PAGE, HEAD_DIM), generator=gen)
-        k_fp8, k_scale = _quantize_rows(k)
-        buf = torch.empty((num_pages, PAGE * (HEAD_DIM + 4)), dtype=torch.uint8)
-        buf[:, : PAGE * HEAD_DIM] = k_fp8.view(torch.uint8).view(num_pages, -1)
-        buf[:, PAGE * HEAD_DIM :] = k_scale.view(num_pages, PAGE).view(torch.uint8)
-        self.buffer = buf
+        self.buffer = p12_support.index_k_buffer(num_pages, seed)
         self.page_size = PAGE
         self.index_page_size = PAGE
         self.dtype = torch.float8_e4m3fn
@@ -206,35 +207,13 @@ class TopKV2:
 
 
 def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
-    """A DSA backend object for target_verify with next_n draft tokens."""
-    num_pages = 1 + num_reqs * (MAX_CONTEXT // PAGE)
-    req_to_token = scattered_req_to_token(torch, num_reqs, MAX_CONTEXT, PAGE, seed)
-
-    backend = object.__new__(backend_mod.DeepseekSparseAttnBackend)
-    backend.device = torch.device("cpu")
+    """A DSA backend object for target_verify with next_n draft tokens: p12_support's, with an IndexKPool
+    and the attributes 0.5.23's metadata paths read besides."""
+    backend = p12_support.make_backend(next_n, num_reqs, seed, kv_pool=IndexKPool)
     backend.physical_page_size = PAGE
-    backend.real_page_size = PAGE
-    backend.speculative_num_draft_tokens = next_n
-    backend.speculative_num_steps = max(next_n - 1, 0)
-    backend.speculative_step_id = 0
-    backend.topk = 1
-    backend.dsa_index_topk = INDEX_TOPK
     backend.dsa_index_kpool = 1
-    backend.max_context_len = MAX_CONTEXT
-    backend.req_to_token_pool = types.SimpleNamespace(req_to_token=req_to_token)
-    backend.req_to_token = req_to_token
-    backend.token_to_kv_pool = IndexKPool(num_pages, seed=seed + 1)
-    backend.use_mha = False
-    backend.dsa_prefill_impl = "flashmla_sparse"
-    backend.dsa_decode_impl = "flashmla_sparse"
-    backend.enable_auto_select_prefill_impl = False
-    backend.dsa_kv_cache_store_fp8 = True
-    backend.dsa_topk_backend = topk_mod.DSATopKBackend.TORCH
-    backend._arange_buf = torch.arange(16384, dtype=torch.int32)
     backend._kv_shard_pool = None
-    backend.hisparse_coordinator = None
     backend.dcp_size, backend.dcp_rank = 1, 0
-    backend.num_splits = 0
     backend.use_fused_topk = False
     backend.dsa_drop_wide_page_table = False
     backend.experimental_kpool_metadata_fusion = False
@@ -251,30 +230,8 @@ def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
     return backend
 
 
-def make_forward_batch(mode, seq_lens, next_n: int, host_lengths: bool = True):
-    """The ForwardBatch fields the metadata and indexer paths read."""
-    seq_lens = torch.tensor(seq_lens, dtype=torch.int64)
-    bs = seq_lens.numel()
-    return types.SimpleNamespace(
-        forward_mode=mode,
-        batch_size=bs,
-        seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens.clone() if host_lengths else None,
-        seq_lens_sum=int(seq_lens.sum()),
-        req_pool_indices=torch.arange(1, bs + 1),
-        extend_seq_lens_cpu=None,
-        extend_seq_lens=None,
-        extend_prefix_lens_cpu=None,
-        global_num_tokens_cpu=None,
-        spec_info=None,
-        out_cache_loc=None,
-    )
-
-
 def make_indexer():
-    indexer = object.__new__(indexer_mod.Indexer)
-    indexer.index_topk = INDEX_TOPK
-    indexer.sm_count = 132
+    indexer = p12_support.make_indexer()
     indexer.n_heads = NUM_HEADS
     indexer.num_init_tokens = 0
     indexer.num_local_tokens = 0
@@ -285,9 +242,5 @@ def make_indexer():
 
 
 def run_topk(backend, forward_batch, q_fp8, weights, metadata=None):
-    """Call the real Indexer._get_topk_paged under a real forward context."""
-    if metadata is None:
-        metadata = backend.get_indexer_metadata(0, forward_batch)
-    ctx = fctx.ForwardContext(attn_backend=backend)
-    with fctx.forward_context(ctx):
-        return make_indexer()._get_topk_paged(forward_batch, 0, q_fp8, weights, metadata)
+    """Call the real Indexer._get_topk_paged (0.5.23's attributes) under a real forward context."""
+    return p12_support.run_topk(backend, forward_batch, q_fp8, weights, metadata, indexer=make_indexer())
