@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import logging
 import types
-from pathlib import Path
 
 import p12_support as S
 import pytest
 import torch
 from cpu_sglang import import_sglang, init_single_rank_parallel
 
+from testing.sm90_rule_rows import HOLDOUT_RUNS, check_holdout_choices, fitted_rows
+
 ENV = "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN"
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 H200_SMS = 132
 # Ragged lengths (<= MAX_CONTEXT - next_n), long enough for 32+ requests.
 SEQ_LENS = [(37 * i + 11) % 1000 + 1 for i in range(48)]
@@ -122,71 +121,27 @@ def test_eager_layout_depends_on_batch_size_and_width_only(monkeypatch):
     assert layouts == {L("paired")}
 
 
-def _committed_rows():
-    """Every committed H200 row that timed one and two tokens per row, with what a capture of it knows."""
-    kernel = json.loads((RESULTS / "paged_mqa_h200.json").read_text())
-    assert kernel["num_sms"] == H200_SMS
-    rows = [
-        dict(
-            source="paged_mqa_h200",
-            n=r["next_n"],
-            bs=r["batch_size"],
-            width=r["ctx"],
-            speedup=r["per_token_us"] / r["multi_us"],
-            case=(r["ctx"], r["lengths"]),
-        )
-        for r in kernel["rows"]
-    ]
-    # the indexer-step runs: CUDA-graph rows with two tokens per row; their block table was the
-    # fixture's, as wide as the grid's longest context
-    for name in ("indexer_h200.json", "indexer_h200_v0_5_23.json", "indexer_h200_v0_5_23_large.json"):
-        doc = json.loads((RESULTS / name).read_text())
-        width = max(r["ctx"] for r in doc["rows"])
-        rows += [
-            dict(
-                source=name,
-                n=r["next_n"],
-                bs=r["batch_size"],
-                width=width,
-                speedup=r["speedup"],
-                case=(r["ctx"], r["lengths"]),
-            )
-            for r in doc["rows"]
-            if r["cuda_graph"] and r["layout"] in ("native", "paired")
-        ]
-    return rows
-
-
 def test_rule_never_below_097_on_the_committed_h200_rows():
-    rows = _committed_rows()
-    assert len(rows) == 84 + 48 + 18 + 16
-    taken = [r for r in rows if _rule(r["n"], r["bs"], r["width"]) == 2]
+    rows = fitted_rows()
+    assert len(rows) == 84 + 48 + 18 + 16 and {r["num_sms"] for r in rows} == {H200_SMS}
+    taken = [r for r in rows if _rule(r["next_n"], r["batch_size"], r["width"]) == 2]
     assert len(taken) >= 120
     low = [r for r in taken if r["speedup"] < 0.97]
     assert not low, low[:3]
     # the rows that set the floor of 16 two-token rows: 8 rows under CUDA graphs, below 0.98x
-    floor = [r for r in rows if r["n"] == 2 and r["bs"] == 8 and r["source"] != "paged_mqa_h200"]
+    floor = [
+        r for r in rows if r["next_n"] == 2 and r["batch_size"] == 8 and not r["source"].startswith("paged_mqa_h200")
+    ]
     assert min(r["speedup"] for r in floor) == 0.949
     assert sorted(r["speedup"] for r in floor if r["speedup"] < 0.98) == [0.949, 0.978]
-    assert all(_rule(r["n"], r["bs"], r["width"]) == 1 for r in floor)
+    assert all(_rule(r["next_n"], r["batch_size"], r["width"]) == 1 for r in floor)
     # every row measured below 0.97x stays per-token
-    assert all(_rule(r["n"], r["bs"], r["width"]) == 1 for r in rows if r["speedup"] < 0.97)
+    assert all(_rule(r["next_n"], r["batch_size"], r["width"]) == 1 for r in rows if r["speedup"] < 0.97)
 
 
-@pytest.mark.parametrize("name", ["indexer_holdout_h200.json", "indexer_holdout_h200_v0_5_23.json"])
+@pytest.mark.parametrize("name", HOLDOUT_RUNS)
 def test_rule_is_the_one_the_holdout_measured(name):
-    # The hold-out grid ran after the rule was fixed: the even next_n rule must still choose
-    # what it chose there (it is not refitted on the hold-out); odd next_n, which ran pairs plus
-    # a tail there, is one token per row now.
-    rows = json.loads((RESULTS / name).read_text())["rows"]
-    even = [r for r in rows if r["next_n"] % 2 == 0]
-    assert len(even) == 180
-    for r in even:
-        want = 1 if r["layout"] == "per_token" else 2
-        assert _rule(r["next_n"], r["batch_size"], r["block_table_width"]) == want, r
-    odd = [r for r in rows if r["next_n"] % 2]
-    assert {r["layout"] for r in odd} == {"per_token", "pair_tail"}
-    assert all(_rule(r["next_n"], r["batch_size"], r["block_table_width"]) == 1 for r in odd)
+    check_holdout_choices(S.backend_mod.pick_sm90_tokens_per_row, name, H200_SMS)
 
 
 # --- odd next_n: one token per row, eager and under capture ------------------------------------

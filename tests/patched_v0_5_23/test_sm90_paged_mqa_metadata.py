@@ -14,13 +14,13 @@ lengths the indexer will pass (the DeepGEMM stand-in checks by value).
 from __future__ import annotations
 
 import itertools
-import json
-from pathlib import Path
 
 import pytest
 import support23 as S
 import torch
 from cpu_sglang import import_sglang
+
+from testing.sm90_rule_rows import HOLDOUT_RUNS, check_holdout_choices, fitted_rows
 
 B = S.backend_mod
 SEQ_LENS = [100, 300, 64, 500, 7, 200, 900, 33, 128, 65, 700, 1]
@@ -287,58 +287,21 @@ def test_replay_from_precomputed_metadata(monkeypatch, arch, next_n, bs, shape):
     assert torch.equal(backend.forward_metadata.paged_mqa_schedule_metadata[0], fake._fingerprint(ctx))
 
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
-
-
-def committed_h200_rows():
-    """Every committed H200 row that timed one and two tokens per row, with what a capture of it knows:
-    the kernel grid's block table is as wide as the case's context; the indexer-step runs' is the fixture's,
-    as wide as the grid's longest context."""
-    kernel = json.loads((RESULTS / "paged_mqa_h200.json").read_text())
-    assert kernel["num_sms"] == 132
-    rows = [
-        dict(
-            source="paged_mqa_h200",
-            n=r["next_n"],
-            bs=r["batch_size"],
-            width=r["ctx"],
-            speedup=r["per_token_us"] / r["multi_us"],
-        )
-        for r in kernel["rows"]
-    ]
-    for name in ("indexer_h200.json", "indexer_h200_v0_5_23.json", "indexer_h200_v0_5_23_large.json"):
-        doc = json.loads((RESULTS / name).read_text())
-        width = max(r["ctx"] for r in doc["rows"])
-        rows += [
-            dict(source=name, n=r["next_n"], bs=r["batch_size"], width=width, speedup=r["speedup"])
-            for r in doc["rows"]
-            if r["cuda_graph"] and r["layout"] in ("native", "paired")
-        ]
-    return rows
+def _rule(next_n, batch_size, width):
+    return B.pick_sm90_tokens_per_row(next_n, batch_size, width, 132)
 
 
 def test_sm90_rule_never_below_097_on_the_committed_h200_rows():
-    rows = committed_h200_rows()
-    assert len(rows) == 166
-    taken = [r for r in rows if B.pick_sm90_tokens_per_row(r["n"], r["bs"], r["width"], 132) == 2]
+    rows = fitted_rows()
+    assert len(rows) == 166 and {r["num_sms"] for r in rows} == {132}
+    taken = [r for r in rows if _rule(r["next_n"], r["batch_size"], r["width"]) == 2]
     assert len(taken) >= 120
     assert min(r["speedup"] for r in taken) >= 0.97
     # the 0.949x row (8 requests x 4k ragged, next_n 2, this line's run) stays per-token
-    assert all(B.pick_sm90_tokens_per_row(r["n"], r["bs"], r["width"], 132) == 1 for r in rows if r["speedup"] < 0.97)
+    assert all(_rule(r["next_n"], r["batch_size"], r["width"]) == 1 for r in rows if r["speedup"] < 0.97)
     assert round(min(r["speedup"] for r in rows), 3) == 0.866  # the rule is not vacuous: losses exist
 
 
-@pytest.mark.parametrize("name", ["indexer_holdout_h200_v0_5_23.json", "indexer_holdout_h200.json"])
+@pytest.mark.parametrize("name", HOLDOUT_RUNS)
 def test_sm90_rule_is_the_one_the_holdout_measured(name):
-    # The hold-out grid ran after the rule was fixed: for even next_n the rule still chooses what it
-    # chose there (it is not refitted on the hold-out); odd next_n, which ran pairs plus a tail
-    # there, is one token per row now.
-    rows = json.loads((RESULTS / name).read_text())["rows"]
-    even = [r for r in rows if r["next_n"] % 2 == 0]
-    assert len(even) == 180
-    for r in even:
-        want = 1 if r["layout"] == "per_token" else 2
-        assert B.pick_sm90_tokens_per_row(r["next_n"], r["batch_size"], r["block_table_width"], 132) == want, r
-    odd = [r for r in rows if r["next_n"] % 2]
-    assert {r["layout"] for r in odd} == {"per_token", "pair_tail"}
-    assert all(B.pick_sm90_tokens_per_row(r["next_n"], r["batch_size"], r["block_table_width"], 132) == 1 for r in odd)
+    check_holdout_choices(B.pick_sm90_tokens_per_row, name)

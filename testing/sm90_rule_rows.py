@@ -1,0 +1,35 @@
+"""The committed H200 rows the SM90 row-width rule is checked against, in both lines' CPU tests.
+
+- ``fitted_rows()``: every row the rule was fitted on, with what a capture of it knows
+  (bench/layout_rule.py's ``committed_rows``: the kernel grid and the CUDA-graph two-token rows of the
+  three indexer-step runs);
+- ``check_holdout_choices(rule, name)``: the hold-out grid ``name`` (one of ``HOLDOUT_RUNS``), measured
+  after the rule was fixed, against the rule of the line under test.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bench.layout_rule import RESULTS, committed_rows
+
+HOLDOUT_RUNS = ("indexer_holdout_h200.json", "indexer_holdout_h200_v0_5_23.json")
+
+
+def fitted_rows() -> list[dict]:
+    return committed_rows(RESULTS)
+
+
+def check_holdout_choices(rule, name: str, num_sms: int = 132) -> None:
+    """For even next_n, ``rule(next_n, batch_size, width, num_sms)`` still gives the tokens per row the
+    hold-out ran (it is not refitted on the hold-out); odd next_n, which ran pairs plus a tail there, is
+    one token per row now."""
+    rows = json.loads((RESULTS / name).read_text())["rows"]
+    even = [r for r in rows if r["next_n"] % 2 == 0]
+    assert len(even) == 180, len(even)
+    for r in even:
+        want = 1 if r["layout"] == "per_token" else 2
+        assert rule(r["next_n"], r["batch_size"], r["block_table_width"], num_sms) == want, r
+    odd = [r for r in rows if r["next_n"] % 2]
+    assert {r["layout"] for r in odd} == {"per_token", "pair_tail"}, {r["layout"] for r in odd}
+    assert all(rule(r["next_n"], r["batch_size"], r["block_table_width"], num_sms) == 1 for r in odd)
