@@ -1,6 +1,21 @@
-# Sourced by every runner in ci/ on the GPU box: their options and start, the bundle's unpacking,
-# the trees of a series line, and the environment (import path, JIT caches) they need.
-# Expects PY (a python) and a `say` function to be defined by the caller (box_start defines say).
+# Sourced by every runner in ci/ on the GPU box: their defaults, options and start, the bundle's
+# unpacking, the trees of a series line, and the environment (import path, JIT caches) they need.
+# Expects PY (a python) and a `say` function to be defined by the caller (box_defaults sets PY,
+# box_start defines say).
+
+# box_defaults RUNNER ARGS...: what a runner starts from before its own defaults and box_options:
+# SGLPATCH_RUN_COMMAND (exported: "bash ci/RUNNER ARGS...", the command as run, for its results),
+# BUNDLE (REPO/.gpu-bundle), OUTDIR ($OUT, else REPO/.gpu-bundle/results), SAVE_JIT=0 and PY ($PYTHON,
+# else python3).
+box_defaults() {
+  local runner="$1"
+  shift
+  export SGLPATCH_RUN_COMMAND="bash ci/$runner $*"
+  BUNDLE="$REPO/.gpu-bundle"
+  OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
+  SAVE_JIT=0
+  PY="${PYTHON:-python3}"
+}
 
 # box_options "$@": the options every runner takes: --out DIR, --bundle DIR, --work DIR,
 # --save-jit-cache; and the runner's own value options, named in BOX_OPTIONS as "--flag=VAR ..."
@@ -84,13 +99,14 @@ save_jit_cache() {
   say "saved JIT caches: $(du -ch "$outdir"/jit-cache.tar.gz* | tail -1 | cut -f1)"
 }
 
-# make_line_trees BUNDLE WORK LINE SERIES RECORD: unpack the shared deps and sgl-kernel, then the line's
-# pristine sglang into WORK/trees/pristine/sglang and a copy with SERIES applied (ci/apply_series.py,
-# RECORD: what it applied) into WORK/trees/patched/sglang. v0.5.14's sglang is the bundle's own part,
-# a newer line's sits in BUNDLE/LINE/ (ci/gpu_bundle.py --line LINE). Exit 3: bundle part missing;
-# exit 4: the series did not apply.
+# make_line_trees BUNDLE WORK LINE SERIES RECORD [MARK]: unpack the shared deps and sgl-kernel, then the
+# line's pristine sglang into WORK/trees/pristine/sglang and a copy with SERIES applied
+# (ci/apply_series.py, RECORD: what it applied) into WORK/trees/patched/sglang, and say so. v0.5.14's
+# sglang is the bundle's own part, a newer line's sits in BUNDLE/LINE/ (ci/gpu_bundle.py --line LINE).
+# MARK: a name the patched dsa_backend.py must then hold. Exit 3: bundle part missing; exit 4: the
+# series did not apply, or the patched tree lacks MARK.
 make_line_trees() {
-  local bundle="$1" work="$2" line="$3" series="$4" record="$5" part
+  local bundle="$1" work="$2" line="$3" series="$4" record="$5" mark="${6:-}" part
   rm -rf "$work" && mkdir -p "$work/trees/pristine" "$work/trees/patched"
   unpack_bundle "$bundle" "$work"
   if [ "$line" != v0.5.14 ]; then
@@ -109,4 +125,7 @@ PYEOF
   cp -a "$work/trees/pristine/sglang" "$work/trees/patched/sglang"
   "$PY" "$REPO/ci/apply_series.py" "$series" --root "$work/trees/patched" --record "$record" \
     || { echo "patch series did not apply" >&2; exit 4; }
+  say "trees ready in $work/trees"
+  [ -z "$mark" ] || grep -q "$mark" "$work/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
+    || { echo "series reported applied but dsa_backend.py has no $mark" >&2; exit 4; }
 }

@@ -18,13 +18,9 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/ci/gpu_box.sh"
-export SGLPATCH_RUN_COMMAND="bash ci/run_engine_gpu.sh $*"
+box_defaults run_engine_gpu.sh "$@"
 LINE=v0.5.14
-BUNDLE="$REPO/.gpu-bundle"
-OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-engine
-SAVE_JIT=0
-PY="${PYTHON:-python3}"
 BOX_OPTIONS="--line=LINE"
 box_options "$@"
 set -- "${BOX_REST[@]}"
@@ -32,7 +28,6 @@ box_start "run-engine-gpu-$LINE"
 SUFFIX=$([ "$LINE" = v0.5.14 ] && echo "" || echo "_${LINE//./_}")
 
 make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/applied_series$SUFFIX.json"
-say "trees ready in $WORK/trees"
 use_bundle_env "$BUNDLE" "$WORK"
 ENV_ARGS=(--env SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0)
 [ "$LINE" = v0.5.14 ] || ENV_ARGS+=(--env SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1)

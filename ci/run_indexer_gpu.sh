@@ -17,14 +17,10 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/ci/gpu_box.sh"
-export SGLPATCH_RUN_COMMAND="bash ci/run_indexer_gpu.sh $*"
-BUNDLE="$REPO/.gpu-bundle"
+box_defaults run_indexer_gpu.sh "$@"
 PATCHES="$REPO/patches/v0.5.14/series"
 GRID=smoke
-OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-gpu
-SAVE_JIT=0
-PY="${PYTHON:-python3}"
 BOX_OPTIONS="--grid=GRID --patches=PATCHES"
 box_options "$@"
 set -- "${BOX_REST[@]}"
@@ -32,10 +28,7 @@ box_start run-indexer-gpu
 
 # 1. the trees: WORK/trees/pristine (the bundle's v0.5.14) and WORK/trees/patched (the series applied by
 #    ci/apply_series.py, outside any git work tree: git apply stays honest there)
-make_line_trees "$BUNDLE" "$WORK" v0.5.14 "$PATCHES" "$OUTDIR/applied_series.json"
-say "trees ready in $WORK/trees"
-grep -q paged_mqa_layout "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
-  || { echo "series reported applied but dsa_backend.py has no paged_mqa_layout" >&2; exit 4; }
+make_line_trees "$BUNDLE" "$WORK" v0.5.14 "$PATCHES" "$OUTDIR/applied_series.json" paged_mqa_layout
 
 # 2. environment
 use_bundle_env "$BUNDLE" "$WORK"

@@ -21,24 +21,18 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/ci/gpu_box.sh"
-export SGLPATCH_RUN_COMMAND="bash ci/run_indexer_gpu_v0_5_23.sh $*"
+box_defaults run_indexer_gpu_v0_5_23.sh "$@"
 LINE=v0.5.23
-BUNDLE="$REPO/.gpu-bundle"
 GRID=smoke
-OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/sglpatch-gpu-v0_5_23
-SAVE_JIT=0
-PY="${PYTHON:-python3}"
 BOX_OPTIONS="--grid=GRID"
 box_options "$@"
 set -- "${BOX_REST[@]}"
 box_start "run-indexer-gpu-$LINE"
 
 # 1. the trees: WORK/trees/pristine (sglang 0.5.23 as shipped) and WORK/trees/patched (the line's series)
-make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/applied_series_v0_5_23.json"
-say "trees ready in $WORK/trees"
-grep -q pick_sm90_tokens_per_row "$WORK/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
-  || { echo "series reported applied but dsa_backend.py has no pick_sm90_tokens_per_row" >&2; exit 4; }
+make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/applied_series_v0_5_23.json" \
+  pick_sm90_tokens_per_row
 
 # 2. environment (no sglang in pkgs/: each run imports its own tree)
 use_bundle_env "$BUNDLE" "$WORK"
