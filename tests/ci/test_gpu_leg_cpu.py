@@ -48,6 +48,28 @@ GPU_STUB = textwrap.dedent("""
     """)
 
 
+def _empty_sglang_package(tmp_path: Path) -> Path:
+    """An installed-package-shaped sglang folder holding only ``__init__.py``."""
+    package = tmp_path / "site" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    return package
+
+
+def _gpu_leg(cwd: Path, args: list[str], **env) -> subprocess.CompletedProcess:
+    """`sglpatch gpu-leg ARGS` in a child run from ``cwd``, with ``env`` added and the test run's PYTHONPATH left out."""
+    child_env = dict(os.environ, **env)
+    child_env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", "gpu-leg", *args],
+        cwd=cwd,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
     project = tmp_path / "project"
     (project / "ci").mkdir(parents=True)
@@ -55,38 +77,15 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "ci" / "dsa_kit_driver.py").write_text(KIT_STUB)
     (project / "tests" / "gpu" / "test_paged_mqa_layouts.py").write_text(GPU_STUB)
-    package = tmp_path / "site" / "sglang"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+    package = _empty_sglang_package(tmp_path)
     stem = tmp_path / "out" / "gpu-leg-h100"
 
-    env = dict(os.environ, SGLPATCH_PROJECT=str(project))
-    env.pop("PYTHONPATH", None)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sglpatch",
-            "gpu-leg",
-            "--leg",
-            "h100",
-            "--sglang",
-            str(package),
-            "--patches",
-            str(REPO / "patches" / "v0.5.14"),
-            "--expectations",
-            str(REPO / "ci" / "leg-expectations.json"),
-            "--skip-apply",
-            "--jobs",
-            "1",
-            "--out",
-            str(stem),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = _gpu_leg(
+        tmp_path,
+        ["--leg", "h100", "--sglang", str(package), "--patches", str(REPO / "patches" / "v0.5.14")]
+        + ["--expectations", str(REPO / "ci" / "leg-expectations.json"), "--skip-apply", "--jobs", "1"]
+        + ["--out", str(stem)],
+        SGLPATCH_PROJECT=str(project),
     )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "[gpu-leg] leg h100: FAILED" in run.stdout
@@ -120,21 +119,13 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
 
 def test_leg_whose_series_does_not_apply_still_writes_a_failing_summary(tmp_path):
     """An sglang folder the series cannot apply to: no part runs, the summary says why."""
-    package = tmp_path / "site" / "sglang"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+    package = _empty_sglang_package(tmp_path)
     stem = tmp_path / "out" / "gpu-leg-b200"
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    run = subprocess.run(
+    run = _gpu_leg(
+        tmp_path,
         # the base interpreter: the probe needs no torch here, and importing it would only cost time
-        [sys.executable, "-m", "sglpatch", "gpu-leg", "--leg", "b200", "--sglang", str(package)]
-        + ["--python", getattr(sys, "_base_executable", sys.executable), "--out", str(stem)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        ["--leg", "b200", "--sglang", str(package), "--python", getattr(sys, "_base_executable", sys.executable)]
+        + ["--out", str(stem)],
     )
     assert run.returncode == 1, run.stdout + run.stderr
     summary = ci_summary.load_leg_summary(stem.with_suffix(".json"))
