@@ -59,20 +59,9 @@ WARMUP_PROMPT = (1000, 1024)
 
 # (batch size, context, lengths); the pool bounds them: 64k cases hold <= 32 requests.
 GRIDS = {
-    "full": [
-        (1, 4096, "uniform"),
-        (8, 4096, "uniform"),
-        (32, 4096, "uniform"),
-        (64, 4096, "uniform"),
-        (1, 16384, "uniform"),
-        (8, 16384, "uniform"),
-        (32, 16384, "uniform"),
-        (64, 16384, "uniform"),
-        (64, 16384, "ragged"),
-        (8, 65536, "uniform"),
-        (32, 65536, "uniform"),
-        (32, 65536, "ragged"),
-    ],
+    # 1 to 64 requests at 4k and 16k, ragged 16k, and 64k at 8 and 32
+    "full": [(bs, ctx, "uniform") for ctx in (4096, 16384) for bs in (1, 8, 32, 64)]
+    + [(64, 16384, "ragged"), (8, 65536, "uniform"), (32, 65536, "uniform"), (32, 65536, "ragged")],
     # The targets (32 requests x 64k) and two 16k points, from 32 pool prompts of 64k only.
     "targets": [
         (8, 16384, "uniform"),
