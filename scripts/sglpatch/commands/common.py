@@ -11,30 +11,44 @@ from sglpatch.project import default_base_dir
 from sglpatch.series import Series, load_series
 from sglpatch.target import Target, open_target
 
-
-def add_target_option(parser) -> None:
-    parser.add_argument(
-        "--sglang",
+# The options the commands share: the flag, then add_argument's keywords.
+_TARGET_OPTION = (
+    "--sglang",
+    dict(
         metavar="PATH",
         help="a git checkout of sglang or an installed sglang package folder "
         "(default: the line's own base, build/sglang for the default line)",
-    )
-
-
-def add_line_option(parser) -> None:
-    parser.add_argument(
-        "--line",
+    ),
+)
+_LINE_OPTION = (
+    "--line",
+    dict(
         metavar="TAG",
         help="the series line, e.g. v0.5.23 (default: the one matching the target's sglang version; "
         "without --sglang, the default line)",
-    )
+    ),
+)
+_PATCHES_OPTION = (
+    "--patches",
+    dict(type=Path, default=None, metavar="DIR", help="a series folder to use instead of a line"),
+)
+
+
+def _add_options(parser, *options) -> None:
+    for flag, keywords in options:
+        parser.add_argument(flag, **keywords)
+
+
+def add_target_option(parser) -> None:
+    _add_options(parser, _TARGET_OPTION)
+
+
+def add_line_option(parser) -> None:
+    _add_options(parser, _LINE_OPTION)
 
 
 def add_series_options(parser) -> None:
-    parser.add_argument(
-        "--patches", type=Path, default=None, metavar="DIR", help="a series folder to use instead of a line"
-    )
-    add_line_option(parser)
+    _add_options(parser, _PATCHES_OPTION, _LINE_OPTION)
 
 
 def chosen_line(args, target: Target | None = None) -> Line | None:
