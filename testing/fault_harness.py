@@ -510,15 +510,21 @@ def run_grid(lab: Lab, operation: Operation, sig: str, full: bool) -> Result:
 
 
 def _cut_at(lab: Lab, labels: list[str], points: list[int], interrupt: Callable[[int], str | None]) -> Result:
+    return _tally(lab, points, interrupt, lambda point: f"point {point} ({labels[point - 1]})")
+
+
+def _tally(lab: Lab, cases: list[int], run_one: Callable[[int], str | None], where: Callable[[int], str]) -> Result:
+    """``run_one`` each case (it returns the problem, or None where the target came out right), counted into
+    a Result: tried, recovered, left mid-way, and each failure named by ``where(case)``."""
     result = Result()
-    for point in points:
+    for case in cases:
         result.tried += 1
-        problem = interrupt(point)
+        problem = run_one(case)
         result.mid_way += lab.last_mid_way
         if problem is None:
             result.recovered += 1
         else:
-            result.failures.append(f"point {point} ({labels[point - 1]}): {problem}")
+            result.failures.append(f"{where(case)}: {problem}")
     return result
 
 
@@ -539,13 +545,10 @@ def space_levels(taken: list[int], full: bool, page: int = 4096) -> list[int]:
 
 def run_full_disk_grid(lab: Lab, operation: Operation, disk, full: bool) -> Result:
     """`operation` on a real small disk, filled to run out at each level `space_levels` names."""
-    result = Result()
-    for leave in space_levels(lab.space_trace(operation, disk), full):
-        result.tried += 1
-        problem = lab.run_out_of_space(operation, disk, leave)
-        result.mid_way += lab.last_mid_way
-        if problem is None:
-            result.recovered += 1
-        else:
-            result.failures.append(f"{leave // 1024} KiB free: {problem}")
-    return result
+    levels = space_levels(lab.space_trace(operation, disk), full)
+    return _tally(
+        lab,
+        levels,
+        lambda leave: lab.run_out_of_space(operation, disk, leave),
+        lambda leave: f"{leave // 1024} KiB free",
+    )
