@@ -109,6 +109,11 @@ def make_series(
     return out
 
 
+def one_patch_series(base_repo: Path, pin, out: Path, message: str, edit: tuple[str, str | None, str]) -> Path:
+    """A series of one patch, `message`, making the one edit (path, old, new): made in a clone beside `out`."""
+    return make_series(base_repo, out.parent / "dev", out, pin, [(message, [edit])])
+
+
 @pytest.fixture(scope="session")
 def series_dir(tmp_path_factory, base_repo, project_pin) -> Path:
     """Two small real patches against real v0.5.14 files, exported like the project's series."""

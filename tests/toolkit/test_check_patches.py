@@ -9,7 +9,7 @@ import pytest
 from sglpatch.lines import default_line
 from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series
-from testing.sglang_trees import SECOND, make_series
+from testing.sglang_trees import SECOND, one_patch_series
 
 
 @pytest.mark.series_proof  # several minutes: `make check-patches` is this proof, for every line
@@ -25,13 +25,8 @@ def test_a_patch_whose_named_tests_do_not_see_it_fails_the_check(sglpatch, tmp_p
         "[Spec] A change its named tests cannot see\n\nWhy: negative check.\n\n"
         "Upstream-PR: 1\nTests: tests/patched/test_p4_future_map_seed.py\n"
     )
-    patches = make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "blind",
-        project_pin,
-        [(message, [(SECOND, "class GlobalConfig:", "# invisible\nclass GlobalConfig:")])],
-    )
+    edit = (SECOND, "class GlobalConfig:", "# invisible\nclass GlobalConfig:")
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "blind", message, edit)
     code, out, err = sglpatch("check-patches", "--patches", patches)
     assert code == 2 and "line v0.5.14: 1 of 1 patches fail their own check" in err
     assert "[FAIL]" in out and re.search(r"their tests: [1-9][0-9]* failed", out)

@@ -21,7 +21,7 @@ from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import check_out_release, release_date
 from sglpatch.wheels import fetch_wheel, file_sha256
-from testing.sglang_trees import SECOND, fingerprint, make_series
+from testing.sglang_trees import SECOND, fingerprint, one_patch_series
 
 PROJECT_LINES = all_lines(PROJECT_ROOT / "patches")
 NEEDS_0516 = pytest.mark.network  # the 0.5.16 wheel, unless cached
@@ -43,7 +43,7 @@ def line_0516(tmp_path_factory, project_pin) -> Path:
     check_out_release(init_repo(base), "0.5.16", wheel, date=pin.date)
     message = "[Spec] Mark the global config on the 0.5.16 line\n\nWhy: a second line.\n\nUpstream-PR: 29787\n"
     edit = (SECOND, "class GlobalConfig", "# test line 0.5.16\nclass GlobalConfig")
-    return make_series(base, tmp / "dev", tmp / "v0.5.16", pin, [(message, [edit])])
+    return one_patch_series(base, pin, tmp / "v0.5.16", message, edit)
 
 
 @pytest.fixture

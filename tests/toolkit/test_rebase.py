@@ -16,12 +16,13 @@ from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
-from testing.sglang_trees import BACKEND, OVERLAP, SECOND, fingerprint, make_series
+from testing.sglang_trees import BACKEND, OVERLAP, SECOND, fingerprint, make_series, one_patch_series
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
 LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
+BROKEN_SYNTAX = (SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")  # a prefix that cannot compile
 
 
 @pytest.fixture(scope="session")
@@ -94,22 +95,25 @@ def test_rebase_onto_a_release_version_fetches_it(sglpatch, checkout, patches, t
     assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
 
 
+def own_copy(template, tmp_path):
+    """A test's own copy of a series made once for the module, under the same folder name."""
+    dest = tmp_path / template.name
+    shutil.copytree(template, dest)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def conflicting_series_template(tmp_path_factory, base_repo, project_pin, release_chain):
     """Made once (a clone, a commit, an export); each test gets its own copy."""
     tmp = tmp_path_factory.mktemp("conflicting")
     line = changed_line(release_chain, OVERLAP)
     message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
-    return make_series(
-        base_repo, tmp / "dev", tmp / "conflicting", project_pin, [(message, [(OVERLAP, line, line + "  # ours")])]
-    )
+    return one_patch_series(base_repo, project_pin, tmp / "conflicting", message, (OVERLAP, line, line + "  # ours"))
 
 
 @pytest.fixture
 def conflicting_series(tmp_path, conflicting_series_template):
-    dest = tmp_path / "conflicting"
-    shutil.copytree(conflicting_series_template, dest)
-    return dest
+    return own_copy(conflicting_series_template, tmp_path)
 
 
 def test_conflict_stops_then_abort_restores_everything(sglpatch, chain, conflicting_series, tmp_path):
@@ -343,13 +347,8 @@ def test_upstream_by_declared_marker(sglpatch, chain, tmp_path, base_repo, proje
         "[Spec] Our own seed flag\n\nWhy: marker test.\n\nUpstream-PR: 29787\n"
         f"Upstream-Marker: seed_dsa_topk_from_draft_extend in {SPEC_DIR}\n"
     )
-    patches = make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "marked",
-        project_pin,
-        [(message, [(SECOND, "class GlobalConfig", "# our seed relay\nclass GlobalConfig")])],
-    )
+    edit = (SECOND, "class GlobalConfig", "# our seed relay\nclass GlobalConfig")
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "marked", message, edit)
     code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15", "--drop-upstreamed")
     assert code == 0, err
     assert "marker 'seed_dsa_topk_from_draft_extend' found" in out
@@ -358,13 +357,7 @@ def test_upstream_by_declared_marker(sglpatch, chain, tmp_path, base_repo, proje
 
 def test_a_prefix_that_does_not_compile_stops_naming_the_patch(sglpatch, chain, tmp_path, base_repo, project_pin):
     message = "[Spec] Break the syntax\n\nWhy: check test.\n\nUpstream-PR: 1\n"
-    patches = make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "broken",
-        project_pin,
-        [(message, [(SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")])],
-    )
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "broken", message, BROKEN_SYNTAX)
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
     assert code == 1 and "does not compile" in err and "0001-Spec-Break-the-syntax.patch" in err
     assert rebase(sglpatch, chain, patches, tmp_path, "--abort")[0] == 0
@@ -394,13 +387,8 @@ def test_check_imports_stops_at_the_patch_whose_module_fails_to_import(
     sglpatch, chain, tmp_path, base_repo, project_pin
 ):
     message = "[Spec] Import what is not there\n\nWhy: check test.\n\nUpstream-PR: 1\n"
-    patches = make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "unimportable",
-        project_pin,
-        [(message, [(SECOND, "class GlobalConfig:", "import sglpatch_no_such_module\n\n\nclass GlobalConfig:")])],
-    )
+    edit = (SECOND, "class GlobalConfig:", "import sglpatch_no_such_module\n\n\nclass GlobalConfig:")
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "unimportable", message, edit)
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16", "--check-imports")
     assert code == 1 and "0001-Spec-Import-what-is-not-there.patch" in err
     assert "sglpatch_no_such_module" in err and "sglang.global_config" in err
@@ -472,14 +460,19 @@ def commit_upstream(git, chain, subjects):
     git.run("checkout", "-q", "work")
 
 
+def rebase_past_landed_and_reverted(sglpatch, chain, series, tmp_path, landed: str, revert_pr: int):
+    """Upstream lands the PR `landed` names, then reverts it (PR #`revert_pr`); rebase `series` onto that
+    with --drop-upstreamed."""
+    commit_upstream(Git(chain), chain, [landed, f'Revert "{landed}" (#{revert_pr})'])
+    args = ("--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed")
+    return rebase(sglpatch, chain, series, tmp_path, *args)
+
+
 def test_extends_pr_never_marks_a_patch_upstream_nor_does_a_revert(sglpatch, chain, project_series, tmp_path):
     """Patches 1-2 extend #27166: neither its landing nor a revert naming it makes them upstream."""
     git = Git(chain)
     landed = "[DSA] DeepGEMM-native target_verify on SM100 (#27166)"
-    commit_upstream(git, chain, [landed, f'Revert "{landed}" (#30500)'])
-    code, out, err = rebase(
-        sglpatch, chain, project_series, tmp_path, "--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed"
-    )
+    code, out, err = rebase_past_landed_and_reverted(sglpatch, chain, project_series, tmp_path, landed, 30500)
     assert code == 0, err
     assert "upstream" not in " ".join(picture_lines(out)) and "dropped" not in out
     series = load_series(project_series).patches
@@ -490,10 +483,8 @@ def test_extends_pr_never_marks_a_patch_upstream_nor_does_a_revert(sglpatch, cha
 def test_a_reverted_upstream_pr_is_not_upstream(sglpatch, chain, patches, tmp_path):
     """The second test patch carries #29787 (Upstream-PR): landed, then reverted, it is not upstream."""
     git = Git(chain)
-    landed = "[Spec] FutureMap seed relay (#29787)"
-    commit_upstream(git, chain, [landed, f'Revert "{landed}" (#30501)'])
-    code, out, err = rebase(
-        sglpatch, chain, patches, tmp_path, "--onto", "upstream", "--release", "0.5.14", "--drop-upstreamed"
+    code, out, err = rebase_past_landed_and_reverted(
+        sglpatch, chain, patches, tmp_path, "[Spec] FutureMap seed relay (#29787)", 30501
     )
     assert code == 0, err
     assert "upstream PR" not in out and git.run("rev-list", "--count", "upstream..HEAD") == "2"
@@ -522,9 +513,7 @@ def three_patch_template(tmp_path_factory, base_repo, project_pin, release_chain
 
 @pytest.fixture
 def three_patches(tmp_path, three_patch_template):
-    dest = tmp_path / "three"
-    shutil.copytree(three_patch_template, dest)
-    return dest
+    return own_copy(three_patch_template, tmp_path)
 
 
 def test_drop_mid_rebase_keeps_earlier_resolutions_and_the_series_omits_it(sglpatch, chain, three_patches, tmp_path):
@@ -575,13 +564,7 @@ def test_drop_a_later_patch_by_name_while_stopped_and_refuse_an_earlier_one(sglp
 def test_drop_the_patch_whose_prefix_does_not_compile(sglpatch, chain, tmp_path, base_repo, project_pin):
     """A failing check stops after the pick: dropping that patch takes its commit out again and goes on."""
     message = "[Spec] Break the syntax\n\nWhy: check test.\n"
-    patches = make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "broken",
-        project_pin,
-        [(message, [(SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")])],
-    )
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "broken", message, BROKEN_SYNTAX)
     assert rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")[0] == 1
     code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--drop", "0001")
     assert code == 0 and "0 of 1 patches kept" in out and "no patch is left on 0.5.16" in out, err
