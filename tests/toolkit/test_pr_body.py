@@ -107,5 +107,7 @@ def test_speed_notes_of_an_engine_run_come_between_its_table_and_the_indexer_ste
         speed_notes=["The engine ran on the other line."],
     )
     speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1].split("## Checklist")[0]
-    order = [speed.index(x) for x in ("| 4 | 32 | 64k |", "The engine ran on the other line.", "The indexer step alone")]
+    order = [
+        speed.index(x) for x in ("| 4 | 32 | 64k |", "The engine ran on the other line.", "The indexer step alone")
+    ]
     assert order == sorted(order), order
