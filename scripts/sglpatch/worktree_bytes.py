@@ -38,13 +38,12 @@ def give_back_worktree(target: Target, recorded: dict[str, str]) -> list[str]:
     lost = []
     for path, blob in sorted(recorded.items()):
         local = target.root / path
-        if not local.is_file() or local.is_symlink() or blob_id(data := local.read_bytes()) == blob:
+        if not local.is_file() or local.is_symlink() or blob_id(local.read_bytes()) == blob:
             continue
         if target.git.try_run("cat-file", "-e", blob)[0] != 0:
             lost.append(path)
             continue
         wanted = target.git.run_bytes("cat-file", "blob", blob)
-        if wanted != data:
-            write_durably(local, wanted, fault_points=False, mode=local.stat().st_mode & 0o7777)
-            fault_point(f"checkout: {local.name} as the work tree had it")
+        write_durably(local, wanted, fault_points=False, mode=local.stat().st_mode & 0o7777)
+        fault_point(f"checkout: {local.name} as the work tree had it")
     return lost

@@ -160,10 +160,9 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     try:
         worktree = record_worktree(plan.target, touched)
     except (GitFailed, OSError) as exc:
-        why = (
-            f"cannot write {exc.filename or git.git_dir()} ({exc.strerror or exc})" if isinstance(exc, OSError) else exc
-        )
-        raise FatalError(f"{why}; nothing was changed: {plan.target.root} is as it was") from None
+        raise FatalError(
+            f"{_failure(exc, git.git_dir())}; nothing was changed: {plan.target.root} is as it was"
+        ) from None
     record = CheckoutRecord(
         state=WriteState.APPLYING,
         branch=branch,
