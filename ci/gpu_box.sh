@@ -80,6 +80,10 @@ use_bundle_env() {
   JIT="$work/jit"
   export DG_JIT_CACHE_DIR="$JIT/deep_gemm" TRITON_CACHE_DIR="$JIT/triton"
   export TORCHINDUCTOR_CACHE_DIR="$JIT/inductor" XDG_CACHE_HOME="$JIT/xdg"
+  # sglang sets DeepGEMM's DG_JIT_CACHE_DIR from its own SGLANG_DG_CACHE_DIR (default ~/.cache/deep_gemm),
+  # and its JIT kernels and flashinfer's build under ~/.cache unless told: all of them into WORK/jit too,
+  # or a saved cache misses them and every engine start compiles them again
+  export SGLANG_DG_CACHE_DIR="$JIT/deep_gemm" TVM_FFI_CACHE_DIR="$JIT/tvm-ffi" FLASHINFER_WORKSPACE_BASE="$JIT/flashinfer"
   mkdir -p "$JIT"
   if [ -f "$bundle/jit-cache.tar.gz" ]; then
     tar -xzf "$bundle/jit-cache.tar.gz" -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
@@ -100,7 +104,8 @@ save_jit_cache() {
 }
 
 # make_line_trees BUNDLE WORK LINE SERIES RECORD [MARK]: unpack the shared deps and sgl-kernel, then the
-# line's pristine sglang into WORK/trees/pristine/sglang and a copy with SERIES applied
+# line's pristine sglang into WORK/trees/pristine/sglang (and a newer line's own wheels, BUNDLE/LINE/deps.tar.xz,
+# into WORK/site) and a copy with SERIES applied
 # (ci/apply_series.py, RECORD: what it applied) into WORK/trees/patched/sglang, and say so. v0.5.14's
 # sglang is the bundle's own part, a newer line's sits in BUNDLE/LINE/ (ci/gpu_bundle.py --line LINE).
 # MARK: a name the patched dsa_backend.py must then hold. Exit 3: bundle part missing; exit 4: the
@@ -119,6 +124,11 @@ with tarfile.open(sys.argv[1]) as t:  # members are pkgs/sglang/...
     t.extractall(sys.argv[2], filter="data")
 PYEOF
     mv "$work/line/pkgs/sglang" "$work/trees/pristine/sglang"
+    if [ -f "$bundle/$line/deps.tar.xz" ]; then  # the line's own wheels (ci/gpu-bundle-requirements-LINE.txt)
+      "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+        "$bundle/$line/deps.tar.xz" "$work" || exit 3
+      say "unpacked $line's own wheels into $work/site"
+    fi
   else
     mv "$work/pkgs/sglang" "$work/trees/pristine/sglang"
   fi

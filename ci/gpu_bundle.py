@@ -18,7 +18,8 @@ plus MANIFEST.json (what went in, sizes, hashes).  Wheels are cached in .cache/g
 plus, per further series line (``--line v0.5.23``), OUT/<line>/sglang.tar.xz: that line's pristine
 sglang package from the wheel its patches/<line>/pin.json names (checked against the pin's
 sha256; every *.so dropped, they are cp311 builds the box's Python 3.12 cannot load), with its
-own MANIFEST.json.  The line's patches are applied on the box from patches/<line>/series.
+own MANIFEST.json, and OUT/<line>/deps.tar.xz when ci/gpu-bundle-requirements-<line>.txt names wheels
+that line needs beyond the shared ones (unpacked for that line's trees only).  The line's patches are applied on the box from patches/<line>/series.
 
 Usage:
   python ci/gpu_bundle.py --out .gpu-bundle            # download (cached), verify, pack
@@ -291,8 +292,13 @@ def pack_sglang(entry: dict, out: Path, drop_all_so: bool = False) -> dict:
     return info
 
 
-def build_line(line: str, out: Path) -> int:
-    """OUT/<line>/sglang.tar.xz from the wheel patches/<line>/pin.json pins (sha256-checked)."""
+def line_requirements(line: str) -> Path:
+    return REPO / "ci" / f"gpu-bundle-requirements-{line}.txt"
+
+
+def build_line(line: str, out: Path, cache: Path, update_hashes: bool = False) -> int:
+    """OUT/<line>/sglang.tar.xz from the wheel patches/<line>/pin.json pins (sha256-checked), and
+    OUT/<line>/deps.tar.xz from the line's own hashed requirements, if it has any."""
     line_dir = REPO / "patches" / line
     try:
         pin = load_pin(line_dir)
@@ -305,20 +311,30 @@ def build_line(line: str, out: Path) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     entry = dict(name="sglang", version=pin.release, filename=wheel.name, sha256=pin.wheel.sha256, path=wheel)
-    info = pack_sglang(entry, dest, drop_all_so=True)
+    archives = {"sglang": pack_sglang(entry, dest, drop_all_so=True)}
+    extra = line_requirements(line)
+    (dest / "deps.tar.xz").unlink(missing_ok=True)
+    wheels = []
+    if extra.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        entries = download(extra, PY_VERSION, cache, update_hashes)
+        archives["deps"] = pack_deps(entries, dest)
+        wheels = [{k: e[k] for k in ("name", "version", "filename", "sha256", "size")} for e in entries]
     manifest = {
         "made_by": "ci/gpu_bundle.py --line " + line,
         "line": line,
         "pin": str((line_dir / "pin.json").relative_to(REPO)),
         "wheel": {k: entry[k] for k in ("name", "version", "filename", "sha256")},
-        "archives": {"sglang": info},
+        "archives": archives,
+        "wheels": wheels,
         "patches": f"patches/{line}/series (applied on the box, not staged)",
     }
     (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    log(
-        f"{line}/sglang.tar.xz {info['bytes'] / 2**20:.1f} MiB packed, {info['unpacked_bytes'] / 2**20:.1f} MiB "
-        f"unpacked, {info['files']} files ({time.time() - t0:.0f} s)"
-    )
+    for name, info in archives.items():
+        log(
+            f"{line}/{name}.tar.xz {info['bytes'] / 2**20:.1f} MiB packed, {info['unpacked_bytes'] / 2**20:.1f} MiB "
+            f"unpacked, {info['files']} files ({time.time() - t0:.0f} s)"
+        )
     return 0
 
 
@@ -359,7 +375,7 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
 
 def build(args) -> int:
     if args.line:
-        return max(build_line(line, Path(args.out)) for line in args.line)
+        return max(build_line(line, Path(args.out), Path(args.cache), args.update_hashes) for line in args.line)
     if args.patches_only:
         stage_patches(args.patches, Path(args.out))
         return 0
@@ -437,8 +453,9 @@ def main(argv=None) -> int:
         "--line",
         action="append",
         metavar="LINE",
-        help="build only the per-line part OUT/LINE/sglang.tar.xz of a further series line "
-        "(e.g. v0.5.23: the pristine sglang of patches/LINE/pin.json); repeatable",
+        help="build only the per-line part OUT/LINE/ of a further series line (e.g. v0.5.23: the "
+        "pristine sglang of patches/LINE/pin.json, and the wheels of ci/gpu-bundle-requirements-LINE.txt); "
+        "repeatable",
     )
     ap.add_argument(
         "--max-mib", type=float, default=45.0, help="fail if the three archives together exceed this (default 45)"

@@ -234,3 +234,50 @@ def test_kit_metadata_layouts_reads_old_and_new_summaries():
     renamed = dict(committed, metadata_layouts=old)
     del renamed["layouts_seen"]
     assert kit_metadata_layouts(renamed) == old
+
+
+def test_a_newer_line_pins_and_hashes_its_own_wheels():
+    shared = {gpu_bundle.norm(p["name"]) for p in gpu_bundle.read_requirements(gpu_bundle.DEPS_REQUIREMENTS)}
+    own = gpu_bundle.read_requirements(gpu_bundle.line_requirements("v0.5.23"))
+    assert [(p["name"], p["version"]) for p in own] == [("xgrammar", "0.2.7")]  # sglang 0.5.23's pin
+    assert not shared & {gpu_bundle.norm(p["name"]) for p in own}  # never two versions of one wheel
+    assert not gpu_bundle.line_requirements("v0.5.14").exists()  # v0.5.14 runs keep their packages
+
+
+def _xz(path: Path, files: dict[str, str]) -> None:
+    import io
+    import tarfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:xz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("line", ["v0.5.14", "v0.5.23"])
+def test_line_trees_get_the_line_s_own_wheels_and_only_theirs(tmp_path, line):
+    bundle, work = tmp_path / "bundle", tmp_path / "work"
+    backend = "sglang/srt/layers/attention/dsa_backend.py"
+    _xz(bundle / "deps.tar.xz", {"site/shared_dep.py": ""})
+    _xz(bundle / "sgl-kernel.tar.xz", {"pkgs/sgl_kernel/__init__.py": ""})
+    _xz(bundle / "sglang.tar.xz", {f"pkgs/{backend}": "v0.5.14\n"})
+    _xz(bundle / "v0.5.23" / "sglang.tar.xz", {f"pkgs/{backend}": "v0.5.23\n"})
+    _xz(bundle / "v0.5.23" / "deps.tar.xz", {"site/xgrammar/__init__.py": ""})
+    (tmp_path / "0001-mark.patch").write_text(
+        f"diff --git a/python/{backend} b/python/{backend}\n--- a/python/{backend}\n+++ b/python/{backend}\n"
+        f"@@ -1 +1 @@\n-{line}\n+{line} patched\n"
+    )
+    (tmp_path / "series").write_text("0001-mark.patch\n")
+    script = (
+        f'REPO={CI.parent}; . ci/gpu_box.sh; PY={sys.executable}; OUTDIR={tmp_path / "out"}; box_start t; '
+        f'make_line_trees {bundle} {work} {line} {tmp_path / "series"} {tmp_path / "record.json"}'
+    )
+    run = subprocess.run(["bash", "-c", script], cwd=CI.parent, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert (work / "trees" / "pristine" / backend).read_text() == f"{line}\n"
+    assert (work / "trees" / "patched" / backend).read_text() == f"{line} patched\n"
+    assert (work / "site" / "shared_dep.py").exists()
+    assert (work / "site" / "xgrammar").exists() == (line == "v0.5.23")

@@ -1,0 +1,68 @@
+"""bench/odd_split.py's rows on CPU: the two calls of the split see exactly per-token's tokens.
+
+DeepGEMM does not run here; a stand-in computes each row's logits in plain torch from the same
+inputs (q, weights, context lengths, block-table rows), so the split's reassembled logits must equal
+per-token's wherever a token attends.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bench import odd_split  # noqa: E402
+from bench.paged_mqa import DIM, HEADS, PAGE, make_batch, make_kv_pool  # noqa: E402
+
+
+class ReferencePagedMQA:
+    """fp8_paged_mqa_logits in plain torch: rows of `tokens` queries, each over its block-table row."""
+
+    def __init__(self, kv_pool):
+        pages = kv_pool.view(kv_pool.shape[0], -1)
+        values = pages[:, : PAGE * DIM].contiguous().view(torch.float8_e4m3fn).float().view(-1, PAGE, DIM)
+        scales = pages[:, PAGE * DIM :].contiguous().view(torch.float32).view(-1, PAGE)
+        self.keys = values * scales[..., None]
+
+    def __call__(self, q, kv, weights, ctx, table, schedule, max_len, clean_logits=False):
+        rows, tokens = q.shape[:2]
+        keys = self.keys[table.long()].reshape(rows, -1, DIM)[:, :max_len]
+        scores = torch.einsum("rthd,rkd->rthk", q.float(), keys).relu()
+        logits = (scores * weights.view(rows, tokens, HEADS, 1)).sum(2)
+        return logits.reshape(rows * tokens, -1)
+
+
+@pytest.mark.parametrize("next_n", [3, 5])
+def test_the_split_computes_every_token_of_per_token_once(next_n):
+    gen = torch.Generator().manual_seed(0)
+    kv_pool = make_kv_pool(64, "cpu")
+    lengths = [random.Random(next_n).randint(70, 300) for _ in range(3)]
+    batch = make_batch(lengths, next_n, torch.randperm(64, generator=gen), "cpu", gen)
+    kernel = ReferencePagedMQA(kv_pool)
+    per_token = kernel(
+        batch.q_fp8.view(-1, 1, HEADS, DIM),
+        kv_pool,
+        batch.weights,
+        batch.ctx_lens.view(-1, 1),
+        batch.block_table,
+        None,
+        batch.max_context_len,
+    )
+    (pair_q, pair_w), (tail_q, tail_w) = odd_split.split_queries(batch)
+    (pair_ctx, pair_table), (tail_ctx, tail_table) = odd_split.split_rows(batch)
+    assert pair_q.shape == (3 * (next_n - 1) // 2, 2, HEADS, DIM) and tail_q.shape == (3, 1, HEADS, DIM)
+    assert pair_q.is_contiguous() and tail_q.is_contiguous() and pair_w.is_contiguous()
+    pairs = kernel(pair_q, kv_pool, pair_w, pair_ctx, pair_table, None, batch.max_context_len)
+    tail = kernel(tail_q, kv_pool, tail_w, tail_ctx, tail_table, None, batch.max_context_len)
+    merged = odd_split.split_to_token_order(batch, pairs, tail)
+    assert odd_split.attended_equal(batch, per_token, merged)
+    assert not odd_split.attended_equal(batch, per_token, merged.roll(1, 0))  # the check can fail
+
+
+def test_the_split_refuses_even_next_n():
+    gen = torch.Generator().manual_seed(0)
+    batch = make_batch([100, 200], 4, torch.arange(8), "cpu", gen)
+    with pytest.raises(AssertionError, match="odd next_n"):
+        odd_split.split_rows(batch)
