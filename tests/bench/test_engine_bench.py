@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import types
@@ -233,6 +234,13 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     assert len(doc["engines"]) == 6 and all(e["info"]["stand_in"] for e in doc["engines"])
     assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
+
+
+def test_a_seed_case_without_time_left_says_so(tmp_path):
+    status, doc = _bench(tmp_path, "late", "--next-n", "", "--deadline-s", "60")
+    assert status == 0 and doc["seed_case"] is None
+    [note] = doc["notes"]
+    assert re.fullmatch(r"seed case: not run \((59|60) s left before the deadline, it needs 120 s\)", note), note
 
 
 def test_driver_reports_a_divergence_with_its_margin(tmp_path):
