@@ -36,10 +36,12 @@ from bench.paged_mqa import (  # noqa: E402
     DIM,
     HEADS,
     PAGE,
+    finish_panel,
     make_batches,
     make_kv_pool,
     plan_pool,
     run_facts,
+    speedup_panels,
     time_calls,
     time_layout,
 )
@@ -158,6 +160,22 @@ def run_bench(args) -> dict:
     return {**run_facts(device, deep_gemm.get_num_sms(), args.reps), "rows": rows}
 
 
+def plot(result: dict, path: str) -> None:
+    """Split over per-token against the batch size, one panel per (lengths, next_n), a line per context."""
+    fig, panels = speedup_panels(result["rows"])
+    for ax, lengths, next_n, by_ctx in panels:
+        for ctx, rows in by_ctx.items():
+            ax.plot(
+                [r["batch_size"] for r in rows], [r["split_speedup"] for r in rows], marker="o", label=f"{ctx // 1024}k"
+            )
+        ax.axhline(1.25 if next_n == 3 else 1.2, color="green", linewidth=0.6, linestyle="--")
+        finish_panel(
+            ax, "per-token us / split us", f"next_n={next_n}, {lengths}: two DeepGEMM calls, {result['device']}"
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -168,13 +186,21 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--min-calls", type=int, default=4)
     ap.add_argument("--max-calls", type=int, default=64)
+    ap.add_argument("--rerender", help="a JSON this wrote earlier: draw its picture into --out, no GPU work")
     args = ap.parse_args(argv)
+    if args.rerender:
+        plot(json.loads(Path(args.rerender).read_text()), os.path.join(args.out, "odd_split_h200.png"))
+        return 0
     started = time.time()
     result = run_bench(args)
     result["command"] = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     result["wall_s"] = round(time.time() - started, 1)
     os.makedirs(args.out, exist_ok=True)
     Path(args.out, "odd_split_h200.json").write_text(json.dumps(result, indent=1) + "\n")
+    try:
+        plot(result, os.path.join(args.out, "odd_split_h200.png"))
+    except ImportError as exc:
+        print(f"no plot: {exc}")
     return 0 if all(r["logits_identical"] for r in result["rows"]) else 1
 
 

@@ -66,3 +66,18 @@ def test_the_split_refuses_even_next_n():
     batch = make_batch([100, 200], 4, torch.arange(8), "cpu", gen)
     with pytest.raises(AssertionError, match="odd next_n"):
         odd_split.split_rows(batch)
+
+
+def test_the_committed_h200_run_is_drawn_and_its_logits_matched(tmp_path):
+    import json
+
+    import matplotlib.image
+
+    from sglpatch.project import PROJECT_ROOT
+
+    committed = PROJECT_ROOT / "docs" / "results" / "odd_split_h200.json"
+    rows = json.loads(committed.read_text())["rows"]
+    assert len(rows) == 48 and all(r["logits_identical"] for r in rows)
+    assert odd_split.main(["--rerender", str(committed), "--out", str(tmp_path)]) == 0
+    height, width, _ = matplotlib.image.imread(tmp_path / "odd_split_h200.png").shape
+    assert width > height > 500
