@@ -36,7 +36,8 @@ class Group:
     benchmark: str | None = None  # benchmark JSON, project-relative
     accuracy_notes: list[str] = field(default_factory=list)  # what each GPU result ran, and what it did not
     speed_notes: list[str] = field(default_factory=list)  # said instead of a table when there is no benchmark
-    # sglang's own engine, pristine vs patched: {"file": bench/engine_report.py JSON, "line": ..., "next_n": [...]}
+    # sglang's own engine, pristine vs patched: {"file": bench/engine_report.py JSON, "line": ..., "next_n": [...],
+    # "runs": [file names]}; each key but "file" narrows the rows cited
     engine: dict | None = None
 
 
@@ -161,7 +162,7 @@ def _benchmark_section(group: Group, project: Path) -> list[str]:
 
 def _engine_table(data: dict, cited: dict) -> list[str]:
     """sglang's own engine with MTP, pristine against patched (bench/engine_ab.py runs, combined), the rows of
-    the cited line and next_n values."""
+    the cited line, next_n values and runs (each optional)."""
     source = cited["file"]
     runs = {run["run"]: run for run in data["runs"]}
     rows = [
@@ -170,6 +171,7 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
         if r.get("speedup_verify")
         and r.get("line") == cited.get("line", r.get("line"))
         and r["next_n"] in cited.get("next_n", [r["next_n"]])
+        and r["run"] in cited.get("runs", [r["run"]])
     ]
     lines = [
         "sglang's own `Engine` on one GPU with MTP (EAGLE, NextN draft, topk 1), decode CUDA graphs and the overlap "

@@ -96,6 +96,19 @@ def test_speed_section_cites_the_engine_rows_of_its_line_first(tmp_path):
     assert speed.index("sglang's own `Engine`") < speed.index("Indexer alone: see x.")
 
 
+def test_an_engine_citation_can_name_its_runs(tmp_path):
+    runs = [
+        {"run": name, "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": []}
+        for name in ("engine_h200_run1.json", "engine_h200_run9.json")
+    ]
+    rows = [{**_engine_row("v0.5.14", 2, 32), "run": "engine_h200_run1.json"}, _engine_row("v0.5.14", 2, 64)]
+    (tmp_path / "engine.json").write_text(json.dumps({"runs": runs, "rows": rows}))
+    group = _group(engine={"file": "engine.json", "runs": ["engine_h200_run9.json"]})
+    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1]
+    assert [line[:10] for line in speed.splitlines() if line.startswith("| 2 |")] == ["| 2 | 64 |"]
+    assert "engine_h200_run1.json" not in speed
+
+
 def test_speed_notes_of_an_engine_run_come_between_its_table_and_the_indexer_step(tmp_path):
     run = {"run": "engine_h200_run9.json", "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": []}
     (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [_engine_row("v0.5.14", 4, 32)]}))
