@@ -32,13 +32,21 @@ use_bundle_env "$BUNDLE" "$WORK"
 ENV_ARGS=(--env SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0)
 [ "$LINE" = v0.5.14 ] || ENV_ARGS+=(--env SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1)
 
+save_engine_logs() {
+  tar -czf "$OUTDIR/engine_logs$SUFFIX.tar.gz" -C "$WORK/engine" $(cd "$WORK/engine" && ls -d engine-*.log probe-* 2>/dev/null) 2>/dev/null
+}
+# A run stopped from outside (an outer `timeout`) still brings back the engines' logs: the driver runs in
+# the background so that TERM reaches this trap at once, not when the driver ends.
+trap 'say "stopped from outside: saving the engine logs"; save_engine_logs; exit 143' TERM INT
 "$PY" "$REPO/bench/engine_ab.py" --line "$LINE" \
   --pristine "$WORK/trees/pristine" --patched "$WORK/trees/patched" \
   --extra-path "$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
   --workdir "$WORK/engine" --out "$OUTDIR/engine_h200$SUFFIX.json" --series-record "$OUTDIR/applied_series$SUFFIX.json" \
-  --command "$SGLPATCH_RUN_COMMAND" "$@"
+  --command "$SGLPATCH_RUN_COMMAND" "$@" &
+wait $!
 rc=$?
+trap - TERM INT
 say "engine_ab exit $rc"
-tar -czf "$OUTDIR/engine_logs$SUFFIX.tar.gz" -C "$WORK/engine" $(cd "$WORK/engine" && ls -d engine-*.log probe-* 2>/dev/null) 2>/dev/null
+save_engine_logs
 [ "$SAVE_JIT" = 1 ] && save_jit_cache "$WORK" "$OUTDIR"
 exit $rc
