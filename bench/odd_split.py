@@ -36,6 +36,7 @@ from bench.paged_mqa import (  # noqa: E402
     DIM,
     HEADS,
     PAGE,
+    case_fields,
     finish_panel,
     make_batches,
     make_kv_pool,
@@ -139,11 +140,7 @@ def run_bench(args) -> dict:
         t_split = time_calls(lambda x, by_batch=splits: by_batch[id(x)](), batches, args.reps)
         rows.append(
             {
-                "next_n": n,
-                "batch_size": b,
-                "ctx": c,
-                "lengths": d,
-                "calls_per_graph": len(batches),
+                **case_fields(case, batches),
                 "per_token_us": t_tok,
                 "split_us": t_split,
                 "split_speedup": t_tok / t_split,

@@ -257,6 +257,12 @@ def make_batches(case, plans: dict, max_pages: int, rng, gen, device) -> list[Ba
     return [make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen) for r in range(plans[case])]
 
 
+def case_fields(case, batches: list[Batch]) -> dict:
+    """The fields a row of a kernel grid starts with: its case and how many rotations one graph ran."""
+    n, b, c, d = case
+    return {"next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
+
+
 def run_facts(device, num_sms: int, reps: int, **versions) -> dict:
     """What a GPU run's JSON says about where it ran, before its rows."""
     import torch
@@ -299,11 +305,7 @@ def run_bench(args) -> dict:
         kv = batches[0].kv_bytes()
         rows.append(
             {
-                "next_n": n,
-                "batch_size": b,
-                "ctx": c,
-                "lengths": d,
-                "calls_per_graph": len(batches),
+                **case_fields((n, b, c, d), batches),
                 "kv_bytes": kv,
                 "per_token_us": t_tok,
                 f"{candidate}_us": t_multi,
