@@ -18,8 +18,9 @@ plus MANIFEST.json (what went in, sizes, hashes).  Wheels are cached in .cache/g
 plus, per further series line (``--line v0.5.23``), OUT/<line>/sglang.tar.xz: that line's pristine
 sglang package from the wheel its patches/<line>/pin.json names (checked against the pin's
 sha256; every *.so dropped, they are cp311 builds the box's Python 3.12 cannot load), with its
-own MANIFEST.json, and OUT/<line>/deps.tar.xz when ci/gpu-bundle-requirements-<line>.txt names wheels
-that line needs beyond the shared ones (unpacked for that line's trees only).  The line's patches are applied on the box from patches/<line>/series.
+own MANIFEST.json, and OUT/<line>/deps.tar.xz when ci/gpu-bundle-requirements-<line>.txt names
+wheels that line needs beyond the shared ones (unpacked for that line's trees only).  The line's
+patches are applied on the box from patches/<line>/series.
 
 Usage:
   python ci/gpu_bundle.py --out .gpu-bundle            # download (cached), verify, pack
