@@ -56,19 +56,19 @@ box_start() {
   export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 }
 
+# extract_archive ARCHIVE DEST: a bundle archive (tar.xz, members site/... or pkgs/...) into DEST, with
+# tarfile's "data" filter (no absolute paths, links out of DEST or device files); fails if it cannot.
+extract_archive() {
+  "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$1" "$2"
+}
+
 # unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing)
 unpack_bundle() {
   local bundle="$1" work="$2" a
   for a in deps sgl-kernel sglang; do
     [ -f "$bundle/$a.tar.xz" ] || { echo "missing $bundle/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
   done
-  "$PY" - "$bundle" "$work" <<'PYEOF' || exit 3
-import sys, tarfile
-bundle, work = sys.argv[1], sys.argv[2]
-for name in ("deps", "sgl-kernel", "sglang"):
-    with tarfile.open(f"{bundle}/{name}.tar.xz") as t:
-        t.extractall(work, filter="data")
-PYEOF
+  for a in deps sgl-kernel sglang; do extract_archive "$bundle/$a.tar.xz" "$work" || exit 3; done
 }
 
 # use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under WORK/jit,
@@ -118,15 +118,10 @@ make_line_trees() {
     part="$bundle/$line/sglang.tar.xz"
     [ -f "$part" ] || { echo "missing $part (ci/gpu_bundle.py --line $line)" >&2; exit 3; }
     rm -rf "$work/pkgs/sglang"
-    "$PY" - "$part" "$work/line" <<'PYEOF' || exit 3
-import sys, tarfile
-with tarfile.open(sys.argv[1]) as t:  # members are pkgs/sglang/...
-    t.extractall(sys.argv[2], filter="data")
-PYEOF
+    extract_archive "$part" "$work/line" || exit 3  # members are pkgs/sglang/...
     mv "$work/line/pkgs/sglang" "$work/trees/pristine/sglang"
     if [ -f "$bundle/$line/deps.tar.xz" ]; then  # the line's own wheels (ci/gpu-bundle-requirements-LINE.txt)
-      "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
-        "$bundle/$line/deps.tar.xz" "$work" || exit 3
+      extract_archive "$bundle/$line/deps.tar.xz" "$work" || exit 3
       say "unpacked $line's own wheels into $work/site"
     fi
   else

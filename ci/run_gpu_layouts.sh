@@ -104,8 +104,7 @@ trees_from_bundle() {
   mkdir -p "$WORK/trees/v0.5.14/pristine" "$WORK/trees/v0.5.23/pristine"
   mv "$WORK/pkgs/sglang" "$WORK/trees/v0.5.14/pristine/sglang"
   [ -f "$BUNDLE/v0.5.23/sglang.tar.xz" ] || { echo "missing $BUNDLE/v0.5.23/sglang.tar.xz (ci/gpu_bundle.py --line v0.5.23)"; return 3; }
-  "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
-    "$BUNDLE/v0.5.23/sglang.tar.xz" "$WORK/line-v0.5.23" || return 3
+  extract_archive "$BUNDLE/v0.5.23/sglang.tar.xz" "$WORK/line-v0.5.23" || return 3
   mv "$WORK/line-v0.5.23/pkgs/sglang" "$WORK/trees/v0.5.23/pristine/sglang"
 }
 
@@ -132,7 +131,7 @@ apply_line() {
 }
 
 export REPO BUNDLE OUTDIR WORK PY SUITE_TEST REHEARSE T0
-export -f say slug unpack_bundle trees_from_bundle trees_from_wheels apply_line
+export -f say slug extract_archive unpack_bundle trees_from_bundle trees_from_wheels apply_line
 if [ "$REHEARSE" = 1 ]; then
   part unpack 120 trees_from_wheels
   JIT="$WORK/jit"; mkdir -p "$JIT"

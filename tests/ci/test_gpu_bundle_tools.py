@@ -245,16 +245,12 @@ def test_a_newer_line_pins_and_hashes_its_own_wheels():
 
 
 def _xz(path: Path, files: dict[str, str]) -> None:
-    import io
-    import tarfile
-
+    """A bundle archive as ci/gpu_bundle.py packs one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:xz") as archive:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
+    packer = gpu_bundle.Packer(path)
+    for name, text in files.items():
+        packer.add(name, text.encode(), 0o644)
+    packer.close()
 
 
 @pytest.mark.parametrize("line", ["v0.5.14", "v0.5.23"])
