@@ -35,13 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.paged_mqa import (  # noqa: E402
     DIM,
     HEADS,
-    PAGE,
+    add_grid_arguments,
     case_fields,
     finish_panel,
     make_batches,
     make_kv_pool,
     plan_pool,
     run_facts,
+    schedule_for,
     speedup_panels,
     time_calls,
     time_layout,
@@ -98,8 +99,7 @@ class Split:
     def __init__(self, deep_gemm, kv_pool, batch):
         self.dg, self.kv, self.batch = deep_gemm, kv_pool, batch
         self.pairs, self.tail = split_rows(batch)
-        sms = deep_gemm.get_num_sms()
-        self.schedules = [deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, sms) for ctx, _ in (self.pairs, self.tail)]
+        self.schedules = [schedule_for(deep_gemm, ctx) for ctx, _ in (self.pairs, self.tail)]
 
     def __call__(self):
         out = []
@@ -175,14 +175,8 @@ def plot(result: dict, path: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--next-n", type=int, nargs="+", default=[3, 5])
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 32, 64, 128])
-    ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 16384, 65536])
-    ap.add_argument("--lengths", nargs="+", default=["uniform", "ragged"], choices=["uniform", "ragged"])
-    ap.add_argument("--reps", type=int, default=25)
-    ap.add_argument("--min-calls", type=int, default=4)
-    ap.add_argument("--max-calls", type=int, default=64)
+    add_grid_arguments(ap, next_n=[3, 5])
+    ap.set_defaults(batch_sizes=[8, 32, 64, 128], reps=25, max_calls=64)  # the committed H200 run's grid
     ap.add_argument("--rerender", help="a JSON this wrote earlier: draw its picture into --out, no GPU work")
     args = ap.parse_args(argv)
     if args.rerender:

@@ -172,10 +172,15 @@ def layout_args(batch: Batch, layout: str):
     return q, batch.weights, ctx, table
 
 
+def schedule_for(deep_gemm, context_lens):
+    """DeepGEMM's schedule metadata for rows of ``context_lens`` (sglang makes it once per forward)."""
+    return deep_gemm.get_paged_mqa_logits_metadata(context_lens, PAGE, deep_gemm.get_num_sms())
+
+
 def layout_schedule(deep_gemm, batch: Batch, layout: str):
-    """DeepGEMM's schedule metadata for ``batch`` in ``layout`` (sglang makes it once per forward)."""
+    """The schedule of ``batch`` in ``layout``."""
     _, _, ctx, _ = layout_args(batch, layout)
-    return deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, deep_gemm.get_num_sms())
+    return schedule_for(deep_gemm, ctx)
 
 
 def run_layout(deep_gemm, kv_pool, batch: Batch, layout: str, schedule=None):
