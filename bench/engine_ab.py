@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -287,6 +288,22 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int, lab
     }
 
 
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s.*)?$")
+
+
+def first_error(log: str) -> str | None:
+    """The exception line that ends the first traceback in an engine log ("torch.AcceleratorError:
+    CUDA error: ..."), or None."""
+    in_traceback = False
+    for line in log.splitlines():
+        text = line.strip()
+        if "Traceback (most recent call last)" in text:
+            in_traceback = True
+        elif in_traceback and _EXCEPTION_LINE.match(text):
+            return text
+    return None
+
+
 # -- the engine processes ------------------------------------------------------------------------------
 class EngineProcess:
     """A bench/engine_worker.py process (in a session of its own, so its sglang children go with it)."""
@@ -331,9 +348,7 @@ class EngineProcess:
             raise TimeoutError(f"{self.label}: no answer within {timeout_s:.0f} s (log: {self.log_path})")
         line = self.replies.readline()
         if not line:
-            raise RuntimeError(
-                f"{self.label}: the engine process ended (exit {self.proc.poll()}); last log lines:\n{self.tail()}"
-            )
+            raise RuntimeError(f"{self.label}: the engine process ended (exit {self.proc.poll()}); {self.failure()}")
         return json.loads(line)
 
     def wait_ready(self, timeout_s: float) -> dict:
@@ -353,6 +368,15 @@ class EngineProcess:
     def tail(self, lines: int = 25) -> str:
         self.log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def failure(self) -> str:
+        """The exception the engine's log names, else its last lines (a dying process's thread dump
+        buries the error under the stacks of idle threads)."""
+        self.log.flush()
+        error = first_error(self.log_path.read_text(errors="replace"))
+        if error:
+            return f"{error} (log: {self.log_path.name})"
+        return f"last log lines:\n{self.tail()}"
 
     def stop(self) -> None:
         """sglang's own shutdown first; then whatever is left of the process group goes, so the GPU's
@@ -550,9 +574,7 @@ class Bench:
                     }
                 )
                 profiles[label] = engine.call({"op": "read_profile", "tag": tag})["profile"]
-        row = case_row(
-            case, next_n, runs, profiles, self.skip, {"line": self.meta["line"], "parallel": self.meta["parallel"]}
-        )
+        row = case_row(case, next_n, runs, profiles, self.skip, row_labels(self.meta))
         if row["divergences"] and self.margins:
             row["margins"] = self.divergence_margins(pair, case, row["divergences"])
         self.rows.append(row)
@@ -619,6 +641,19 @@ class Bench:
         finally:
             for engine in pair.values():
                 engine.stop()
+
+
+VERSION_GATE_SKIPPED = "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"
+
+
+def row_labels(meta: dict) -> dict:
+    """What every row of a run carries about how it ran: its line, its parallel layout, and whether
+    sglang's sglang-kernel version gate was passed over (0.5.23 on the box's older sglang-kernel)."""
+    return {
+        "line": meta["line"],
+        "parallel": meta.get("parallel", "tp1"),
+        "sgl_kernel_version_check_skipped": (meta.get("env") or {}).get(VERSION_GATE_SKIPPED) == "1",
+    }
 
 
 def parallel_label(overrides: dict) -> str:
@@ -748,7 +783,16 @@ def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for dist in ("torch", "sgl-deep-gemm", "sglang-kernel", "flashinfer-python", "triton", "transformers"):
+    for dist in (
+        "torch",
+        "sgl-deep-gemm",
+        "sglang-kernel",
+        "sgl-flash-mla",
+        "flashinfer-python",
+        "triton",
+        "transformers",
+        "xgrammar",
+    ):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:

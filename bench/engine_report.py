@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_ab import row_labels  # noqa: E402
 
 
 def load_runs(paths: list[Path]) -> list[dict]:
@@ -41,11 +45,23 @@ def combined(runs: list[dict]) -> dict:
                 "versions": meta.get("versions"),
                 "series": [{"name": p["name"], "sha256": p["sha256"][:12]} for p in series],
                 "notes": run.get("notes", []),
+                "sgl_kernel_version_check_skipped": row_labels(meta)["sgl_kernel_version_check_skipped"],
                 "seed_case": run.get("seed_case"),
             }
         )
-        rows += [{**row, "run": run["file"]} for row in run["rows"]]
+        # runs written before a label existed get it from their own meta (the env they recorded)
+        rows += [{**row_labels(meta), **row, "run": run["file"]} for row in run["rows"]]
     return {"runs": about, "rows": rows}
+
+
+def _one_line(note: str) -> str:
+    """A note as one line: an engine's failure keeps its message, not the thread dump under it."""
+    first, _, rest = note.partition("\n")
+    return first + (f" [{len(rest.splitlines())} more lines in the run's JSON]" if rest else "")
+
+
+def _gate(run: dict) -> str:
+    return " (sglang's sglang-kernel version gate skipped)" if run.get("sgl_kernel_version_check_skipped") else ""
 
 
 def _f(value, digits=0, suffix=""):
@@ -64,22 +80,23 @@ def markdown(doc: dict) -> str:
         v = run["versions"] or {}
         out.append(
             f"- **{run['run']}** ({run['line']}, {run['parallel']}, {run['started']}): series {patches}; "
-            f"torch {v.get('torch')}, sgl-deep-gemm {v.get('sgl-deep-gemm')}, sglang-kernel {v.get('sglang-kernel')}, "
+            f"torch {v.get('torch')}, sgl-deep-gemm {v.get('sgl-deep-gemm')}, sglang-kernel {v.get('sglang-kernel')}"
+            f"{_gate(run)}, "
             f"flashinfer {v.get('flashinfer-python')}, {v.get('gpu')}. Command: `{run['command']}`"
         )
         for note in run["notes"]:
-            out.append(f"  - {note}")
+            out.append(f"  - {_one_line(note)}")
     out.append("")
     out.append(
-        "| run | next_n | requests | ctx | lengths | patched rows | verify us pristine -> patched | x | A/A | "
+        "| run | line | next_n | requests | ctx | lengths | patched rows | verify us pristine -> patched | x | A/A | "
         "step ms pristine -> patched | x | A/A | TPOT ms pristine -> patched | x | indexer share pristine / patched | tokens identical |"
     )
-    out.append("|" + "---|" * 16)
+    out.append("|" + "---|" * 17)
     for r in doc["rows"]:
         aa = r.get("aa_noise") or {}
         layouts = "; ".join(r["patched"]["layouts"])
         out.append(
-            f"| {r['run'].replace('engine_h200_', '').replace('.json', '')} | {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | "
+            f"| {_run_name(r['run'])} | {r['line']} | {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | "
             f"{r['lengths']} | {layouts} | {_f(r['pristine']['verify_step_us'])} -> {_f(r['patched']['verify_step_us'])} | "
             f"{_f(r['speedup_verify'], 3)} | {_f(aa.get('verify'), 3)} | "
             f"{_f(r['pristine'].get('step_interval_ms'), 2)} -> {_f(r['patched'].get('step_interval_ms'), 2)} | "
@@ -100,6 +117,10 @@ def markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _run_name(file: str) -> str:
+    return file.replace("engine_h200_", "").replace(".json", "")
+
+
 def _loops(seed_case, label):
     loops = (seed_case.get("draft_loops") or {}).get(label) or {}
     return f"{loops.get('seeded', '-')} / {loops.get('loops', '-')}"
@@ -111,8 +132,12 @@ def plot(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    next_ns = sorted({r["next_n"] for r in doc["rows"]})
-    rows = [r for r in doc["rows"] if r.get("speedup_verify")]
+    series = sorted({(r["line"], r["next_n"]) for r in doc["rows"]})
+    lines = sorted({line for line, _ in series})
+    next_ns = sorted({n for _, n in series})
+    # the newest run of each case: later runs (file order) measured the series as it is now
+    newest = {(r["line"], r["next_n"], r["ctx"], r["batch_size"], r["lengths"]): r for r in doc["rows"]}
+    rows = [r for r in newest.values() if r.get("speedup_verify")]
     cases = sorted({(r["ctx"], r["batch_size"], r["lengths"]) for r in rows})
     labels = [f"{bs}x{ctx // 1024}k{'r' if lengths == 'ragged' else ''}" for ctx, bs, lengths in cases]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -121,26 +146,26 @@ def plot(doc: dict, path: Path) -> None:
         ("speedup_step_interval", "step_interval", "step interval (time per output token)"),
     )
     for ax, (key, aa_key, title) in zip(axes, panels, strict=True):
-        for n in next_ns:
+        for line, n in series:
             points = [
                 (cases.index((r["ctx"], r["batch_size"], r["lengths"])), r)
                 for r in rows
-                if r["next_n"] == n and r.get(key)
+                if (r["line"], r["next_n"]) == (line, n) and r.get(key)
             ]
             if not points:
                 continue
             points.sort(key=lambda point: point[0])
             xs = [x for x, _ in points]
-            color = f"C{next_ns.index(n)}"
-            ax.plot(xs, [r[key] for _, r in points], marker="o", color=color, label=f"next_n {n}")
+            style = dict(color=f"C{next_ns.index(n)}", ls=("-", "--", ":")[lines.index(line) % 3])
+            ax.plot(xs, [r[key] for _, r in points], marker="o", **style, label=f"{line} next_n {n}")
             ax.scatter(
                 xs, [(r.get("aa_noise") or {}).get(aa_key) or float("nan") for _, r in points], marker="x", color="grey"
             )
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(range(len(labels)), labels, rotation=60)
         ax.set_title(f"pristine / patched: {title}")
-        ax.set_xlabel("requests x context (r: ragged); x: A/A (pristine vs pristine)")
-        ax.legend()
+        ax.set_xlabel("requests x context (r: ragged), newest run per case; x: A/A (pristine vs pristine)")
+        ax.legend(fontsize="small", ncol=2)
     fig.suptitle("sglang Engine, MTP (EAGLE topk 1), CUDA graphs, overlap scheduler; H200; 4 DSA layers, dummy weights")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -160,6 +160,9 @@ def _benchmark_section(group: Group, project: Path) -> list[str]:
     return _kernel_table(data, group.benchmark)
 
 
+_GATE_SKIPPED = " (past sglang's sglang-kernel version check: `SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1`)"
+
+
 def _engine_table(data: dict, cited: dict) -> list[str]:
     """sglang's own engine with MTP, pristine against patched (bench/engine_ab.py runs, combined), the rows of
     the cited line, next_n values and runs (each optional)."""
@@ -188,7 +191,8 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
         patches = ", ".join(p["name"][:4] for p in run.get("series", [])) or "?"
         lines.append(
             f"- `{name}`: {run['line']}, {run['parallel']}, {v.get('gpu', '?')}, torch {v.get('torch', '?')}, "
-            f"sgl-deep-gemm {v.get('sgl-deep-gemm', '?')}, sglang-kernel {v.get('sglang-kernel', '?')}, "
+            f"sgl-deep-gemm {v.get('sgl-deep-gemm', '?')}, sglang-kernel {v.get('sglang-kernel', '?')}"
+            f"{_GATE_SKIPPED if run.get('sgl_kernel_version_check_skipped') else ''}, "
             f"patches {patches}; `{run.get('command', '?')}`"
         )
     lines += [

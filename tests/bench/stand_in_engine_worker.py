@@ -10,6 +10,7 @@ asks for it), one verify record per output token with a GPU time that depends on
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,10 +32,24 @@ class StandInEngine:
     def info(self) -> dict:
         return {"stand_in": True, "speculative_num_draft_tokens": self.next_n}
 
+    def die_as_a_cuda_fault_does(self):
+        """What sglang's scheduler left in the H200's log when a kernel faulted: the traceback, then
+        faulthandler's dump of idle threads after it."""
+        print("Scheduler hit an exception: Traceback (most recent call last):")
+        print('  File "scheduler.py", line 958, in process_batch_result_decode')
+        print("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+        print("Fatal Python error: Aborted\n\nThread 0x00007fb3edfff6c0 (most recent call first):")
+        print('  File "threading.py", line 359 in wait\n' * 30, flush=True)
+        sys.stdout.flush()
+        os._exit(134)
+
     def generate(self, requests, probe_window=True) -> dict:
         t_start = time.time()
         outputs, verify = [], []
         bs = len(requests)
+        decoding = max(r["max_new_tokens"] for r in requests) > 1  # not the prompt pool's prefill
+        if not self.patched and self.probe_dir.parent.parent.name == "crash" and bs >= 32 and decoding:
+            self.die_as_a_cuda_fault_does()
         for r in requests:
             pool_index, length = r["prompt"]
             ids = [(pool_index * 7 + length + k) % 1000 for k in range(r["max_new_tokens"])]

@@ -243,6 +243,25 @@ def test_a_seed_case_without_time_left_says_so(tmp_path):
     assert re.fullmatch(r"seed case: not run \((59|60) s left before the deadline, it needs 120 s\)", note), note
 
 
+def test_an_engine_that_dies_is_named_with_its_exception(tmp_path):
+    status, doc = _bench(tmp_path, "crash", "--next-n", "2")
+    assert status == 1
+    [failure] = [note for note in doc["notes"] if "ended" in note]
+    assert failure.startswith("next_n=2: RuntimeError: n2-pristine: the engine process ended (exit ")
+    assert failure.endswith(
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered (log: engine-n2-pristine.log)"
+    )
+    assert [row["batch_size"] for row in doc["rows"]] == [8]  # the case before the fault stays
+
+
+def test_first_error_needs_a_traceback():
+    assert (
+        engine_ab.first_error("ValueError: printed, not raised\nTraceback (most recent call last):\n  x\nKeyError: 'k'")
+        == "KeyError: 'k'"
+    )
+    assert engine_ab.first_error("Thread 0x1 (most recent call first):\n  File wait") is None
+
+
 def test_driver_reports_a_divergence_with_its_margin(tmp_path):
     status, doc = _bench(tmp_path, "diverge", "--margins", "--next-n", "2")
     row = doc["rows"][0]
@@ -320,3 +339,23 @@ def test_report_keeps_every_row_and_names_the_run(tmp_path):
     table = [line for line in text.splitlines() if line.startswith("| engine |")]
     assert len(table) == len(combined["rows"])
     assert "2.000" in table[0] and "IndexShare case" in text
+
+
+def test_report_labels_rows_of_a_run_past_the_version_gate_and_keeps_notes_short(tmp_path):
+    from bench import engine_report
+
+    _bench(tmp_path, "gate", "--next-n", "2", "--env", "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1")
+    run_file = tmp_path / "gate" / "engine.json"
+    doc = json.loads(run_file.read_text())
+    assert doc["rows"] and all(r["sgl_kernel_version_check_skipped"] for r in doc["rows"])
+    # a run written before rows carried the label gets it from the env its meta recorded
+    for row in doc["rows"]:
+        del row["sgl_kernel_version_check_skipped"]
+    doc["notes"].append("next_n=6: RuntimeError: engine ended; last log lines:\nThread 1\nThread 2")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    combined = engine_report.combined(engine_report.load_runs([old]))
+    assert all(r["sgl_kernel_version_check_skipped"] for r in combined["rows"])
+    text = engine_report.markdown(combined)
+    assert "sglang-kernel version gate skipped" in text
+    assert "last log lines: [2 more lines in the run's JSON]" in text and "Thread 2" not in text

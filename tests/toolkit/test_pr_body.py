@@ -124,3 +124,20 @@ def test_speed_notes_of_an_engine_run_come_between_its_table_and_the_indexer_ste
         speed.index(x) for x in ("| 4 | 32 | 64k |", "The engine ran on the other line.", "The indexer step alone")
     ]
     assert order == sorted(order), order
+
+
+def test_an_engine_run_past_the_version_check_says_so_in_the_body(tmp_path):
+    run = {
+        "run": "engine_h200_v0_5_23_run9.json",
+        "line": "v0.5.23",
+        "parallel": "tp1",
+        "versions": {},
+        "series": [],
+        "sgl_kernel_version_check_skipped": True,
+    }
+    row = {**_engine_row("v0.5.23", 2, 32), "run": run["run"]}
+    (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [row]}))
+    group = _group(engine={"file": "engine.json", "line": "v0.5.23"})
+    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1]
+    [listed] = [line for line in speed.splitlines() if line.startswith("- `engine_h200_v0_5_23_run9.json`")]
+    assert "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1" in listed
