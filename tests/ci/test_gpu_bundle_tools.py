@@ -239,7 +239,10 @@ def test_kit_metadata_layouts_reads_old_and_new_summaries():
 def test_a_newer_line_pins_and_hashes_its_own_wheels():
     shared = {gpu_bundle.norm(p["name"]) for p in gpu_bundle.read_requirements(gpu_bundle.DEPS_REQUIREMENTS)}
     own = gpu_bundle.read_requirements(gpu_bundle.line_requirements("v0.5.23"))
-    assert [(p["name"], p["version"]) for p in own] == [("xgrammar", "0.2.7")]  # sglang 0.5.23's pin
+    assert [(p["name"], p["version"]) for p in own] == [
+        ("xgrammar", "0.2.7"),
+        ("sgl-flash-mla", "1.0.0"),
+    ]  # 0.5.23's pins
     assert not shared & {gpu_bundle.norm(p["name"]) for p in own}  # never two versions of one wheel
     assert not gpu_bundle.line_requirements("v0.5.14").exists()  # v0.5.14 runs keep their packages
 
