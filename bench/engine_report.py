@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_ab import row_labels  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.engine_ab import row_labels  # noqa: E402
 
 
 def load_runs(paths: list[Path]) -> list[dict]:
@@ -34,6 +34,7 @@ def combined(runs: list[dict]) -> dict:
     rows, about = [], []
     for run in runs:
         meta = run["meta"]
+        labels = row_labels(meta)
         series = meta.get("series") or []
         about.append(
             {
@@ -45,12 +46,12 @@ def combined(runs: list[dict]) -> dict:
                 "versions": meta.get("versions"),
                 "series": [{"name": p["name"], "sha256": p["sha256"][:12]} for p in series],
                 "notes": run.get("notes", []),
-                "sgl_kernel_version_check_skipped": row_labels(meta)["sgl_kernel_version_check_skipped"],
+                "sgl_kernel_version_check_skipped": labels["sgl_kernel_version_check_skipped"],
                 "seed_case": run.get("seed_case"),
             }
         )
         # runs written before a label existed get it from their own meta (the env they recorded)
-        rows += [{**row_labels(meta), **row, "run": run["file"]} for row in run["rows"]]
+        rows += [{**labels, **row, "run": run["file"]} for row in run["rows"]]
     return {"runs": about, "rows": rows}
 
 
