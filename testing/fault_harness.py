@@ -23,7 +23,6 @@ tool's messages say about that state).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testing import git_cut
+from testing.tree_bytes import tree_state
 
 SIGNALS = ("INT", "TERM", "KILL")
 DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.interrupts)
@@ -92,46 +92,6 @@ OPERATIONS = {
     ),
 }
 GRID = [(name, kind) for name in sorted(OPERATIONS) for kind in OPERATIONS[name].kinds]
-
-
-def tree_state(root: Path) -> dict[str, str]:
-    """Byte-for-byte state of a tree: every file (content and mode), folder and link.
-
-    In a git checkout, .git/objects and .git/logs are left out (unreachable objects
-    and reflog lines are history, not state) and the index is compared by its
-    entries (`git ls-files -s`), not its stat cache; every other file in .git
-    counts, so a ref, a lock file or a state file left behind shows.
-    """
-    state: dict[str, str] = {}
-    root = Path(root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        rel_dir = here.relative_to(root)
-        in_git = rel_dir.parts[:1] == (".git",)
-        if rel_dir.parts[:2] in ((".git", "objects"), (".git", "logs")):
-            dirnames[:] = []
-            continue
-        for name in dirnames:
-            path = here / name
-            if path.is_symlink():
-                state[str(rel_dir / name)] = f"link:{os.readlink(path)}"
-            elif not in_git and str(rel_dir / name) != ".git":
-                state[str(rel_dir / name)] = "dir"
-        dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
-        for name in filenames:
-            path = here / name
-            rel = str(rel_dir / name)
-            if rel == ".git/index":
-                continue
-            info = path.lstat()
-            if path.is_symlink():
-                state[rel] = f"link:{os.readlink(path)}"
-            else:
-                state[rel] = f"{info.st_mode & 0o7777:o}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
-    if (root / ".git").is_dir():
-        listed = subprocess.run(["git", "ls-files", "-s"], cwd=root, capture_output=True, check=True).stdout
-        state[".git/index (entries)"] = hashlib.sha256(listed).hexdigest()
-    return state
 
 
 def run_state(run: Run) -> dict[str, str]:

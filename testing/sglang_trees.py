@@ -7,7 +7,6 @@ exercised on the real tree; it never stands in for the project's own series.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -179,12 +178,3 @@ def sglpatch(capsys):
         return code, out, err
 
     return run
-
-
-def fingerprint(root: Path) -> dict[str, str]:
-    """Every file under root (the .git folder's index and refs included) by content hash."""
-    result = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "objects" not in path.relative_to(root).parts:
-            result[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return result

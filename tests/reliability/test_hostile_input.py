@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
-from testing.fault_harness import FULL_GRID, tree_state
+from testing.fault_harness import FULL_GRID
+from testing.tree_bytes import tree_state
 
 KINDS = ["checkout", "package"]
 

@@ -21,8 +21,8 @@ import pytest
 
 from sglpatch import cli
 from sglpatch.pin import Pin
-from testing.fault_harness import tree_state
 from testing.sglang_trees import NEW_FILE, OVERLAP, SECOND
+from testing.tree_bytes import tree_state
 
 KINDS = ["checkout", "package"]
 

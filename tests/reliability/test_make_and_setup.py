@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
-from testing.fault_harness import tree_state
+from testing.tree_bytes import tree_state
 
 MAKE = shutil.which("make")
 STAMP = ".venv/.tool-stamp"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sglpatch.git import Git
 from sglpatch.series import load_series
-from testing.sglang_trees import AUTHOR, BACKEND, NEW_FILE, SECOND, fingerprint, make_series, replace_in
+from testing.sglang_trees import AUTHOR, BACKEND, NEW_FILE, SECOND, make_series, replace_in
+from testing.tree_bytes import fingerprint
 
 
 def test_apply_makes_one_commit_per_patch_on_a_new_branch(sglpatch, checkout, patches):

@@ -7,7 +7,8 @@ import subprocess
 from sglpatch import journal
 from sglpatch.series import load_series
 from sglpatch.write_states import WriteState
-from testing.sglang_trees import BACKEND, NEW_FILE, SECOND, fingerprint
+from testing.sglang_trees import BACKEND, NEW_FILE, SECOND
+from testing.tree_bytes import fingerprint
 
 
 def _local(package, upstream_path):

@@ -21,7 +21,8 @@ from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import check_out_release, release_date
 from sglpatch.wheels import fetch_wheel, file_sha256
-from testing.sglang_trees import SECOND, fingerprint, one_patch_series
+from testing.sglang_trees import SECOND, one_patch_series
+from testing.tree_bytes import fingerprint
 
 PROJECT_LINES = all_lines(PROJECT_ROOT / "patches")
 NEEDS_0516 = pytest.mark.network  # the 0.5.16 wheel, unless cached

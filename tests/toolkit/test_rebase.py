@@ -16,7 +16,8 @@ from sglpatch.project import default_patch_dir
 from sglpatch.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
-from testing.sglang_trees import BACKEND, OVERLAP, SECOND, fingerprint, make_series, one_patch_series
+from testing.sglang_trees import BACKEND, OVERLAP, SECOND, make_series, one_patch_series
+from testing.tree_bytes import fingerprint
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 

@@ -11,7 +11,8 @@ import pytest
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
 from sglpatch.target import open_target, target_lock
-from testing.sglang_trees import BACKEND, SECOND, fingerprint, replace_in
+from testing.sglang_trees import BACKEND, SECOND, replace_in
+from testing.tree_bytes import fingerprint
 
 
 def refused(sglpatch, target, *args):

@@ -12,7 +12,8 @@ import pytest
 
 from sglpatch.pin import load_pin
 from sglpatch.series import load_series
-from testing.sglang_trees import BACKEND, fingerprint, make_series
+from testing.sglang_trees import BACKEND, make_series
+from testing.tree_bytes import fingerprint
 
 SGLANG_TEST = "test/registered/attention/unittests/dsa/test_dsa_layout_note.py"
 TEST_TEXT = '"""A GPU test the patch adds to sglang\'s test tree."""\n'
