@@ -12,17 +12,27 @@ ONTO     ?=
 BRANCH   ?=
 FROM     ?=
 BASE     ?= v0.5.14
+JOBS     ?=
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
+# Every value a user gives goes to the shell single-quoted, so paths with spaces (or $, ;) stay one argument.
+q = '$(subst ','\'',$(1))'
 # pytest's own temp folder, one per checkout: the shared /tmp/pytest-of-USER keeps only the 3 newest runs, so
-# concurrent runs from other checkouts deleted each other's trees mid-test.
-PYTEST_TMP ?= $(or $(TMPDIR),/tmp)/sglpatch-pytest-$(shell id -u)-$(notdir $(CURDIR))
-PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))
+# concurrent runs from other checkouts deleted each other's trees mid-test. On a RAM disk (/dev/shm) when it
+# has the room, a passed test's trees deleted as it ends; else on the disk (testing/tmp_root.py says why).
+# SGLPATCH_TEST_TMP=disk keeps them on the disk.
+TEST_TMP_KIND := $(shell $(call q,$(PYTHON)) testing/tmp_root.py 2>/dev/null || echo disk)
+TEST_TMP_ROOT = $(if $(filter ram,$(TEST_TMP_KIND)),/dev/shm,$(or $(TMPDIR),/tmp))
+PYTEST_TMP ?= $(TEST_TMP_ROOT)/sglpatch-pytest-$(shell id -u)-$(notdir $(CURDIR))
+PYTEST_KEEP = $(if $(filter ram,$(TEST_TMP_KIND)),-o tmp_path_retention_policy=failed,)
+PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP)) $(PYTEST_KEEP)
+# After a pytest run ($$status its exit) whose trees are under $(1): on the RAM disk, a passed run's are freed;
+# a failed run's stay for a look, and make says where (the next run frees them).
+FREE_RAM_TREES = if [ "$(TEST_TMP_KIND)" = ram ]; then if [ $$status = 0 ]; then rm -rf $(1); \
+	else echo "make: the failed run's trees stay in $(1), in memory (a RAM disk): rm -rf them, or the next make test does" >&2; fi; fi
 # The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
 SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
-# Every value a user gives goes to the shell single-quoted, so paths with spaces (or $, ;) stay one argument.
-q = '$(subst ','\'',$(1))'
 SGLANG_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
 TARGET_ARG = $(SGLANG_ARG) $(LINE_ARG)
 # LINE=v0.5.23 picks a series line (patches/<line>/); default: the one matching SGLANG's version, or the default line
@@ -87,7 +97,8 @@ recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLA
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package, and killed inside git
 	$(SET_TMP_ASIDE)
-	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability
+	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability; \
+	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
 
 # Each line but the default one has its CPU tests in tests/patched_<line>/, run in a pytest process of its own
 # (two sglang versions cannot share one): `sglpatch lines --test-folders` prints "<line> <folder>" for each.
@@ -96,14 +107,16 @@ APPLY_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
 TEST_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
 	echo "$$lines" | while read -r line folder; do [ -z "$$line" ] && continue; \
 	echo "make: line $$line: $$folder in a pytest process of its own"; \
-	$(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))-"$$line" $(1) "$$folder" || exit 1; done
+	$(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))-"$$line" $(PYTEST_KEEP) $(1) "$$folder"; \
+	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))-"$$line"); [ $$status = 0 ] || exit 1; done
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules; each line's own tests in its own process)
 	$(SGLPATCH) apply
 	@$(APPLY_LINES)
-	@echo "make: running the CPU suite on 2 workers (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
+	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; \
+	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
@@ -111,11 +124,12 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; \
+	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
-check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches
-	$(SGLPATCH) check-patches $(LINE_ARG)
+check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches (JOBS=N pytest runs at once; default: CPUs, at most 4)
+	$(SGLPATCH) check-patches $(LINE_ARG) $(if $(JOBS),--jobs $(call q,$(JOBS)),)
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer path and seeded draft loop, DeepGEMM (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu

@@ -38,7 +38,8 @@ from testing.tree_bytes import tree_state
 SIGNALS = ("INT", "TERM", "KILL")
 DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.interrupts)
 FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"  # `make test-fault`: every write point
-# `make test`'s sample leaves SIGTERM to the full grid: the tool handles it exactly as SIGINT (interrupts.py).
+# The grid tests (marker `fault_grid`) are `make test-fault`'s; a plain pytest run of them takes a sample, and
+# leaves SIGTERM to the full grid: the tool handles it exactly as SIGINT (interrupts.py).
 GRID_SIGNALS = SIGNALS if FULL_GRID else ("INT", "KILL")
 GRID_PROPERTY = "fault_grid"  # each grid test records its figures under this junit property
 KINDS = ("checkout", "package")

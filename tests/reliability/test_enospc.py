@@ -13,8 +13,9 @@ checked byte for byte (`fault_harness.after_disk_full`):
   saying so, and the injected grid still runs.
 
 After each run the space is freed and `recover` must end in a known state.
-`make test` runs a sample (one level per apply and revert, two sizes per defect
-case); `make test-fault` (SGLPATCH_FAULT_GRID=full) every level, rebase too.
+The grid test (marker `fault_grid`) is `make test-fault`'s (SGLPATCH_FAULT_GRID=full):
+every level, rebase too; a plain pytest run of it takes one level per apply and
+revert. `make test` runs the defect cases (two sizes each).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def _record(record_property, lab, operation, kind, how, points, result):
     record_property(GRID_PROPERTY, json.dumps(figures))
 
 
+@pytest.mark.fault_grid
 @pytest.mark.parametrize("operation,kind", CASES)
 def test_a_real_full_disk_ends_in_a_known_state(labs, small_disk, record_property, operation, kind):
     lab = labs[kind]

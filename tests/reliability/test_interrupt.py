@@ -42,6 +42,7 @@ def labs(tmp_path_factory, base_repo, series_dir):
     return {kind: Lab(kind, tmp_path_factory.mktemp(f"lab-{kind}"), base_repo, series_dir) for kind in KINDS}
 
 
+@pytest.mark.fault_grid
 @pytest.mark.parametrize("sig", [*GRID_SIGNALS, DISK_FULL])
 @pytest.mark.parametrize("operation,kind", [pytest.param(*g, marks=NETWORK) if g[0] == "rebase" else g for g in GRID])
 def test_interrupted_run_ends_in_a_known_state(labs, record_property, operation, kind, sig):
@@ -64,6 +65,7 @@ def _record_figures(record_property, operation: str, kind: str, sig: str, points
 GIT_GRID = [g for g in GRID if g[1] == "checkout" and (FULL_GRID or g[0] != "rebase")]
 
 
+@pytest.mark.fault_grid
 @pytest.mark.parametrize(
     "operation,kind", [pytest.param(*g, marks=NETWORK) if g[0] == "rebase" else g for g in GIT_GRID]
 )

@@ -237,3 +237,39 @@ def test_torch_index_installs_a_cpu_torch_first():
     assert first < rest and "grep '^torch=='" in lines[first], recipe.stdout
     plain = make("-n", "-B", "-o", STAMP, ".venv/.sglang-cpu-stamp")
     assert "--index-url" not in plain.stdout and "2.7 GB" in plain.stdout, plain.stdout
+
+
+# -- where `make test` puts its trees -------------------------------------------------------------
+
+
+def _fake_proc(tmp_path: Path, folder: Path, kind: str, available_gib: int) -> dict[str, str]:
+    mounts, meminfo = tmp_path / "mounts", tmp_path / "meminfo"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\n{kind} {folder} {kind} rw,relatime 0 0\n")
+    meminfo.write_text(f"MemTotal: 25165824 kB\nMemAvailable: {available_gib << 20} kB\n")
+    return {"ram_disk": str(folder), "mounts": str(mounts), "meminfo": str(meminfo)}
+
+
+def test_the_trees_go_to_a_ram_disk_only_where_it_has_the_room(tmp_path, monkeypatch):
+    from testing import tmp_root
+
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    monkeypatch.setattr(tmp_root, "ROOM_BYTES", 0)  # the test's own folder stands in for the tmpfs's room
+    assert tmp_root.choose({}, **_fake_proc(tmp_path, folder, "tmpfs", 22)) == "ram"
+    assert tmp_root.choose({"SGLPATCH_TEST_TMP": "disk"}, **_fake_proc(tmp_path, folder, "tmpfs", 22)) == "disk"
+    assert tmp_root.choose({}, **_fake_proc(tmp_path, folder, "tmpfs", 8)) == "disk"  # no memory to spare
+    assert tmp_root.choose({}, **_fake_proc(tmp_path, folder, "ext4", 22)) == "disk"
+    assert tmp_root.choose({}, **_fake_proc(tmp_path, tmp_path / "missing", "tmpfs", 22)) == "disk"
+    monkeypatch.setattr(tmp_root, "ROOM_BYTES", 1 << 60)
+    assert tmp_root.choose({}, **_fake_proc(tmp_path, folder, "tmpfs", 22)) == "disk"  # the tmpfs is too small
+
+
+def test_make_test_on_a_ram_disk_frees_a_passed_runs_trees_and_keeps_a_failed_ones():
+    on_ram = make("-n", "-o", STAMP, "-o", ".venv/.sglang-cpu-stamp", "test", "TEST_TMP_KIND=ram")
+    assert on_ram.returncode == 0, on_ram.stderr
+    main_run = next(line for line in on_ram.stdout.splitlines() if "--ignore=tests/gpu" in line)
+    assert "--basetemp='/dev/shm/sglpatch-pytest-" in main_run and "tmp_path_retention_policy=failed" in main_run
+    assert "rm -rf '/dev/shm/sglpatch-pytest-" in on_ram.stdout and "trees stay in" in on_ram.stdout
+    on_disk = make("-n", "-o", STAMP, "-o", ".venv/.sglang-cpu-stamp", "test", "TEST_TMP_KIND=disk", "TMPDIR=/var/x")
+    main_run = next(line for line in on_disk.stdout.splitlines() if "--ignore=tests/gpu" in line)
+    assert "--basetemp='/var/x/sglpatch-pytest-" in main_run and "retention" not in on_disk.stdout

@@ -30,3 +30,8 @@ def test_a_patch_whose_named_tests_do_not_see_it_fails_the_check(sglpatch, tmp_p
     code, out, err = sglpatch("check-patches", "--patches", patches)
     assert code == 2 and "line v0.5.14: 1 of 1 patches fail their own check" in err
     assert "[FAIL]" in out and re.search(r"their tests: [1-9][0-9]* failed", out)
+
+
+def test_fewer_than_one_run_at_a_time_is_a_one_line_refusal(sglpatch):
+    code, out, err = sglpatch("check-patches", "--jobs", "0")
+    assert code == 2 and out == "" and err.strip().count("\n") == 0 and "--jobs 0" in err, err

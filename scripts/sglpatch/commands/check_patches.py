@@ -10,6 +10,9 @@ tree with patches 1..k: they must all pass, so every prefix is correct on its
 own (a bisect or a user who takes only the first patches gets a working tree),
 not only the new patch's behaviour. Trees are temporary git worktrees of the
 line's default base (built from its pin when missing); nothing else is touched.
+The pytest runs are independent (a tree and a process each), so --jobs of them
+run at once (default: the CPU count, at most 4: each imports sglang and torch, about
+1 GB); the verdicts print in series order.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from sglpatch.commands.common import add_series_options
@@ -25,7 +29,7 @@ from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.lines import TREE_ENV, Line, all_lines, default_line, line_named
-from sglpatch.output import progress, say
+from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.replay import series_commits
@@ -34,11 +38,19 @@ from sglpatch.series import Patch, Series, load_series
 CHECK_REF = "refs/sglpatch/check/series"
 
 
+DEFAULT_JOBS = max(1, min(4, os.cpu_count() or 1))
+
+
 def add_arguments(parser) -> None:
     add_series_options(parser)
+    parser.add_argument(
+        "--jobs", type=int, default=DEFAULT_JOBS, help=f"pytest runs at once (default here: {DEFAULT_JOBS})"
+    )
 
 
 def run(args) -> int:
+    if args.jobs < 1:
+        raise FatalError(f"--jobs {args.jobs}: give 1 or more pytest runs at once")
     if args.patches:  # a series folder, on the default line's base
         checks = [(default_line(), load_series(args.patches), load_pin(args.patches))]
     else:
@@ -47,14 +59,14 @@ def run(args) -> int:
     failed = [
         f"line {line.name}: {failures} of {len(series.patches)} patches"
         for line, series, pin in checks
-        if (failures := _check_line(line, series, pin))
+        if (failures := _check_line(line, series, pin, args.jobs))
     ]
     if failed:
         raise FatalError(f"{'; '.join(failed)} fail their own check (see above)")
     return 0
 
 
-def _check_line(line: Line, series: Series, pin: Pin) -> int:
+def _check_line(line: Line, series: Series, pin: Pin, jobs: int) -> int:
     """The check of one line's series on its default base; the number of patches that fail it."""
     say(f"== line {line.name}: {len(series.patches)} patches, tests in {line.tests_dir.relative_to(PROJECT_ROOT)}")
     git = Git(ensure_default_base(pin, line.default_base))
@@ -64,12 +76,10 @@ def _check_line(line: Line, series: Series, pin: Pin) -> int:
     finally:
         commits.workspace.close()
     prefixes = [commits.base, *commits.commits]
-    failures = 0
     with tempfile.TemporaryDirectory(prefix="sglpatch-check-") as tmp:
         trees = [_worktree(git, rev, Path(tmp) / f"prefix-{k}") for k, rev in enumerate(prefixes)]
         try:
-            for k in range(1, len(series.patches) + 1):
-                failures += _check_patch(line, series.patches[:k], trees[k - 1], trees[k])
+            failures = _check_patches(line, series.patches, trees, jobs)
         finally:
             for tree in trees:
                 git.try_run("worktree", "remove", "--force", str(tree))
@@ -88,21 +98,36 @@ def _worktree(git: Git, rev: str, path: Path) -> Path:
     return path
 
 
-def _check_patch(line: Line, prefix: list[Patch], without: Path, with_patch: Path) -> int:
-    """Patch prefix[-1]'s tests fail on `without`; the tests of all of prefix pass on `with_patch`."""
-    patch = prefix[-1]
+def _check_patches(line: Line, patches: list[Patch], trees: list[Path], jobs: int) -> int:
+    """For each patch k: its own tests fail on trees[k-1], and the tests of patches 1..k pass on trees[k].
+    Returns how many patches fail that."""
     folder = f"{line.tests_dir.relative_to(PROJECT_ROOT)}/"
-    own = _cpu_tests(patch, folder)
-    if not own:
-        say(f"{patch.name}: FAIL: its Tests trailer names no CPU test under {folder}")
-        return 1
-    suite = list(dict.fromkeys(test for earlier in prefix for test in _cpu_tests(earlier, folder)))
-    progress(f"{patch.name}: {', '.join(own)}")
-    before = _pytest(line, own, without)
-    after = _pytest(line, suite, with_patch)
-    verdict = "ok" if before[0] != 0 and after[0] == 0 else "FAIL"
-    say(f"{patch.name}: without it: {before[1]}; with patches 1-{len(prefix)}, their tests: {after[1]}  [{verdict}]")
-    return 0 if verdict == "ok" else 1
+    progress(f"{plural(2 * len(patches), 'pytest run')} on {len(trees)} trees, {jobs} at a time")
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        runs: list[tuple[Future, Future] | None] = []
+        for k, patch in enumerate(patches, 1):
+            own = _cpu_tests(patch, folder)
+            suite = list(dict.fromkeys(test for earlier in patches[:k] for test in _cpu_tests(earlier, folder)))
+            runs.append(
+                (pool.submit(_pytest, line, own, trees[k - 1]), pool.submit(_pytest, line, suite, trees[k]))
+                if own
+                else None
+            )
+        failures = 0
+        for k, (patch, run) in enumerate(zip(patches, runs, strict=True), 1):
+            if run is None:
+                say(f"{patch.name}: FAIL: its Tests trailer names no CPU test under {folder}")
+                failures += 1
+                continue
+            progress(f"{patch.name}: {', '.join(_cpu_tests(patch, folder))}")
+            before, after = run[0].result(), run[1].result()
+            verdict = "ok" if before[0] != 0 and after[0] == 0 else "FAIL"
+            say(f"{patch.name}: without it: {before[1]}; with patches 1-{k}, their tests: {after[1]}  [{verdict}]")
+            failures += verdict != "ok"
+    finally:  # on Ctrl-C: the runs under way end with it (the terminal's signal reaches them), none starts
+        pool.shutdown(wait=True, cancel_futures=True)
+    return failures
 
 
 def _cpu_tests(patch: Patch, folder: str) -> list[str]:
