@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import re
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
+from sglpatch.run_mark import RunMark
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir
 
@@ -139,6 +141,19 @@ def _found_inside(given: Path, package: Path) -> Target:
     return Target(PACKAGE_FOLDER, package)
 
 
+def _lock_holder(fd: int, patience_s: float = 1.0) -> str:
+    """The pid the lock's holder wrote. It writes it just after taking the lock, so until then the file
+    still names the run before it (a process that is gone) or a mix of the two: read again, briefly."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if text.isdigit() and RunMark(int(text), None).alive():
+            return text
+        if time.monotonic() > deadline:
+            return "unknown"
+        time.sleep(0.01)
+
+
 def _is_package(folder: Path) -> bool:
     return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
 
@@ -154,12 +169,12 @@ def target_lock(target: Target):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             raise FatalError(
-                f"another sglpatch run is working on {target.root} (pid {holder}); wait for it to finish"
+                f"another sglpatch run is working on {target.root} (pid {_lock_holder(fd)}); wait for it to finish"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        mine = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, mine, 0)  # over the last holder's pid, then cut to length: the file is never empty
+        os.ftruncate(fd, len(mine))
         yield
     finally:
         os.close(fd)

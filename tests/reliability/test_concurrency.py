@@ -108,3 +108,35 @@ def test_two_applies_started_together_leave_one_patched_tree(labs, kind, record_
         outcomes.append(outcome_of_the_other(code, out, err, winner_pid))
         assert lab.which_state(tree) == PATCHED
     record_property("concurrent_outcomes", ",".join(outcomes))
+
+
+@pytest.mark.parametrize("left_before", ["", "4194305\n", "4194305\n77"], ids=["empty", "gone", "half-written"])
+def test_a_refusal_names_the_holder_that_has_not_written_its_pid_yet(tmp_path, left_before):
+    """Between taking the lock and writing its pid, a holder's lock file still holds what the run before it
+    left (a pid past pid_max here: a process that is gone), or nothing. The refusal named that, or "pid
+    unknown" (seen once in 3 x 3 started-together applies on a RAM disk); it must name the live holder."""
+    from sglpatch.target import _lock_holder
+
+    lock = tmp_path / "target.lock"
+    lock.write_text(left_before)
+    holder = subprocess.Popen([sys.executable, "-c", _LATE_WRITER, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        assert _lock_holder(fd, patience_s=10) == str(holder.pid)
+    finally:
+        os.close(fd)
+        holder.communicate(timeout=30)
+
+
+_LATE_WRITER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(0.3)
+mine = f"{os.getpid()}\\n".encode()
+os.pwrite(fd, mine, 0)
+os.ftruncate(fd, len(mine))
+time.sleep(1)
+"""
