@@ -30,6 +30,8 @@ PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP)) $(PYTEST_KEEP)
 # a failed run's stay for a look, and make says where (the next run frees them).
 FREE_RAM_TREES = if [ "$(TEST_TMP_KIND)" = ram ]; then if [ $$status = 0 ]; then rm -rf $(1); \
 	else echo "make: the failed run's trees stay in $(1), in memory (a RAM disk): rm -rf them, or the next make test does" >&2; fi; fi
+# ... and exit with the run's status: what follows a main pytest command in a recipe
+FREE_RAM_TREES_AND_EXIT = status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
 # The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
 SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
@@ -97,8 +99,7 @@ recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLA
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package, and killed inside git
 	$(SET_TMP_ASIDE)
-	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability; \
-	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
+	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability; $(FREE_RAM_TREES_AND_EXIT)
 
 # Each line but the default one has its CPU tests in tests/patched_<line>/, run in a pytest process of its own
 # (two sglang versions cannot share one): `sglpatch lines --test-folders` prints "<line> <folder>" for each.
@@ -115,8 +116,7 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; \
-	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
+	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
@@ -124,8 +124,7 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; \
-	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
+	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches (JOBS=N pytest runs at once; default: CPUs, at most 4)

@@ -27,7 +27,7 @@ def is_tmpfs(path: str, mounts_file: str = "/proc/self/mounts") -> bool:
     """Whether the last mount at `path` is a tmpfs."""
     try:
         with open(mounts_file) as mounts:
-            kinds = [line.split()[2] for line in mounts if len(line.split()) > 2 and line.split()[1] == path]
+            kinds = [fields[2] for fields in map(str.split, mounts) if len(fields) > 2 and fields[1] == path]
     except OSError:
         return False
     return bool(kinds) and kinds[-1] == "tmpfs"

@@ -19,6 +19,8 @@ import stat
 import subprocess
 import time
 
+from sglpatch.wheels import file_sha256
+
 _RACY_NS = 100_000_000  # 0.1 s: far above the kernel's file-time granularity (a jiffy, at most 10 ms)
 _MAX_REMEMBERED = 300_000  # about 80 checkouts' worth; then the memory starts again
 _digests: dict[tuple, str] = {}
@@ -29,22 +31,17 @@ def file_digest(path: str, info: os.stat_result | None = None) -> str:
     """sha256 of the bytes at `path` (a link is followed); `info` is its lstat when the caller has it."""
     info = info or os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
-        return _sha256(path)
+        return file_sha256(path)
     key = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     digest = _digests.get(key)
     if digest is None:
         settled_before = time.time_ns() - _RACY_NS
-        digest = _sha256(path)
+        digest = file_sha256(path)
         if info.st_ctime_ns < settled_before and info.st_mtime_ns < settled_before:
             if len(_digests) >= _MAX_REMEMBERED:
                 _digests.clear()
             _digests[key] = digest
     return digest
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def tree_state(root) -> dict[str, str]:

@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
+from testing import tmp_root
 from testing.tree_bytes import tree_state
 
 MAKE = shutil.which("make")
@@ -250,8 +251,6 @@ def _fake_proc(tmp_path: Path, folder: Path, kind: str, available_gib: int) -> d
 
 
 def test_the_trees_go_to_a_ram_disk_only_where_it_has_the_room(tmp_path, monkeypatch):
-    from testing import tmp_root
-
     folder = tmp_path / "shm"
     folder.mkdir()
     monkeypatch.setattr(tmp_root, "ROOM_BYTES", 0)  # the test's own folder stands in for the tmpfs's room

@@ -102,26 +102,28 @@ def _check_patches(line: Line, patches: list[Patch], trees: list[Path], jobs: in
     """For each patch k: its own tests fail on trees[k-1], and the tests of patches 1..k pass on trees[k].
     Returns how many patches fail that."""
     folder = f"{line.tests_dir.relative_to(PROJECT_ROOT)}/"
-    progress(f"{plural(2 * len(patches), 'pytest run')} on {len(trees)} trees, {jobs} at a time")
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        runs: list[tuple[Future, Future] | None] = []
+        runs: list[tuple[list[str], Future | None, Future | None]] = []
         for k, patch in enumerate(patches, 1):
             own = _cpu_tests(patch, folder)
             suite = list(dict.fromkeys(test for earlier in patches[:k] for test in _cpu_tests(earlier, folder)))
-            runs.append(
-                (pool.submit(_pytest, line, own, trees[k - 1]), pool.submit(_pytest, line, suite, trees[k]))
-                if own
-                else None
-            )
+            if own:
+                runs.append(
+                    (own, pool.submit(_pytest, line, own, trees[k - 1]), pool.submit(_pytest, line, suite, trees[k]))
+                )
+            else:
+                runs.append((own, None, None))
+        started = 2 * sum(1 for own, _, _ in runs if own)
+        progress(f"{plural(started, 'pytest run')} on {len(trees)} trees, {jobs} at a time")
         failures = 0
-        for k, (patch, run) in enumerate(zip(patches, runs, strict=True), 1):
-            if run is None:
+        for k, (patch, (own, without, with_patch)) in enumerate(zip(patches, runs, strict=True), 1):
+            if without is None or with_patch is None:
                 say(f"{patch.name}: FAIL: its Tests trailer names no CPU test under {folder}")
                 failures += 1
                 continue
-            progress(f"{patch.name}: {', '.join(_cpu_tests(patch, folder))}")
-            before, after = run[0].result(), run[1].result()
+            progress(f"{patch.name}: {', '.join(own)}")
+            before, after = without.result(), with_patch.result()
             verdict = "ok" if before[0] != 0 and after[0] == 0 else "FAIL"
             say(f"{patch.name}: without it: {before[1]}; with patches 1-{k}, their tests: {after[1]}  [{verdict}]")
             failures += verdict != "ok"
