@@ -2,8 +2,8 @@
 
 The suite writes real sglang trees (some 3,600 files each) by the hundred: a run creates
 about 15 GB of files. On the 2-core machine's disk (ext4) creating and deleting them took
-more kernel time than the tests themselves; on a tmpfs the same suite ran in 9 min
-against 11 to 15 (README, "How long make test takes"). A RAM disk holds only what is
+more kernel time than the tests themselves; on a tmpfs the same suite ran in 8 to 9 min
+against 11 to 15 (README, "How long make test takes", names the runs). A RAM disk holds only what is
 deleted as tests pass (pytest's `tmp_path_retention_policy=failed`, which the Makefile
 passes along with this folder): about 7 GB at the peak. So a tmpfs is taken only with
 room for that, and memory to spare beside it; otherwise the disk, where a passed test's
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 RAM_DISK = "/dev/shm"
-PEAK_BYTES = 7 << 30  # /dev/shm in use at the peak of a `make test` run (1 Dec 2026, 6.7 GB)
+PEAK_BYTES = 7 << 30  # /dev/shm in use at the peak of one main-suite run (2 Dec 2026: 6.7 GB, `df` every 20 s)
 ROOM_BYTES = 10 << 30  # free on the tmpfs to take it
 SPARE_BYTES = 6 << 30  # memory beside the peak: two pytest workers with sglang and torch imported, and git
 
