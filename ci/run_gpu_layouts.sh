@@ -4,6 +4,7 @@
 # (ci/gpu_bundle.py, with --line v0.5.23 for the second line):
 #
 #   bash ci/run_gpu_layouts.sh --out $OUT [--bundle DIR] [--work DIR] [--budget SECONDS]
+#                              [--lines "v0.5.23 v0.5.14"] [--no-holdout] [--chunking]
 #                              [--save-jit-cache] [--rehearse]
 #
 # Parts, each with its own time limit; a part that fails or runs out of time is recorded and the
@@ -13,8 +14,10 @@
 #   topk-v2-probe-v0.5.23   in the background: 0.5.23's JIT top-k v2 built once (its cache is shared);
 #                           if it cannot build, the v0.5.23 parts run with SGLANG_OPT_USE_TOPK_V2=0
 #   warm-deepgemm           DeepGEMM's paged-MQA kernels for every row count, compiled in parallel
-#   sglang-test-<line>      the series' test in sglang's tree, from the patched tree:
-#                           python -m pytest test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py
+#   chunking                with --chunking: bench/paged_mqa_chunking.py (DeepGEMM alone: one paged-MQA
+#                           call over all rows against sglang 0.5.23's chunks), OUT/paged_mqa_chunking_h200.json
+#   sglang-test-<line>      the series' tests in sglang's tree (every test_dsa_sm90_paged_mqa*.py the series
+#                           puts under test/registered), from the patched tree, with pytest
 #   pristine-<line>         bench/indexer_step.py on the pristine tree, grid "identity" (10 cases) on
 #                           a fixture sized for the hold-out grids, its per-token top-k saved for the
 #                           patched run to compare
@@ -26,6 +29,7 @@
 #   report                  bench/layouts_report.py: the criteria, printed and in OUT/summary.json
 # The v0.5.23 line goes first (it is the one that goes upstream); v0.5.14's hold-out run comes last
 # and writes its JSON after every case, so a run cut short by the budget keeps what it measured.
+# --lines runs only the lines named; --no-holdout leaves out the pristine identity and hold-out parts.
 #
 # Files in OUT (7 at most): run.log, summary.json, indexer_holdout_h200.json,
 # indexer_holdout_h200_v0_5_23.json, sglang_test_v0_5_14.xml, sglang_test_v0_5_23.xml and, with
@@ -43,6 +47,9 @@ WORK=/tmp/sglpatch-layouts
 BUDGET=465
 SAVE_JIT=0
 REHEARSE=0
+HOLDOUT=1
+CHUNKING=0
+LINE_ARG="v0.5.23 v0.5.14"
 PY="${PYTHON:-python3}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -52,6 +59,9 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET="$2"; shift 2 ;;
     --save-jit-cache) SAVE_JIT=1; shift ;;
     --rehearse) REHEARSE=1; shift ;;
+    --lines) LINE_ARG="$2"; shift 2 ;;
+    --no-holdout) HOLDOUT=0; shift ;;
+    --chunking) CHUNKING=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -68,8 +78,10 @@ PARTS="$WORK/parts.tsv"
 say() { echo "[gpu-layouts +$(( $(date +%s) - T0 ))s] $*"; }
 left() { echo $(( DEADLINE - $(date +%s) )); }
 . "$REPO/ci/gpu_box.sh"
-SUITE_TEST=test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py
-LINES=(v0.5.23 v0.5.14)
+read -r -a LINES <<<"$LINE_ARG"
+for line in "${LINES[@]}"; do
+  case "$line" in v0.5.14|v0.5.23) ;; *) echo "--lines takes v0.5.14 and v0.5.23, got '$line'" >&2; exit 2 ;; esac
+done
 slug() { echo "${1//./_}"; }
 
 # part NAME LIMIT CMD...: run CMD (a command or one of the functions below, exported) with at most
@@ -122,16 +134,19 @@ PYEOF
   done
 }
 
+suite_tests() {  # ROOT: the series' tests in sglang's tree under ROOT, one path a line
+  (cd "$1" && find test/registered -name 'test_dsa_sm90_paged_mqa*.py' 2>/dev/null | sort)
+}
 apply_line() {
   local line="$1" root="$WORK/trees/$1"
   cp -a "$root/pristine" "$root/patched" &&
     "$PY" "$REPO/ci/apply_series.py" "$REPO/patches/$line/series" --root "$root/patched" \
       --record "$WORK/applied_$(slug "$line").json" &&
-    [ -f "$root/patched/$SUITE_TEST" ]
+    [ -n "$(suite_tests "$root/patched")" ]
 }
 
-export REPO BUNDLE OUTDIR WORK PY SUITE_TEST REHEARSE T0
-export -f say slug extract_archive unpack_bundle trees_from_bundle trees_from_wheels apply_line
+export REPO BUNDLE OUTDIR WORK PY REHEARSE T0
+export -f say slug extract_archive unpack_bundle trees_from_bundle trees_from_wheels suite_tests apply_line
 if [ "$REHEARSE" = 1 ]; then
   part unpack 120 trees_from_wheels
   JIT="$WORK/jit"; mkdir -p "$JIT"
@@ -187,13 +202,16 @@ else
     printf 'topk-v2-probe-v0.5.23\t%s\t%s\n' "$rc" "$(( $(date +%s) - start ))" >>"$PARTS"; exit $rc ) &
   PROBE_PID=$!
   part warm-deepgemm 150 "$PY" "$REPO/ci/warm_deepgemm_jit.py" --max-rows 768 --jobs 8
+  [ "$CHUNKING" = 1 ] && part chunking 200 "$PY" "$REPO/bench/paged_mqa_chunking.py" --out "$OUTDIR" --deadline-s 150
 fi
 
 # --- per line ------------------------------------------------------------------------------------
 sglang_test() {  # LINE: the series' test in sglang's tree, from the patched tree (PYTHONPATH -> it)
   local root="$WORK/trees/$1/patched"
+  local tests
+  mapfile -t tests < <(suite_tests "$root")
   cd "$root" && PYTHONPATH="$root:$PYTHONPATH" "$PY" -m pytest -p no:cacheprovider -rA -o junit_family=xunit1 \
-    --junitxml "$OUTDIR/sglang_test_$(slug "$1").xml" "$SUITE_TEST"
+    --junitxml "$OUTDIR/sglang_test_$(slug "$1").xml" "${tests[@]}"
 }
 indexer_run() {  # LINE LABEL GRID JSON [extra args]: bench/indexer_step.py, CUDA graphs
   local line="$1" label="$2" grid="$3" json="$4"
@@ -222,21 +240,38 @@ run_line_holdout() {  # LINE LIMIT
     --compare-topk "$WORK/pristine_topk_$(slug "$1")"
 }
 
-run_line_checks v0.5.14  # while top-k v2 builds
+has_line() { [[ " ${LINES[*]} " == *" $1 "* ]]; }
+if [ "$HOLDOUT" = 1 ]; then
+  has_line v0.5.14 && run_line_checks v0.5.14  # while top-k v2 builds
+else
+  has_line v0.5.14 && part "sglang-test-v0.5.14" 180 sglang_test v0.5.14
+fi
 if [ -n "$PROBE_PID" ] && ! wait "$PROBE_PID"; then
   say "top-k v2 did not build or load (tail of its log below); v0.5.23 runs with SGLANG_OPT_USE_TOPK_V2=0"
   tail -3 "$WORK/topk_v2_probe.log"
   export SGLANG_OPT_USE_TOPK_V2=0
 fi
-run_line_checks v0.5.23
-run_line_holdout v0.5.23 200
+if has_line v0.5.23; then
+  if [ "$HOLDOUT" = 1 ]; then
+    run_line_checks v0.5.23
+    run_line_holdout v0.5.23 200
+  else
+    part "sglang-test-v0.5.23" 180 sglang_test v0.5.23
+  fi
+fi
 unset SGLANG_OPT_USE_TOPK_V2
-run_line_holdout v0.5.14 "$(( $(left) - 20 ))"
+[ "$HOLDOUT" = 1 ] && has_line v0.5.14 && run_line_holdout v0.5.14 "$(( $(left) - 20 ))"
 
 # --- report --------------------------------------------------------------------------------------
-"$PY" "$REPO/bench/layouts_report.py" "$(result_json v0.5.23)" "$(result_json v0.5.14)" \
-  --parts "$PARTS" --summary "$OUTDIR/summary.json"
-report_rc=$?
+if [ "$HOLDOUT" = 1 ]; then
+  "$PY" "$REPO/bench/layouts_report.py" "$(result_json v0.5.23)" "$(result_json v0.5.14)" \
+    --parts "$PARTS" --summary "$OUTDIR/summary.json"
+  report_rc=$?
+else  # no hold-out rows to judge: the parts' exit statuses are the verdict
+  cp "$PARTS" "$OUTDIR/parts.tsv" && cat "$PARTS"
+  ! cut -f2 "$PARTS" | grep -qv '^0$'
+  report_rc=$?
+fi
 if [ "$SAVE_JIT" = 1 ] && [ -d "$WORK/jit" ]; then
   tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit && say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
 fi
