@@ -94,7 +94,7 @@ class Tree0523(Tree):
     extra_watch = (
         # the patch: row width per batch, its SM90 rule, the captured width at replay
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._paged_mqa_tokens_per_row",
-        "sglang.srt.layers.attention.dsa_backend:pick_sm90_tokens_per_row",
+        "sglang.srt.layers.attention.dsa_backend:pick_sm90_paged_mqa_tokens_per_row",
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._captured_paged_mqa_tokens_per_row",
         # 0.5.23's replay refreshes and the indexer's DeepGEMM helpers
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._refresh_paged_mqa_schedule_metadata",
@@ -108,14 +108,15 @@ class Tree0523(Tree):
         "sglang.kernels.ops.attention.dsv4.topk:plan_topk_v2",
         "sglang.kernels.ops.quantization.act_quant_triton:act_quant",
     )
-    # 0.5.23's _get_topk_paged runs DeepGEMM in chunks of at most num_sms rows (per-token
-    # B * next_n > 132 on an H200) and concatenates them inside these helpers.
+    # Pristine 0.5.23's _get_topk_paged runs DeepGEMM in chunks of at most num_sms rows (per-token
+    # B * next_n > 132 on an H200) and concatenates them inside these helpers; the series' first
+    # patch makes one call on SM90.
     logits_outputs = (
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_native",
         "sglang.srt.layers.attention.dsa.dsa_indexer:deepgemm_paged_mqa_logits_split",
     )
     patch_marks = {
-        "srt/layers/attention/dsa_backend.py": "pick_sm90_tokens_per_row",
+        "srt/layers/attention/dsa_backend.py": "pick_sm90_paged_mqa_tokens_per_row",
         "srt/environ.py": "SGLANG_DSA_PAGED_MQA_FORCE_PER_TOKEN",
     }
 

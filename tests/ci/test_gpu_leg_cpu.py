@@ -157,9 +157,11 @@ def test_the_series_test_in_sglangs_tree_is_a_required_part_of_a_checkout_leg(tm
 
     tests = series_sglang_tests(REPO / "patches" / "v0.5.14")
     assert tests == ["test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py"]
-    # v0.5.23's patch 2 adds a CPU test there too: the leg runs every test the series adds to sglang's tree
-    dp_pad = "test/registered/unit/model_executor/test_draft_dp_pad_dsa_topk_indices.py"
-    assert sorted(series_sglang_tests(REPO / "patches" / "v0.5.23")) == sorted([*tests, dp_pad])
+    # v0.5.23's series puts a GPU and a CPU test there: the leg runs every test the series adds to sglang's tree
+    assert sorted(series_sglang_tests(REPO / "patches" / "v0.5.23")) == [
+        "test/registered/kernels/ops/attention/test_dsa_sm90_paged_mqa.py",
+        "test/registered/unit/layers/attention/test_dsa_sm90_paged_mqa_rows.py",
+    ]
     checkout = tmp_path / "sglang"
     (checkout / tests[0]).parent.mkdir(parents=True)
     (checkout / tests[0]).write_text("")

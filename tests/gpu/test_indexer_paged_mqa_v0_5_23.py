@@ -42,7 +42,7 @@ gpu_trees.skip_module_without_gpu()
 
 REQUIRED_EXERCISED = indexer_runs.EXERCISED_ON_BOTH_LINES + (
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._paged_mqa_tokens_per_row",
-    "sglang.srt.layers.attention.dsa_backend.pick_sm90_tokens_per_row",
+    "sglang.srt.layers.attention.dsa_backend.pick_sm90_paged_mqa_tokens_per_row",
     "sglang.srt.layers.attention.dsa_backend.DeepseekSparseAttnBackend._captured_paged_mqa_tokens_per_row",
     "sglang.srt.layers.attention.dsa.dsa_indexer.deepgemm_paged_mqa_logits_native",
 )

@@ -10,9 +10,9 @@ way round the test errors at setup, as the committed v0.5.23 run did
 (docs/results/sglang_tree_test_h200_v0_5_23.xml) while bench/indexer_step.py, which imports
 dsa_backend first, ran.
 
-This runs the test's own module import and ``_Fixture.__init__`` up to its first CUDA call, in a
-fresh process on the patched 0.5.23 tree, and checks the order sglang's modules were first
-imported in. What it cannot see on a CPU: branches that only a CUDA build takes (flashinfer is
+This runs the test's own module import and ``_Fixture.__init__`` up to its first CUDA call, then
+imports the indexer as the fixture does next, in a fresh process on the patched 0.5.23 tree, and
+checks the order sglang's modules were first imported in. What it cannot see on a CPU: branches that only a CUDA build takes (flashinfer is
 absent here, so neither module imports it; the order of the two modules is what is checked).
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import harness23
 
-TEST_FILE = "test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py"
+TEST_FILE = "test/registered/kernels/ops/attention/test_dsa_sm90_paged_mqa.py"
 GUARDED = "sglang.srt.layers.flashinfer_comm_fusion"
 UNGUARDED = "sglang.srt.layers.moe.token_dispatcher.flashinfer_utils"
 INDEXER = "sglang.srt.layers.attention.dsa.dsa_indexer"
@@ -49,10 +49,12 @@ spec = importlib.util.spec_from_file_location("sglang_tree_test", sys.argv[2])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 try:
-    module._Fixture([2])
+    module._Fixture((2,))
     stopped = None
 except Exception as exc:  # the mock runner's first CUDA tensor on a CPU-only torch
     stopped = f"{type(exc).__name__}: {exc}"
+# what the fixture imports next, on a GPU: the indexer it builds
+importlib.import_module("sglang.srt.layers.attention.dsa.dsa_indexer")
 print(json.dumps(dict(order=order, stopped=stopped)))
 """
 

@@ -1,4 +1,4 @@
-"""v0.5.23 line, patch 1: Indexer._get_topk_paged calls DeepGEMM in the rows
+"""v0.5.23 line, patch 2: Indexer._get_topk_paged calls DeepGEMM in the rows
 dsa_backend chose.
 
 The real 0.5.23 indexer method runs under a real forward context; only the
@@ -71,9 +71,9 @@ def topk(monkeypatch, arch, next_n, bs, q, w, forced=False, cuda_graph=False, mu
             metadata = mutate(metadata)
         out = S.run_topk(backend, batch, q, w, metadata=metadata)
     calls = fake.fp8_paged_mqa_logits.calls
-    # 0.5.23 splits more than sm_count (132) kernel rows over several calls
+    # one call on SM90 (patch 1); elsewhere 0.5.23 splits more than sm_count (132) kernel rows over several
     rows = sum(args[0].shape[0] for args, _ in calls)
-    assert len(calls) == -(-rows // 132), len(calls)
+    assert len(calls) == (1 if arch == "sm90" else -(-rows // 132)), len(calls)
     return out, calls[-1], backend.forward_metadata
 
 
@@ -154,21 +154,6 @@ def test_sm90_never_gets_more_than_two_tokens_per_row(monkeypatch):
     q, w = S.make_queries(64)
     _, (args, _), _ = topk(monkeypatch, "sm90", 8, 8, q, w)
     assert tuple(args[0].shape[:2]) == (32, 2)
-
-
-def test_spare_block_table_rows_are_never_passed(monkeypatch):
-    # a page table with spare rows (e.g. a padded graph bucket) must still give DeepGEMM one row per
-    # kernel row: block_tables[:q_offset:t], not block_tables[::t]
-    def spare_rows(meta):
-        table = meta.attn_metadata.real_page_table
-        attn = dataclasses.replace(meta.attn_metadata, real_page_table=torch.cat([table, table[:8]]).contiguous())
-        return dataclasses.replace(meta, attn_metadata=attn)
-
-    q, w = S.make_queries(32, seed=4)
-    got, (args, _), meta = topk(monkeypatch, "sm90", 4, 8, q, w, mutate=spare_rows)
-    assert tuple(args[0].shape[:2]) == (16, 2) and args[4].shape[0] == 16
-    ref, _, _ = topk(monkeypatch, "sm90", 4, 8, q, w, forced=True)
-    assert torch.equal(got, ref)
 
 
 def test_rows_that_do_not_divide_next_n_fall_back_to_per_token(monkeypatch):

@@ -1,14 +1,15 @@
-"""v0.5.23 line, patch 1: target_verify's paged-MQA rows in dsa_backend's metadata.
+"""v0.5.23 line, patch 2: target_verify's paged-MQA rows in dsa_backend's metadata.
 
 On the real 0.5.23 DeepseekSparseAttnBackend (eager init_forward_metadata,
 CUDA-graph capture and replay): SM90 puts two draft tokens per DeepGEMM row
 (next_n == 2: [B, 2]; even next_n: [B * next_n / 2, 2]) where
-pick_sm90_tokens_per_row says so from what a capture knows; odd next_n stays
-one token per row; SM100 keeps upstream's [B, next_n]; everything else and
-the force switch stay per-token. The rule is checked against every committed
-H200 row that timed both widths it was fitted on, and against the hold-out
-rows measured with it. The schedule is always built from exactly the context
-lengths the indexer will pass (the DeepGEMM stand-in checks by value).
+pick_sm90_paged_mqa_tokens_per_row says so (a threshold on two-token rows,
+from next_n and the batch size alone); odd next_n stays one token per row;
+SM100 keeps upstream's [B, next_n]; everything else and the force switch stay
+per-token. The threshold is checked against every committed H200 row that
+timed both widths it was fitted on, and against the hold-out rows measured
+with it. The schedule is always built from exactly the context lengths the
+indexer will pass (the DeepGEMM stand-in checks by value).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cpu_sglang import import_sglang
 from testing.sm90_rule_rows import HOLDOUT_RUNS, check_holdout_choices, fitted_rows
 
 B = S.backend_mod
+RULE = import_sglang("sglang.kernels.ops.attention.dsa.paged_mqa_logits")
 SEQ_LENS = [100, 300, 64, 500, 7, 200, 900, 33, 128, 65, 700, 1]
 TV = S.ForwardMode.TARGET_VERIFY
 
@@ -119,37 +121,25 @@ def test_sm90_odd_next_n_stays_per_token(monkeypatch, next_n, host_lengths):
     assert sched_ctx is ctx
 
 
-def test_rule_takes_only_what_a_capture_knows():
+def test_the_rule_reads_next_n_and_the_batch_size_only():
+    # eager forwards and graphs captured for a batch size choose from the same inputs
     import inspect
 
-    assert list(inspect.signature(B.pick_sm90_tokens_per_row).parameters) == [
-        "next_n",
-        "batch_size",
-        "max_ctx",
-        "num_sms",
-    ]
+    assert list(inspect.signature(RULE.pick_sm90_paged_mqa_tokens_per_row).parameters) == ["next_n", "batch_size"]
 
 
 @pytest.mark.parametrize("next_n,below,at", [(2, 15, 16), (4, 7, 8), (6, 5, 6)])
 def test_even_next_n_needs_16_two_token_rows(next_n, below, at):
     # 8 rows of two tokens ran at 0.949x under CUDA graphs (8 requests x 4k ragged)
-    assert B._SM90_PAGED_MQA_MIN_PAIRED_ROWS == 16
-    assert B.pick_sm90_tokens_per_row(next_n, below, 65536, 132) == 1
-    assert B.pick_sm90_tokens_per_row(next_n, at, 65536, 132) == 2
+    assert RULE.SM90_PAGED_MQA_MIN_TWO_TOKEN_ROWS == 16
+    assert RULE.pick_sm90_paged_mqa_tokens_per_row(next_n, below) == 1
+    assert RULE.pick_sm90_paged_mqa_tokens_per_row(next_n, at) == 2
 
 
-@pytest.mark.parametrize("next_n", [3, 5, 7])
+@pytest.mark.parametrize("next_n", [1, 3, 5, 7])
 def test_odd_next_n_stays_one_token_per_row(next_n):
-    # at any batch size and width, even where the wave count would favour pairs
-    for bs, width, sms in itertools.product((1, 31, 32, 33, 64, 128, 512), (256, 2048, 65536, 131072), (4, 132)):
-        assert B.pick_sm90_tokens_per_row(next_n, bs, width, sms) == 1
-
-
-def test_a_tie_in_waves_keeps_one_token_per_row():
-    # 32 requests x 256 keys: 64 one-token and 32 two-token units both fit one wave of 132 SMs
-    assert B.pick_sm90_tokens_per_row(2, 32, 256, 132) == 1
-    assert B.pick_sm90_tokens_per_row(2, 32, 256, 48) == 2
-    assert B.pick_sm90_tokens_per_row(4, 64, 1024, 132) == 2
+    for bs in (1, 31, 32, 33, 64, 128, 512):
+        assert RULE.pick_sm90_paged_mqa_tokens_per_row(next_n, bs) == 1
 
 
 @pytest.mark.parametrize("arch", ["sm100", "sm90", "sm80"])
@@ -162,14 +152,13 @@ def test_rule_per_mode_and_next_n(monkeypatch, arch):
     ):
         backend = S.make_backend(next_n)
         with S.platform(monkeypatch, arch):
-            got = backend._paged_mqa_tokens_per_row(mode, bs, 65536)
+            got = backend._paged_mqa_tokens_per_row(mode, bs)
         if mode != TV or next_n < 2 or arch == "sm80":
             want = 1
         elif arch == "sm100":
             want = next_n
         else:
-            want = B.pick_sm90_tokens_per_row(next_n, bs, 65536, 1)
-            assert want == (2 if next_n % 2 == 0 and bs * next_n // 2 >= 16 else 1)
+            want = 2 if next_n % 2 == 0 and bs * next_n // 2 >= 16 else 1
         assert got == want, (arch, next_n, mode, bs)
 
 
@@ -179,7 +168,7 @@ def test_sm90_kpool_indexer_stays_per_token(monkeypatch):
     backend = S.make_backend(4)
     backend.dsa_index_kpool = 4
     with S.platform(monkeypatch, "sm90"):
-        assert backend._paged_mqa_tokens_per_row(TV, 64, 65536) == 1
+        assert backend._paged_mqa_tokens_per_row(TV, 64) == 1
 
 
 # --- CUDA graphs -----------------------------------------------------------
@@ -287,21 +276,22 @@ def test_replay_from_precomputed_metadata(monkeypatch, arch, next_n, bs, shape):
     assert torch.equal(backend.forward_metadata.paged_mqa_schedule_metadata[0], fake._fingerprint(ctx))
 
 
-def _rule(next_n, batch_size, width):
-    return B.pick_sm90_tokens_per_row(next_n, batch_size, width, 132)
+def _rule(next_n, batch_size, width=None, num_sms=None):
+    """The line's rule in the form the committed rows are checked with; it reads neither the width nor the SMs."""
+    return RULE.pick_sm90_paged_mqa_tokens_per_row(next_n, batch_size)
 
 
 def test_sm90_rule_never_below_097_on_the_committed_h200_rows():
     rows = fitted_rows()
     assert len(rows) == 166 and {r["num_sms"] for r in rows} == {132}
-    taken = [r for r in rows if _rule(r["next_n"], r["batch_size"], r["width"]) == 2]
+    taken = [r for r in rows if _rule(r["next_n"], r["batch_size"]) == 2]
     assert len(taken) >= 120
     assert min(r["speedup"] for r in taken) >= 0.97
     # the 0.949x row (8 requests x 4k ragged, next_n 2, this line's run) stays per-token
-    assert all(_rule(r["next_n"], r["batch_size"], r["width"]) == 1 for r in rows if r["speedup"] < 0.97)
+    assert all(_rule(r["next_n"], r["batch_size"]) == 1 for r in rows if r["speedup"] < 0.97)
     assert round(min(r["speedup"] for r in rows), 3) == 0.866  # the rule is not vacuous: losses exist
 
 
 @pytest.mark.parametrize("name", HOLDOUT_RUNS)
 def test_sm90_rule_is_the_one_the_holdout_measured(name):
-    check_holdout_choices(B.pick_sm90_tokens_per_row, name)
+    check_holdout_choices(_rule, name)
