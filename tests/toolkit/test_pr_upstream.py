@@ -22,7 +22,7 @@ from sglpatch.pr_branch import upstream_message
 from sglpatch.releases import BASE_IDENTITY, imported_release
 from sglpatch.series import parse_patch
 from testing.pr_series import pr_series
-from testing.sglang_trees import SECOND, replace_in
+from testing.sglang_trees import SECOND, replace_in, user_clone
 
 pytestmark = pytest.mark.usefixtures("pr_project")
 UPSTREAM_AUTHOR = ("Sam Upstream", "sam@example.org")
@@ -84,11 +84,7 @@ def upstream(tmp_path_factory, base_repo):
 
 @pytest.fixture
 def clone(tmp_path, upstream):
-    dest = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(upstream), str(dest)], check=True)
-    Git(dest).run("config", "user.name", "Pat Contributor")
-    Git(dest).run("config", "user.email", "pat@example.com")
-    return dest
+    return user_clone(upstream, tmp_path / "clone", ("Pat Contributor", "pat@example.com"))
 
 
 @pytest.fixture
