@@ -105,12 +105,7 @@ def run(args) -> int:
     base = resolve_base(git, args.onto, pin, config["upstream"])
     if base.imported and args.submit:
         raise refuse_imported(base.name, base.imported)
-    fork = resolve_fork(git, args.fork, args.fork_owner) if (args.submit or args.fork) else None
-    if args.submit and not fork["owner"]:
-        raise FatalError(
-            f"cannot tell the GitHub owner of {fork['label']} from its URL; pass FORK_OWNER=<your GitHub user> "
-            "(gh needs --head OWNER:BRANCH); nothing was pushed"
-        )
+    fork = _fork(git, args)
     say(f"{f'line {line.name}' if line else series.directory}: {plural(len(groups), 'PR group')}, on {base.label(git)}")
     if base.imported:
         say(imported_note(base))
@@ -118,12 +113,7 @@ def run(args) -> int:
     groups = _not_upstream(
         groups, config, line, git, base.commit, release and history_between(git, release, base.commit)
     )
-    records = _load_records(git)
-    for number in args.existing:
-        group_id, _, pr = number.partition("=")
-        if not pr.isdigit():
-            raise FatalError(f"--existing takes GROUP=NUMBER, got {number!r}")
-        records.setdefault(group_id, {})["number"] = int(pr)
+    records = _with_existing(_load_records(git), args.existing)
     prepared = _prepare_all(git, groups, base, series.patches, pin, default_base, config, records)
     args.out.mkdir(parents=True, exist_ok=True)
     for pr in prepared:
@@ -132,6 +122,26 @@ def run(args) -> int:
         finally:  # what was pushed stays recorded, even when a later push fails
             _save_records(git, records)
     return 0
+
+
+def _fork(git: Git, args) -> dict | None:
+    """The fork to push to (with --submit or --fork), and, with --submit, its GitHub owner for gh's --head."""
+    fork = resolve_fork(git, args.fork, args.fork_owner) if (args.submit or args.fork) else None
+    if args.submit and not fork["owner"]:
+        raise FatalError(
+            f"cannot tell the GitHub owner of {fork['label']} from its URL; pass FORK_OWNER=<your GitHub user> "
+            "(gh needs --head OWNER:BRANCH); nothing was pushed"
+        )
+    return fork
+
+
+def _with_existing(records: dict, existing: list[str]) -> dict:
+    for number in existing:
+        group_id, _, pr = number.partition("=")
+        if not pr.isdigit():
+            raise FatalError(f"--existing takes GROUP=NUMBER, got {number!r}")
+        records.setdefault(group_id, {})["number"] = int(pr)
+    return records
 
 
 def _not_upstream(
