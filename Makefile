@@ -90,8 +90,8 @@ rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): re
 drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
 	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
 
-pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches, lint, bodies in build/pr, gh commands; FORK=remote-or-url, SUBMIT=1 to push and open
-	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(call q,$(ONTO)),) $(if $(FORK),--fork $(call q,$(FORK)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(call q,$(OUT)),)
+pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches on SGLANG=<your sglang clone> (its main; ONTO=REF), lint, bodies in build/pr, gh commands; FORK=remote-or-url (FORK_OWNER=), SUBMIT=1 to push and open or update
+	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(call q,$(ONTO)),) $(if $(FORK),--fork $(call q,$(FORK)),) $(if $(FORK_OWNER),--fork-owner $(call q,$(FORK_OWNER)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(call q,$(OUT)),)
 
 .PHONY: recover test-fault
 recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLANG=PATH: finish or undo it, and say which state it is in

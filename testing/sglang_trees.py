@@ -144,13 +144,17 @@ def series_dir(tmp_path_factory, base_repo, project_pin) -> Path:
     )
 
 
+def user_clone(source: Path, dest: Path, user: tuple[str, str] = ("Target User", "target@example.com")) -> Path:
+    """A `git clone` of `source` at `dest` whose own config names its user."""
+    subprocess.run(["git", "clone", "-q", str(source), str(dest)], check=True)
+    Git(dest).run("config", "user.name", user[0])
+    Git(dest).run("config", "user.email", user[1])
+    return dest
+
+
 @pytest.fixture
 def checkout(tmp_path, base_repo) -> Path:
-    dest = tmp_path / "checkout"
-    subprocess.run(["git", "clone", "-q", str(base_repo), str(dest)], check=True)
-    Git(dest).run("config", "user.name", "Target User")
-    Git(dest).run("config", "user.email", "target@example.com")
-    return dest
+    return user_clone(base_repo, tmp_path / "checkout")
 
 
 @pytest.fixture

@@ -40,8 +40,13 @@ def ensure_default_base(pin: Pin, dest: Path) -> Path:
 
 
 def _check_against_pin(repo: Git, pin: Pin) -> None:
-    listed = repo.run("ls-tree", "-r", "HEAD", "--", *pin.blobs)
-    blobs = {line.split("\t", 1)[1]: line.split()[2] for line in listed.splitlines()}
-    drift = drifted_files(pin, blobs)
+    drift = drift_from_pin(repo, "HEAD", pin)
     if drift:
         raise FatalError(f"the {pin.wheel.filename} wheel does not match pin.json in: {', '.join(drift)}")
+
+
+def drift_from_pin(repo: Git, rev: str, pin: Pin) -> list[str]:
+    """The files the pin records whose content at `rev` differs from it."""
+    listed = repo.run("ls-tree", "-r", rev, "--", *pin.blobs)
+    blobs = {line.split("\t", 1)[1]: line.split()[2] for line in listed.splitlines()}
+    return drifted_files(pin, blobs)

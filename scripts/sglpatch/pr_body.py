@@ -1,10 +1,19 @@
 """PR bodies in sglang's template, rendered from the series and committed results.
 
-Sections: Motivation, Modifications, Accuracy Tests, Speed Tests and Profiling,
-Checklist. Everything comes from files in the project (patch notes, GPU CI
-summaries, benchmark JSON), so a body can be regenerated and reviewed. A body
-must not leak: local paths are made relative and anything that looks like a
-token is refused.
+Main text: Motivation, Modifications, Accuracy Tests, Speed Tests and Profiling, Prior
+art, Checklist; then a collapsed appendix (the group's `appendix` paragraphs, the tables
+made from committed results, the changes since the version pushed before, the CI
+comments). Everything comes from files in the project (patch notes, pr-groups.json, GPU
+CI summaries, benchmark JSON), so a body can be regenerated and reviewed.
+
+A body stands alone for an upstream reader, so it is refused (one line) when it:
+- cites a path only this project has (docs/results/..., bench/..., tests/..., patches/...,
+  ci/...; `project_only_path`): the notes say what such a file holds inline instead, and a
+  table made from one names its run and versions, and its command only when that command
+  names no project path;
+- has a main text over MAIN_TEXT_LIMIT characters (the appendix does not count);
+- carries something that looks like a token. Local paths are made relative.
+The checklist ticks an item only where the group's `checklist` says what ran for it.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.series import Patch
+from sglpatch.series import TEST_TREE_PREFIX, Patch
 
 _PARAGRAPH = re.compile(r"^(Why|What|Upstream|Drop when):\s*", re.MULTILINE)
 _SECRET = re.compile(
@@ -39,6 +48,23 @@ class Group:
     # sglang's own engine, pristine vs patched: {"file": bench/engine_report.py JSON, "line": ..., "next_n": [...],
     # "runs": [file names]}; each key but "file" narrows the rows cited
     engine: dict | None = None
+    prior_art: list[dict] = field(default_factory=list)  # [{"pr": N, "note": how this PR differs}]
+    checklist: dict[str, str] = field(default_factory=dict)  # CHECKLIST key -> what ran for it (ticked)
+    appendix: list[str] = field(default_factory=list)  # paragraphs for the collapsed appendix
+
+
+# The checklist of sglang's PR template, in this project's words; a key of a group's `checklist`.
+CHECKLIST = {
+    "format": "Code formatted to sglang's style (its pre-commit hooks)",
+    "unit_tests": "Unit tests added or updated",
+    "docs": "Documentation updated",
+    "benchmark": "Accuracy and speed results provided",
+}
+MAIN_TEXT_LIMIT = 4000
+# Top-level folders only this project has (sglang's tree has python/, test/, benchmark/, docs/, scripts/, ...).
+_PROJECT_FOLDERS = ("bench", "tests", "testing", "patches", "ci", "build")
+_PROJECT_DOCS = ("docs/results/", "docs/patches/", "docs/pr/", "docs/ci/", "docs/drift/", "docs/rebase/")
+_PATH_TOKEN = re.compile(r"(?<![\w./-])((?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.*-]*)")
 
 
 def note(patch: Patch, section: str) -> str:
@@ -58,6 +84,28 @@ def render_body(
     range_diff: str | None = None,
     rerun_lines: list[str] | None = None,
 ) -> str:
+    main = _main_text(group, stack)
+    appendix = _paragraphs(group.appendix) + _appendix_tables(group, project)
+    if rerun_lines:
+        appendix += ["", "### CI", "", "Comment these to rerun the affected upstream tests:", "", "```"]
+        appendix += rerun_lines + ["```"]
+    body = scrub("\n".join(main), project)
+    refuse_project_paths(body + "\n" + "\n".join(appendix), project, group.id)
+    if len(body) > MAIN_TEXT_LIMIT:
+        raise FatalError(
+            f"the {group.id} PR body's main text is {len(body):,} characters, more than {MAIN_TEXT_LIMIT:,}: shorten "
+            "its notes or move paragraphs to the group's 'appendix' in pr-groups.json"
+        )
+    if range_diff:  # git's output about the PR's own commits: not checked for paths
+        appendix += ["", "### Changes since the version pushed before", "", "```", range_diff.rstrip(), "```"]
+    if appendix:
+        body += "\n" + scrub(
+            "\n".join(["<details><summary>Appendix</summary>", "", *appendix, "", "</details>", ""]), project
+        )
+    return body
+
+
+def _main_text(group: Group, stack: list[str]) -> list[str]:
     lines = ["## Motivation", ""]
     for patch in group.patches:
         why = _unwrap(note(patch, "Why"))
@@ -70,34 +118,64 @@ def render_body(
     for number, patch in enumerate(group.patches, 1):
         files = ", ".join(f"`{p}`" for p in patch.touched_paths)
         lines += [f"{number}. **{patch.subject}** ({files})", "", _indent(note(patch, "What")), ""]
-    lines += ["## Accuracy Tests", ""] + accuracy_section(group, project) + [""]
-    lines += ["## Speed Tests and Profiling", ""] + speed_section(group, project) + [""]
-    if range_diff:
-        lines += ["## Changes since the previous version", "", "```", range_diff.rstrip(), "```", ""]
-    if rerun_lines:
-        lines += ["## CI", "", "Comment these to rerun the affected upstream tests:", "", "```"]
-        lines += rerun_lines + ["```", ""]
-    lines += [
-        "## Checklist",
-        "",
-        "- [x] Format your code according to the code style (`pre-commit run` on the touched files: black, isort, "
-        "ruff, codespell).",
-        "- [x] Add unit tests (CPU tests of the patched modules and GPU tests; see Accuracy Tests).",
-        "- [x] Provide accuracy and speed results where applicable.",
-        "- [ ] Update documentation as needed.",
-        "",
-    ]
-    return scrub("\n".join(lines), project)
+    lines += ["## Accuracy Tests", ""] + accuracy_section(group) + [""]
+    lines += ["## Speed Tests and Profiling", ""] + _speed_notes(group) + [""]
+    lines += ["## Prior art", ""] + _prior_art(group) + [""]
+    lines += ["## Checklist", ""] + checklist_lines(group) + [""]
+    return lines
 
 
-def accuracy_section(group: Group, project: Path) -> list[str]:
+def _prior_art(group: Group) -> list[str]:
+    if not group.prior_art:
+        return ["None named for this change."]
+    return [f"- #{item['pr']}: {item['note']}" for item in group.prior_art]
+
+
+def checklist_lines(group: Group) -> list[str]:
+    """One line per item of sglang's checklist, ticked only where the group says what ran for it."""
     lines = []
-    for paragraph in group.accuracy_notes:
-        lines += [paragraph, ""]
+    for key, label in CHECKLIST.items():
+        ran = group.checklist.get(key)
+        lines.append(f"- [x] {label}: {ran}" if ran else f"- [ ] {label}")
+    return lines
+
+
+def project_only_path(text: str, project: Path) -> str | None:
+    """The first path in `text` that only this project has (an upstream reader cannot open it), or None."""
+    for match in _PATH_TOKEN.finditer(text):
+        path = match.group(1).rstrip(".,;:")
+        first = path.split("/", 1)[0]
+        if first in _PROJECT_FOLDERS or path.startswith("scripts/sglpatch"):
+            return path
+        if first == "docs" and (path.startswith(_PROJECT_DOCS) or (project / path).is_file()):
+            return path
+    return None
+
+
+def refuse_project_paths(text: str, project: Path, group_id: str) -> None:
+    if path := project_only_path(text, project):
+        raise FatalError(
+            f"the {group_id} PR body cites {path}, a path only this project has: say inline what it shows "
+            "(the numbers, their source, command and versions) in pr-groups.json or the patch notes"
+        )
+
+
+def accuracy_section(group: Group) -> list[str]:
+    paragraphs = list(group.accuracy_notes)
+    tests = sorted({path for p in group.patches for path in p.touched_paths if path.startswith(TEST_TREE_PREFIX)})
+    if tests:
+        paragraphs.append("Tests in sglang's tree this PR adds or changes: " + ", ".join(f"`{t}`" for t in tests))
+    if group.accuracy:
+        paragraphs.append("The GPU CI results are listed in the appendix.")
+    return _paragraphs(paragraphs) or ["No accuracy result is claimed for this group."]
+
+
+def _gpu_ci_summaries(group: Group, project: Path) -> list[str]:
+    lines = []
     for relative in group.accuracy:
         summary = _load_json(project / relative)
         env = summary.get("environment", summary)
-        tests = _tests_of(summary)
+        tests = [(_test_label(name), outcome, why) for name, outcome, why in _tests_of(summary)]
         passed = sorted(name for name, outcome, _ in tests if outcome == "passed")
         others = sorted(
             f"`{name}` ({outcome}{': ' + why if why else ''})" for name, outcome, why in tests if outcome != "passed"
@@ -105,23 +183,40 @@ def accuracy_section(group: Group, project: Path) -> list[str]:
         lines += [
             f"GPU CI on **{env.get('gpu', 'unknown GPU')}** (SM {env.get('compute_capability', '?')}, "
             f"DeepGEMM {env.get('deep_gemm', '?')}, torch {env.get('torch', '?')}): "
-            f"{len(passed)} passed, {len(others)} not passed (`{relative}`).",
+            f"{len(passed)} passed, {len(others)} not passed.",
             "",
-            "<details><summary>tests that passed</summary>",
+            "Tests that passed (the series' own tests, outside sglang's tree, by name only):",
             "",
             *[f"- `{name}`" for name in passed],
-            "",
-            "</details>",
             "",
         ]
         if others:
             lines += ["Not passed: " + "; ".join(others), ""]
-        if summary.get("command"):
-            lines += [f"Command: `{summary['command']}`", ""]
-    tests_named = sorted({t for p in group.patches for t in p.tests})
-    if tests_named:
-        lines += ["Tests of this change: " + ", ".join(f"`{t}`" for t in tests_named)]
-    return lines or ["No GPU CI summary is recorded for this group yet."]
+        if command := upstream_command(summary.get("command")):
+            lines += [f"Command: `{command}`", ""]
+    return lines
+
+
+def _test_label(nodeid: str) -> str:
+    """A test as the body names it: its pytest id, or only its name when its file is this project's."""
+    path, _, name = nodeid.partition("::")
+    return name if name and project_only_path(path, Path("/nonexistent")) else nodeid
+
+
+def _appendix_tables(group: Group, project: Path) -> list[str]:
+    """The tables made from committed results: the engine's rows first, then the indexer step and the kernel
+    (each labelled), then the GPU CI summaries."""
+    parts = []
+    if group.engine or group.benchmark:
+        parts += ["", "### Speed tables", "", *speed_section(group, project)]
+    if group.accuracy:
+        parts += ["", "### GPU CI", "", *_gpu_ci_summaries(group, project)]
+    return parts
+
+
+def upstream_command(command: str | None) -> str | None:
+    """A results file's command, when an upstream reader could run it (it names no project path)."""
+    return command if command and project_only_path(command, Path("/nonexistent")) is None else None
 
 
 def _tests_of(summary: dict) -> list[tuple[str, str, str]]:
@@ -131,14 +226,18 @@ def _tests_of(summary: dict) -> list[tuple[str, str, str]]:
     return [(t.get("nodeid", "?"), t.get("outcome", "?"), (t.get("reason") or "").strip()) for t in summary["tests"]]
 
 
+def _speed_notes(group: Group) -> list[str]:
+    paragraphs = list(group.speed_notes)
+    if group.engine or group.benchmark:
+        paragraphs.append("The tables are in the appendix.")
+    return _paragraphs(paragraphs) or ["No speed change is claimed for this group."]
+
+
 def speed_section(group: Group, project: Path) -> list[str]:
-    """The engine table with the notes that say what it shows, then the indexer step alone; without an engine
-    run, the benchmark (or the notes in its place)."""
+    """The engine table, then the indexer step alone; without an engine run, the benchmark."""
     if not group.engine:
         return _benchmark_section(group, project)
     lines = _engine_table(_load_json(project / group.engine["file"]), group.engine)
-    if group.speed_notes:
-        lines += ["", *_paragraphs(group.speed_notes)]
     if group.benchmark:
         lines += ["", "**The indexer step alone** (it explains the gain above; it is not what a user sees):", ""]
         lines += _benchmark_section(group, project)
@@ -150,14 +249,10 @@ def _paragraphs(texts: list[str]) -> list[str]:
 
 
 def _benchmark_section(group: Group, project: Path) -> list[str]:
-    if not group.benchmark and group.speed_notes:
-        return _paragraphs(group.speed_notes)
-    if not group.benchmark:
-        return ["No speed change is claimed for this group; it changes what the draft loop computes, not a kernel."]
     data = _load_json(project / group.benchmark)
     if "exercised" in data:
-        return _indexer_step_table(data, group.benchmark)
-    return _kernel_table(data, group.benchmark)
+        return _indexer_step_table(data)
+    return _kernel_table(data)
 
 
 _GATE_SKIPPED = " (past sglang's sglang-kernel version check: `SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1`)"
@@ -166,7 +261,6 @@ _GATE_SKIPPED = " (past sglang's sglang-kernel version check: `SGLANG_SKIP_SGL_K
 def _engine_table(data: dict, cited: dict) -> list[str]:
     """sglang's own engine with MTP, pristine against patched (bench/engine_ab.py runs, combined), the rows of
     the cited line, next_n values and runs (each optional)."""
-    source = cited["file"]
     runs = {run["run"]: run for run in data["runs"]}
     rows = [
         r
@@ -193,7 +287,7 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
             f"- `{name}`: {run['line']}, {run['parallel']}, {v.get('gpu', '?')}, torch {v.get('torch', '?')}, "
             f"sgl-deep-gemm {v.get('sgl-deep-gemm', '?')}, sglang-kernel {v.get('sglang-kernel', '?')}"
             f"{_GATE_SKIPPED if run.get('sgl_kernel_version_check_skipped') else ''}, "
-            f"patches {patches}; `{run.get('command', '?')}`"
+            f"patches {patches}{_command_suffix(run.get('command'))}"
         )
     lines += [
         "",
@@ -214,11 +308,14 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
             f"{'-' if r.get('speedup_step_interval') is None else format(r['speedup_step_interval'], '.3f')} | "
             f"{share} | {r['tokens_identical']} |"
         )
-    lines += ["", f"Results: `{source}` (tables: `{source.removesuffix('.json')}.md`)."]
     return lines
 
 
-def _indexer_step_table(data: dict, source: str) -> list[str]:
+def _command_suffix(command: str | None) -> str:
+    return f"; `{shown}`" if (shown := upstream_command(command)) else ""
+
+
+def _indexer_step_table(data: dict) -> list[str]:
     """The whole indexer step per TARGET_VERIFY forward, from the patched sglang code (bench/indexer_step.py)."""
     timed = [r for r in data["rows"] if r.get("cuda_graph") and r.get("speedup")]
     longest = max(r["ctx"] for r in timed)
@@ -232,24 +329,23 @@ def _indexer_step_table(data: dict, source: str) -> list[str]:
         "",
         *_speed_rows(rows, layout_key="layout"),
     ]
-    if data.get("command"):
-        lines += ["", f"Command: `{data['command']}` (results: `{source}`)"]
+    if command := upstream_command(data.get("command")):
+        lines += ["", f"Command: `{command}`"]
     return lines
 
 
-def _kernel_table(data: dict, source: str) -> list[str]:
+def _kernel_table(data: dict) -> list[str]:
     rows = [r for r in data["rows"] if r["ctx"] == max(x["ctx"] for x in data["rows"])]
     lines = [
-        f"`fp8_paged_mqa_logits` on **{data['device']}** (SM {data['sm']}), DeepGEMM {data['deep_gemm']}, "
+        f"Kernel only (no sglang code ran): `fp8_paged_mqa_logits` on **{data['device']}** (SM {data['sm']}), DeepGEMM {data['deep_gemm']}, "
         f"H={data['heads']}, D={data['head_dim']}, context {rows[0]['ctx'] // 1024}k, median of {data['reps']} "
         "CUDA-graph replays; per-token is upstream's SM90 path, chosen is the layout this PR selects "
         f"(per-token below batch {data.get('min_batch_size', '?')}).",
         "",
         *_speed_rows(rows, layout_key="chosen_layout"),
     ]
-    command = data.get("commands", {}).get("bench") or data.get("command")
-    if command:
-        lines += ["", f"Command: `{command}` (results: `{source}`)"]
+    if command := upstream_command(data.get("commands", {}).get("bench") or data.get("command")):
+        lines += ["", f"Command: `{command}`"]
     return lines
 
 

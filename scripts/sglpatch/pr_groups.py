@@ -7,6 +7,11 @@ A line kept for users pinned to an older sglang (a backport line) says so in its
 One rule for every command: patches sharing a Patch-Group trailer form one group, in the order
 the group first appears in the series; a patch without the trailer is a group of its own, named
 after the patch. `rerun` lists such a group; `pr` refuses it until pr-groups.json describes it.
+
+Every group states its prior art (`prior_art`: [{"pr": N, "note": how this differs}], possibly
+empty) and what its checklist may tick (`checklist`: {item: what ran for it}, items from
+pr_body.CHECKLIST; an item left out stays unticked); `appendix` holds paragraphs for the
+body's collapsed appendix.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import re
 
 from sglpatch.errors import FatalError
-from sglpatch.pr_body import Group
+from sglpatch.pr_body import CHECKLIST, Group
 from sglpatch.series import Patch, Series
 
 GROUPS_FILE = "pr-groups.json"
@@ -59,6 +64,9 @@ def load_groups(series: Series) -> dict:
                 raw.get("accuracy_notes", []),
                 raw.get("speed_notes", []),
                 raw.get("engine"),
+                _prior_art(raw, path),
+                _checklist(raw, path),
+                _texts(raw, "appendix", path),
             )
         )
     if by_group:
@@ -69,3 +77,45 @@ def load_groups(series: Series) -> dict:
     if backport is not None and not (isinstance(backport, str) and backport.strip()):
         raise FatalError(f"{path}: 'backport' says why the line sends no PR upstream (a sentence)")
     return {"upstream": upstream, "groups": groups, "backport": backport}
+
+
+def _prior_art(raw: dict, path) -> list[dict]:
+    items = raw.get("prior_art")
+    well_formed = isinstance(items, list) and all(
+        isinstance(i, dict)
+        and set(i) == {"pr", "note"}
+        and isinstance(i["pr"], int)
+        and i["pr"] > 0
+        and isinstance(i["note"], str)
+        and i["note"].strip()
+        for i in items
+    )
+    if not well_formed:
+        raise FatalError(
+            f"{path}: group {raw['id']} needs 'prior_art': a list of {{\"pr\": NUMBER, \"note\": how this PR "
+            "differs}} ([] when there is none)"
+        )
+    return items
+
+
+def _checklist(raw: dict, path) -> dict[str, str]:
+    checklist = raw.get("checklist")
+    if not isinstance(checklist, dict):
+        raise FatalError(
+            f"{path}: group {raw['id']} needs 'checklist': {{item: what ran for it}} for the items it may tick "
+            f"({', '.join(CHECKLIST)}; {{}} ticks none)"
+        )
+    for key, ran in checklist.items():
+        if key not in CHECKLIST or not (isinstance(ran, str) and ran.strip()):
+            raise FatalError(
+                f"{path}: group {raw['id']}: checklist item {key!r} must be one of {', '.join(CHECKLIST)} and say "
+                "what ran for it"
+            )
+    return checklist
+
+
+def _texts(raw: dict, key: str, path) -> list[str]:
+    texts = raw.get(key, [])
+    if not (isinstance(texts, list) and all(isinstance(t, str) for t in texts)):
+        raise FatalError(f"{path}: group {raw['id']}: '{key}' is a list of paragraphs")
+    return texts

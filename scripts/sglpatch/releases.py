@@ -4,6 +4,11 @@ A cached bare repo ($SGLPATCH_CACHE/releases.git) holds one parentless commit
 per release, tagged v<release>, with the wheel's `sglang/` at python/sglang/
 (the same tree `make apply` builds, so blob ids agree with the pin). Commits
 are streamed in with `git fast-import`, once per release.
+
+Such a commit is not sgl-project/sglang's history: a branch built on it cannot be sent
+upstream. Its message ends with the trailer `Sglpatch-Import: pypi-wheel` (IMPORT_TRAILER),
+which `imported_release` looks for in a base's history; imports made before that trailer
+existed are known by their fixed identity and subject (`sglang v<release> from PyPI`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir, fetch_wheel, pypi_upload_day
 
 BASE_IDENTITY = {"name": "sglang release (PyPI wheel)", "email": "sglpatch@localhost"}
+IMPORT_TRAILER = "Sglpatch-Import"
+_IMPORT_SUBJECT = re.compile(r"^sglang (v\S+) from PyPI$")
 _RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
 
 
@@ -73,6 +80,27 @@ def check_out_release(repo: Git, release: str, wheel_path: Path, date: str | Non
     return commit
 
 
+def imported_release(git: Git, rev: str) -> str | None:
+    """The sglang release (e.g. 'v0.5.23') whose wheel import is `rev` or in its history, or None when that
+    history holds no import: a base made from a wheel shares no commit with upstream's repository."""
+    log = git.run(
+        "log",
+        "--format=%an <%ae>%x1f%s%x1f%(trailers:key=" + IMPORT_TRAILER + ",valueonly)%x1e",
+        "-E",
+        f"--grep=^{IMPORT_TRAILER}: ",
+        "--grep=^sglang v[^ ]+ from PyPI$",
+        rev,
+        "--",
+    )
+    ours = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}>"
+    for record in filter(None, (r.strip("\n") for r in log.split("\x1e"))):
+        ident, subject, trailer = record.split("\x1f")
+        match = _IMPORT_SUBJECT.match(subject)
+        if trailer.strip() or (ident == ours and match):  # the marker, or an import made before it existed
+            return match.group(1) if match else subject
+    return None
+
+
 def _write_fast_import(stream, wheel_path: Path, tag: str, day: str | None, parent: str | None) -> None:
     try:
         archive = zipfile.ZipFile(wheel_path)
@@ -82,7 +110,7 @@ def _write_fast_import(stream, wheel_path: Path, tag: str, day: str | None, pare
         # the import commit's own timestamp: the release day where the wheel says it, else the epoch (it is
         # never written as the release's date: that is release_date's job)
         stamp = _epoch(day or _release_day(archive) or "1970-01-01")
-        message = f"sglang {tag} from PyPI\n\nWheel: {wheel_path.name}\n".encode()
+        message = f"sglang {tag} from PyPI\n\nWheel: {wheel_path.name}\n{IMPORT_TRAILER}: pypi-wheel\n".encode()
         ident = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}> {stamp} +0000"
         stream.write(f"commit refs/tags/{tag}\nauthor {ident}\ncommitter {ident}\n".encode())
         stream.write(b"data %d\n%s\n" % (len(message), message))

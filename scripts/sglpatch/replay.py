@@ -21,13 +21,15 @@ cherry-picks it in the checkout.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.series import Patch, Series
-from sglpatch.workspace import Workspace
+from sglpatch.workspace import Workspace, explain_failure
 
 
 class Landing(StrEnum):
@@ -48,6 +50,7 @@ class Outcome:
     kind: Landing
     detail: str = ""
     files: list[str] = field(default_factory=list)
+    hunks: list[str] = field(default_factory=list)  # a conflict's first failing hunk per file
 
 
 @dataclass
@@ -76,9 +79,12 @@ def series_commits(
     what: str = "the series",
     three_way: bool = False,
     committer: tuple[str, str] | None = None,
+    message_of: Callable[[Patch], str] | None = None,
+    extra_objects: list[Path] = (),
 ) -> SeriesCommits:
-    """`patches` as commits on `base_rev` (one each, authorship kept) in a workspace borrowing `source`'s objects."""
-    workspace = Workspace.from_git_target(source, rev=base_rev)
+    """`patches` as commits on `base_rev` (one each, authorship kept) in a workspace borrowing `source`'s objects
+    (and `extra_objects`' stores); each message is the patch's own, or `message_of(patch)`."""
+    workspace = Workspace.from_git_target(source, rev=base_rev, extra_objects=extra_objects)
     base = source.run("rev-parse", f"{base_rev}^{{commit}}")
     commits, parent = [], base
     for patch in patches:
@@ -86,7 +92,8 @@ def series_commits(
         if failure:
             workspace.close()
             raise FatalError(f"{what} does not apply to {base_rev}: {failure.describe()}")
-        parent = workspace.commit(patch, workspace.git.run("write-tree"), parent, committer)
+        message = message_of(patch) if message_of else None
+        parent = workspace.commit(patch, workspace.git.run("write-tree"), parent, committer, message)
         commits.append(parent)
     return SeriesCommits(workspace, base, commits)
 
@@ -148,20 +155,46 @@ def carry_series(
     commits: SeriesCommits, series: Series, onto: str, history: tuple[str, str] | None = None
 ) -> tuple[list[Outcome], str]:
     """Replay the series onto `onto` in the workspace; returns outcomes and the last commit."""
-    git = commits.workspace.git
+    return carry_patches(commits.workspace.git, list(zip(series.patches, commits.commits, strict=True)), onto, history)
+
+
+def carry_patches(
+    git: Git,
+    pairs: list[tuple[Patch, str]],
+    onto: str,
+    history: tuple[str, str] | None = None,
+    committer: tuple[str, str] | None = None,
+    stop_at_conflict: bool = False,
+) -> tuple[list[Outcome], str]:
+    """Replay (patch, its commit) pairs onto `onto`; outcomes and the last commit. A patch that lands is
+    committed with its commit's message and author (committer: `committer`, else the author); a conflict's
+    outcome names its files and, per file, the first hunk that does not apply there (`hunks`)."""
     current = git.run("rev-parse", f"{onto}^{{commit}}")
     outcomes = []
-    for patch, commit in zip(series.patches, commits.commits, strict=True):
+    for patch, commit in pairs:
         step = land(git, current, patch, commit, history)
         if step.kind == Landing.UPSTREAM:
             outcomes.append(Outcome(patch, step.kind, step.upstream))
         elif step.kind == Landing.CONFLICT:
-            outcomes.append(Outcome(patch, step.kind, "conflicts in " + ", ".join(step.files), step.files))
+            hunks = [conflict_hunk(git, current, patch, path) for path in step.files]
+            outcomes.append(Outcome(patch, step.kind, "conflicts in " + ", ".join(step.files), step.files, hunks))
+            if stop_at_conflict:
+                break
         else:
-            current = _commit_tree(git, step.tree, current, commit)
+            current = _commit_tree(git, step.tree, current, commit, committer)
             detail = "merged with changes" if step.kind == Landing.THREE_WAY else ""
             outcomes.append(Outcome(patch, step.kind, detail))
     return outcomes, current
+
+
+def conflict_hunk(git: Git, current: str, patch: Patch, path: str) -> str:
+    """Where `patch` fails on commit `current` in `path`: 'PATH, hunk #N @@ ... @@' (or the reason)."""
+    git.run("read-tree", current)
+    status, _, err = git.try_run("apply", "--cached", "--check", f"--include={path}", str(patch.path))
+    failure = explain_failure(patch, err) if status else None
+    if failure and failure.hunk:
+        return f"{failure.path}, {failure.hunk}"
+    return f"{path} ({failure.reason if failure else 'the 3-way merge conflicts'})"
 
 
 def picture(commits: SeriesCommits, series: Series, onto: str, history: tuple[str, str] | None) -> list[Outcome]:
@@ -189,7 +222,7 @@ def merge_onto(git: Git, current: str, commit: str) -> tuple[str | None, list[st
     raise FatalError(f"git merge-tree failed on {commit[:12]}")
 
 
-def _commit_tree(git: Git, tree: str, parent: str, original: str) -> str:
+def _commit_tree(git: Git, tree: str, parent: str, original: str, committer: tuple[str, str] | None = None) -> str:
     message = git.run("log", "-1", "--format=%B", original).encode()
     env = dict(
         zip(
@@ -198,4 +231,6 @@ def _commit_tree(git: Git, tree: str, parent: str, original: str) -> str:
             strict=True,
         )
     )
+    name, email = committer or (env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"])
+    env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
     return git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message)

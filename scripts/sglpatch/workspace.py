@@ -155,14 +155,16 @@ class Workspace:
         source = f"{'+' if force else ''}refs/heads/copied:{ref}"
         target.run("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(self.root), source)
 
-    def commit(self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None) -> str:
+    def commit(
+        self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None, message: str | None = None
+    ) -> str:
         name, email = _split_ident(patch.author)
         env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": patch.date}
         if committer:
             env.update(GIT_COMMITTER_NAME=committer[0], GIT_COMMITTER_EMAIL=committer[1])
         else:
             env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
-        message = f"{patch.subject}\n\n{patch.body}\n"
+        message = message or f"{patch.subject}\n\n{patch.body}\n"
         return self.git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message.encode())
 
 

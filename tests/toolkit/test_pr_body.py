@@ -1,20 +1,61 @@
-"""PR bodies say what each GPU result ran, and time the indexer step from the patched code."""
+"""PR bodies: what each GPU result ran, tables from the committed results, and the rules that make a body
+stand alone for an upstream reader (no project-only path, a short main text, an appendix, prior art, a
+checklist that ticks only what ran). The bodies render from a fixture patch, not the lines' own notes, which
+the line's author keeps to these rules."""
 
 from __future__ import annotations
 
 import json
 
-from sglpatch.lines import all_lines
-from sglpatch.pr_body import Group, render_body
-from sglpatch.project import PROJECT_ROOT, default_patch_dir
-from sglpatch.series import load_series
+import pytest
 
-SERIES = load_series(default_patch_dir())
+from sglpatch.errors import FatalError
+from sglpatch.lines import all_lines
+from sglpatch.pr_body import MAIN_TEXT_LIMIT, Group, render_body
+from sglpatch.pr_groups import load_groups
+from sglpatch.project import PROJECT_ROOT
+from sglpatch.series import Series, parse_patch
+
+FIXTURE_PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Ada Patchwright <ada@example.com>
+Date: Mon, 30 Nov 2026 23:31:05 +0000
+Subject: [PATCH] [DSA] Two query tokens per paged-MQA row on SM90
+
+Why: one token per row streams each request's KV cache next_n times.
+
+What: pick two tokens per row for even next_n; a test in sglang's tree.
+
+Drop when: upstream does it.
+
+Patch-Group: sm90-dg-native
+Tests: tests/patched_v0_5_23/test_sm90_paged_mqa_indexer.py
+Extends-PR: 27166
+---
+diff --git a/python/sglang/srt/layers/attention/dsa_backend.py b/python/sglang/srt/layers/attention/dsa_backend.py
+index 1111111..2222222 100644
+--- a/python/sglang/srt/layers/attention/dsa_backend.py
++++ b/python/sglang/srt/layers/attention/dsa_backend.py
+@@ -1 +1 @@
+-TOKENS_PER_ROW = 1
++TOKENS_PER_ROW = 2
+diff --git a/test/registered/attention/test_rows.py b/test/registered/attention/test_rows.py
+new file mode 100644
+index 0000000..3333333
+--- /dev/null
++++ b/test/registered/attention/test_rows.py
+@@ -0,0 +1 @@
++ROWS = 2
+"""
+PATCH = parse_patch("0001-rows.patch", FIXTURE_PATCH.encode())
 
 
 def _group(**fields) -> Group:
-    patches = [p for p in SERIES.patches if p.trailer("patch-group") == "sm90-dg-native"]
-    return Group("sm90-dg-native", "title", "branch", patches, **fields)
+    return Group("sm90-dg-native", "title", "branch", [PATCH], **fields)
+
+
+def _main_and_appendix(body: str) -> tuple[str, str]:
+    main, _, appendix = body.partition("<details><summary>Appendix</summary>")
+    return main, appendix
 
 
 def test_accuracy_notes_come_before_the_ci_summary():
@@ -24,17 +65,17 @@ def test_accuracy_notes_come_before_the_ci_summary():
     assert accuracy.index("What ran: the indexer.") < accuracy.index("Not run: the attention.")
 
 
-def test_speed_table_from_the_indexer_step_benchmark():
+def test_speed_table_from_the_indexer_step_benchmark_is_in_the_appendix():
     source = "docs/results/indexer_h200.json"
-    body = render_body(_group(benchmark=source), PROJECT_ROOT, stack=[])
-    speed = body.split("## Speed Tests and Profiling", 1)[1].split("## Checklist", 1)[0]
+    main, speed = _main_and_appendix(render_body(_group(benchmark=source), PROJECT_ROOT, stack=[]))
+    assert "The tables are in the appendix." in main and "| per-token us |" not in main
     data = json.loads((PROJECT_ROOT / source).read_text())
     graph_rows = [r for r in data["rows"] if r["cuda_graph"] and r["speedup"] and r["ctx"] == 65536]
     assert graph_rows
     for row in graph_rows:
         line = f"| {row['next_n']} | {row['lengths']} | {row['batch_size']} | {row['per_token_us']:.1f} | {row['layout']} |"
         assert line in speed
-    assert "`Indexer._get_topk_paged`" in speed and source in speed
+    assert "`Indexer._get_topk_paged`" in speed and source not in speed and "bench/" not in speed
 
 
 def test_project_groups_say_what_their_gpu_results_ran():
@@ -87,13 +128,13 @@ def test_speed_section_cites_the_engine_rows_of_its_line_first(tmp_path):
     group = _group(
         engine={"file": "engine.json", "line": "v0.5.14", "next_n": [4]}, speed_notes=["Indexer alone: see x."]
     )
-    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1].split("## Checklist")[0]
+    main, speed = _main_and_appendix(render_body(group, tmp_path, stack=[]))
     table = [line for line in speed.splitlines() if line.startswith("| 4 |") or line.startswith("| 3 |")]
     assert table == [
         "| 4 | 32 | 64k | uniform | 2000 -> 1600 | 1.250 | 1.004 | 8.00 -> 7.50 | 1.067 | 25% / 12% | 1.0 |"
     ]
     assert "torch 2.11.0, sgl-deep-gemm 0.1.5.post1, sglang-kernel 0.4.4" in speed
-    assert speed.index("sglang's own `Engine`") < speed.index("Indexer alone: see x.")
+    assert "Indexer alone: see x." in main and "ci/run_engine_gpu.sh" not in speed  # a project command is left out
 
 
 def test_an_engine_citation_can_name_its_runs(tmp_path):
@@ -104,12 +145,12 @@ def test_an_engine_citation_can_name_its_runs(tmp_path):
     rows = [{**_engine_row("v0.5.14", 2, 32), "run": "engine_h200_run1.json"}, _engine_row("v0.5.14", 2, 64)]
     (tmp_path / "engine.json").write_text(json.dumps({"runs": runs, "rows": rows}))
     group = _group(engine={"file": "engine.json", "runs": ["engine_h200_run9.json"]})
-    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1]
+    speed = _main_and_appendix(render_body(group, tmp_path, stack=[]))[1]
     assert [line[:10] for line in speed.splitlines() if line.startswith("| 2 |")] == ["| 2 | 64 |"]
     assert "engine_h200_run1.json" not in speed
 
 
-def test_speed_notes_of_an_engine_run_come_between_its_table_and_the_indexer_step(tmp_path):
+def test_speed_notes_are_main_text_and_the_engine_table_comes_before_the_indexer_step(tmp_path):
     run = {"run": "engine_h200_run9.json", "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": []}
     (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [_engine_row("v0.5.14", 4, 32)]}))
     source = PROJECT_ROOT / "docs/results/indexer_h200.json"
@@ -119,11 +160,9 @@ def test_speed_notes_of_an_engine_run_come_between_its_table_and_the_indexer_ste
         benchmark="indexer.json",
         speed_notes=["The engine ran on the other line."],
     )
-    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1].split("## Checklist")[0]
-    order = [
-        speed.index(x) for x in ("| 4 | 32 | 64k |", "The engine ran on the other line.", "The indexer step alone")
-    ]
-    assert order == sorted(order), order
+    main, appendix = _main_and_appendix(render_body(group, tmp_path, stack=[]))
+    assert "The engine ran on the other line." in main.split("## Speed Tests and Profiling")[1]
+    assert appendix.index("| 4 | 32 | 64k |") < appendix.index("The indexer step alone")
 
 
 def test_an_engine_run_past_the_version_check_says_so_in_the_body(tmp_path):
@@ -138,6 +177,83 @@ def test_an_engine_run_past_the_version_check_says_so_in_the_body(tmp_path):
     row = {**_engine_row("v0.5.23", 2, 32), "run": run["run"]}
     (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [row]}))
     group = _group(engine={"file": "engine.json", "line": "v0.5.23"})
-    speed = render_body(group, tmp_path, stack=[]).split("## Speed Tests and Profiling", 1)[1]
+    speed = _main_and_appendix(render_body(group, tmp_path, stack=[]))[1]
     [listed] = [line for line in speed.splitlines() if line.startswith("- `engine_h200_v0_5_23_run9.json`")]
     assert "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1" in listed
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "docs/results/indexer_holdout_h200.md",
+        "bench/indexer_step.py",
+        "tests/patched_v0_5_23/test_sm90_paged_mqa_indexer.py",
+        "patches/v0.5.23/series",
+        "ci/run_gpu_layouts.sh",
+        "docs/sm90-odd-next-n.md",
+    ],
+)
+def test_a_body_citing_a_path_only_this_project_has_is_refused_naming_it(path):
+    for where in ("accuracy_notes", "speed_notes", "appendix"):
+        with pytest.raises(FatalError) as refusal:
+            render_body(_group(**{where: [f"Measured on an H200 (`{path}`)."]}), PROJECT_ROOT, stack=[])
+        assert str(refusal.value).startswith(f"the sm90-dg-native PR body cites {path}, a path only this project has")
+
+
+def test_sglang_paths_and_the_series_test_files_do_not_trip_the_check():
+    notes = [
+        "`python/sglang/srt/layers/attention/dsa_backend.py`, `test/registered/attention/test_rows.py`, "
+        "sglang's `docs/advanced_features/server_arguments.md` and https://github.com/sgl-project/sglang/pull/20115."
+    ]
+    main, _ = _main_and_appendix(render_body(_group(accuracy_notes=notes), PROJECT_ROOT, stack=[]))
+    assert "Tests in sglang's tree this PR adds or changes: `test/registered/attention/test_rows.py`" in main
+    assert "tests/patched" not in main  # the Tests: trailer names the series' own tests: not upstream's business
+
+
+def test_a_main_text_over_the_limit_is_refused_and_the_appendix_does_not_count():
+    long_notes = ["An H200 result, said at length. " * 70, "Another one, as long. " * 100]
+    with pytest.raises(FatalError) as refusal:
+        render_body(_group(accuracy_notes=long_notes), PROJECT_ROOT, stack=[])
+    assert "main text is" in str(refusal.value) and f"more than {MAIN_TEXT_LIMIT:,}" in str(refusal.value)
+    body = render_body(_group(accuracy_notes=["In short."], appendix=long_notes), PROJECT_ROOT, stack=[])
+    main, appendix = _main_and_appendix(body)
+    assert len(main) <= MAIN_TEXT_LIMIT and long_notes[0].strip() in appendix and body.rstrip().endswith("</details>")
+
+
+def test_prior_art_is_a_section_and_the_checklist_ticks_only_what_the_group_says_ran():
+    prior = [{"pr": 20115, "note": "the same pairing, closed unmerged; this PR picks it per batch size"}]
+    ran = {"unit_tests": "`test/registered/attention/test_rows.py` on an H200, eager and CUDA graph"}
+    main, _ = _main_and_appendix(render_body(_group(prior_art=prior, checklist=ran), PROJECT_ROOT, stack=[]))
+    assert "## Prior art\n\n- #20115: the same pairing, closed unmerged" in main
+    ticks = [line for line in main.splitlines() if line.startswith("- [")]
+    assert ticks == [
+        "- [ ] Code formatted to sglang's style (its pre-commit hooks)",
+        f"- [x] Unit tests added or updated: {ran['unit_tests']}",
+        "- [ ] Documentation updated",
+        "- [ ] Accuracy and speed results provided",
+    ]
+    bare = render_body(_group(), PROJECT_ROOT, stack=[])
+    assert "## Prior art\n\nNone named for this change." in bare and "- [x]" not in bare
+
+
+@pytest.mark.parametrize(
+    "change, refusal",
+    [
+        ({"prior_art": None}, "needs 'prior_art'"),
+        ({"prior_art": [{"pr": "20115", "note": "x"}]}, "needs 'prior_art'"),
+        ({"checklist": None}, "needs 'checklist'"),
+        ({"checklist": {"pre_commit": "ran"}}, "checklist item 'pre_commit' must be one of format, unit_tests"),
+        ({"checklist": {"format": ""}}, "checklist item 'format' must be one of"),
+        ({"appendix": "one paragraph"}, "'appendix' is a list of paragraphs"),
+    ],
+)
+def test_a_group_file_states_prior_art_and_what_its_checklist_may_tick(tmp_path, change, refusal):
+    group = {"id": "sm90-dg-native", "title": "[DSA] Rows", "branch": "rows", "prior_art": [], "checklist": {}}
+    series = Series(tmp_path, [PATCH])
+    (tmp_path / "pr-groups.json").write_text(json.dumps({"upstream": "sgl-project/sglang", "groups": [group]}))
+    assert load_groups(series)["groups"][0].checklist == {}
+    group = {k: v for k, v in {**group, **change}.items() if v is not None}
+    (tmp_path / "pr-groups.json").write_text(json.dumps({"upstream": "sgl-project/sglang", "groups": [group]}))
+    with pytest.raises(FatalError) as error:
+        load_groups(series)
+    assert refusal in str(error.value) and str(error.value).count("\n") == 0

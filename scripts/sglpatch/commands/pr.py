@@ -2,13 +2,21 @@
 
 On the newest series line (--line to pick another), for each group in its
 pr-groups.json: a group with a patch upstream already has (the line's
-upstream.json records it, or the upstream ref has its change or marker) is left
-out, saying why. Build each other group's branch on the upstream ref
-(one commit per patch, authorship kept; a stacked group on top of the group it
-depends on), check the touched files with sglang's formatters and linters, write
-the PR body, and print the exact `gh` command. Dry run by default: nothing
-leaves the machine. `--submit` pushes the branches to the fork and runs `gh`
-when it is installed and logged in.
+upstream.json records it, or the base has its change or marker) is left out,
+saying why. Each other group's branch is the group's patches carried onto the
+base (pr_branch.py: a clone's `main`, or --onto; a stacked group on top of the
+group it depends on), patch by patch as `make rebase` reports them; its touched
+files are checked with sglang's formatters and linters and its PR body is
+written. Everything that can refuse (a conflict, a lint finding, a body that
+breaks the body rules) is settled before any branch is written.
+
+Dry run by default: nothing leaves the machine, and the exact `git push` and
+`gh` commands are printed. `--submit` pushes each branch to the fork
+(--force-with-lease against what was pushed before, kept under
+refs/sglpatch/pushed/), then runs `gh pr create`, or `gh pr edit` for a PR
+already open, with the range-diff against what was pushed before. A base made
+from a wheel import shares no history with upstream: it renders the bodies, and
+--submit refuses there.
 """
 
 from __future__ import annotations
@@ -19,32 +27,53 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.commands.common import add_series_options, add_target_option, base_dir, load_line
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
-from sglpatch.git import Git
+from sglpatch.git import Git, GitFailed, git_reason
 from sglpatch.hygiene import check_hygiene
 from sglpatch.lines import Line, line_named, newest_line
-from sglpatch.output import say
+from sglpatch.output import plural, say
 from sglpatch.pr_body import Group, render_body
+from sglpatch.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
 from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.replay import series_commits, upstream_reason
+from sglpatch.replay import history_between, upstream_reason
 from sglpatch.rerun import rerun_comment_lines
 from sglpatch.series import Patch
 from sglpatch.target import open_target
 
 RECORD_FILE = "sglpatch-prs.json"
 BRANCH_PREFIX = "sglpatch-pr/"
+PUSHED_PREFIX = "refs/sglpatch/pushed/"
+_BUILD_REF = "refs/sglpatch/pr-build/"
+
+
+@dataclass
+class Prepared:
+    """One group's PR, made and checked, nothing written yet."""
+
+    group: Group
+    base: str  # the commit it is built on: upstream's, or the tip of the group it stacks on
+    tip: str
+    body: str
+    previous: str | None  # what was pushed before, when it was
+    range_diff: str | None
 
 
 def add_arguments(parser) -> None:
     add_target_option(parser)
     add_series_options(parser)
-    parser.add_argument("--onto", help="upstream ref to build the branches on (default: the pin's tag)")
+    parser.add_argument(
+        "--onto", help="upstream ref to build the branches on (default: main of the clone's remote, else the pin's tag)"
+    )
     parser.add_argument("--fork", help="your fork: a remote name in the checkout or a URL (needed with --submit)")
+    parser.add_argument(
+        "--fork-owner", help="the fork's GitHub owner, when FORK's URL does not say it (gh gets --head OWNER:BRANCH)"
+    )
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "build" / "pr", help="where PR bodies go")
     parser.add_argument("--group", action="append", help="only these group ids (default: all)")
     parser.add_argument("--existing", action="append", default=[], metavar="GROUP=NUMBER", help="a PR already open")
@@ -60,50 +89,70 @@ def run(args) -> int:
             f"line {line.name} is a backport line, so it sends no PR upstream: {config['backport']} "
             f"(make pr prepares the newest line, {newest_line().name})"
         )
-    if args.sglang is None:  # the line's own base, built from its pin when missing
-        where = line.default_base if line else base_dir(args)
-        target = open_target(ensure_default_base(pin, where))
-    else:
-        target = open_target(args.sglang)
+    if args.submit and args.sglang is None:  # the default base is a wheel import by construction: build nothing
+        raise refuse_imported(f"the line's default base ({pin.tag})", pin.tag)
+
+    def default_base() -> Path:
+        return ensure_default_base(pin, line.default_base if line else base_dir(args))
+
+    target = open_target(args.sglang if args.sglang is not None else default_base())
     if not target.is_git:
         raise FatalError("pr needs a git checkout of sglang to build branches in")
     git = target.git
     groups = [g for g in config["groups"] if not args.group or g.id in args.group]
     if args.group and len(groups) != len(args.group):
         raise FatalError(f"unknown group in {args.group}; known: {', '.join(g.id for g in config['groups'])}")
-    fork = resolve_fork(git, args.fork) if (args.submit or args.fork) else None
-    onto = git.rev_parse(args.onto or pin.tag)
-    if onto is None:
-        raise FatalError(f"{args.onto or pin.tag} is not a commit in {target.root}")
-    if line is not None:
-        say(f"line {line.name}: {len(groups)} PR groups, on {args.onto or pin.tag}")
-    groups = _not_upstream(groups, config, line, git, onto)
-    records = _load_records(git)
-    for number in args.existing:
+    base = resolve_base(git, args.onto, pin, config["upstream"])
+    if base.imported and args.submit:
+        raise refuse_imported(base.name, base.imported)
+    fork = _fork(git, args)
+    say(f"{f'line {line.name}' if line else series.directory}: {plural(len(groups), 'PR group')}, on {base.label(git)}")
+    if base.imported:
+        say(imported_note(base))
+    release = git.rev_parse(pin.tag)
+    groups = _not_upstream(
+        groups, config, line, git, base.commit, release and history_between(git, release, base.commit)
+    )
+    records = _with_existing(_load_records(git), args.existing)
+    prepared = _prepare_all(git, groups, base, series.patches, pin, default_base, config, records)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for pr in prepared:
+        try:
+            _publish(git, pr, config, records, fork, args)
+        finally:  # what was pushed stays recorded, even when a later push fails
+            _save_records(git, records)
+    return 0
+
+
+def _fork(git: Git, args) -> dict | None:
+    """The fork to push to (with --submit or --fork), and, with --submit, its GitHub owner for gh's --head."""
+    fork = resolve_fork(git, args.fork, args.fork_owner) if (args.submit or args.fork) else None
+    if args.submit and not fork["owner"]:
+        raise FatalError(
+            f"cannot tell the GitHub owner of {fork['label']} from its URL; pass FORK_OWNER=<your GitHub user> "
+            "(gh needs --head OWNER:BRANCH); nothing was pushed"
+        )
+    return fork
+
+
+def _with_existing(records: dict, existing: list[str]) -> dict:
+    for number in existing:
         group_id, _, pr = number.partition("=")
         if not pr.isdigit():
             raise FatalError(f"--existing takes GROUP=NUMBER, got {number!r}")
         records.setdefault(group_id, {})["number"] = int(pr)
-    args.out.mkdir(parents=True, exist_ok=True)
-    tips: dict[str, str] = {}
-    for group in groups:
-        base = tips.get(group.depends_on[0]) if group.depends_on else onto
-        if group.depends_on and base is None:
-            base = git.rev_parse(BRANCH_PREFIX + _group(config, group.depends_on[0]).branch)
-        if base is None:
-            raise FatalError(f"group {group.id} depends on {group.depends_on[0]}, whose branch is not built")
-        tips[group.id] = _prepare(git, group, base, onto, records, config, fork, args)
-    _save_records(git, records)
-    return 0
+    return records
 
 
-def _not_upstream(groups: list[Group], config: dict, line: Line | None, git: Git, onto: str) -> list[Group]:
+def _not_upstream(
+    groups: list[Group], config: dict, line: Line | None, git: Git, onto: str, history: tuple[str, str] | None
+) -> list[Group]:
     """The groups to prepare: a group with a patch upstream already has (or one it stacks on) is left out."""
     recorded = {_title_of(r["patch"]): r for r in (line.upstreamed() if line else [])}
     left_out: set[str] = set()
     kept = []
     for group in groups:
-        reasons = [why for patch in group.patches if (why := _upstream_why(patch, recorded, git, onto))]
+        reasons = [why for patch in group.patches if (why := _upstream_why(patch, recorded, git, onto, history))]
         blocked = [dep for dep in group.depends_on if dep in left_out]
         if reasons or blocked:
             left_out.add(group.id)
@@ -114,13 +163,13 @@ def _not_upstream(groups: list[Group], config: dict, line: Line | None, git: Git
     return kept
 
 
-def _upstream_why(patch: Patch, recorded: dict, git: Git, onto: str) -> str | None:
+def _upstream_why(patch: Patch, recorded: dict, git: Git, onto: str, history) -> str | None:
     if record := recorded.get(_title_of(patch.name)):
         pr_number = f" (#{record['upstream_pr']})" if record.get("upstream_pr") else ""
         since = f" since sglang {record['release']}" if record.get("release") else ""
         return f"{patch.name} is upstream{pr_number}{since}, as upstream.json records"
     with tempfile.TemporaryDirectory(prefix="sglpatch-pr-") as scratch:  # never the checkout's own index
-        why = upstream_reason(git.with_env(GIT_INDEX_FILE=str(Path(scratch) / "index")), onto, patch)
+        why = upstream_reason(git.with_env(GIT_INDEX_FILE=str(Path(scratch) / "index")), onto, patch, history)
     if why:
         return f"{patch.name} is already upstream at {git.run('describe', '--tags', '--always', onto)}: {why}"
     return None
@@ -131,49 +180,92 @@ def _title_of(patch_name: str) -> str:
     return patch_name.split("-", 1)[-1]
 
 
-def _prepare(git: Git, group: Group, base: str, onto: str, records: dict, config: dict, fork, args) -> str:
-    branch = BRANCH_PREFIX + group.branch
-    tip = build_branch(git, group, base)
-    check_hygiene(git, base, tip, group.id)
-    record = records.setdefault(group.id, {})
-    previous = record.get("head")
+def _prepare_all(
+    git: Git, groups: list[Group], base: PrBase, patches: list[Patch], pin, default_base, config, records
+) -> list[Prepared]:
+    """Every group's branch carried onto the base, linted, and its body rendered, in memory and in the
+    clone's object store only: a refusal leaves no branch and no ref behind."""
+    built = ReleaseCommits(git, patches, pin, default_base, git.identity())
+    bases: dict[str, str] = {}
+    tips: dict[str, str] = {}
+    try:
+        for group in groups:
+            bases[group.id] = _group_base(git, group, base, tips, config)
+            onto = f"{group.depends_on[0]}'s branch" if group.depends_on else base.label(git)
+            say(f"{group.id}: {plural(len(group.patches), 'patch')} onto {onto}")
+            tips[group.id] = built.carry(group, bases[group.id], base)
+        for group_id, tip in tips.items():
+            built.copy_to(tip, _BUILD_REF + group_id)
+    finally:
+        built.close()
+        for group_id in tips:
+            git.try_run("update-ref", "-d", _BUILD_REF + group_id)
+    prepared = []
+    for group in groups:
+        check_hygiene(git, bases[group.id], tips[group.id], group.id)
+        prepared.append(_with_body(git, group, bases[group.id], tips[group.id], config, records))
+    return prepared
+
+
+def _group_base(git: Git, group: Group, base: PrBase, tips: dict[str, str], config: dict) -> str:
+    if not group.depends_on:
+        return base.commit
+    dep = group.depends_on[0]
+    found = tips.get(dep) or git.rev_parse(BRANCH_PREFIX + _group(config, dep).branch)
+    if found is None:
+        raise FatalError(f"group {group.id} depends on {dep}, whose branch is not built")
+    return found
+
+
+def _with_body(git: Git, group: Group, base: str, tip: str, config: dict, records: dict) -> Prepared:
+    record = records.get(group.id, {})
+    previous = git.rev_parse(PUSHED_PREFIX + group.branch) or (record.get("head") and git.rev_parse(record["head"]))
     range_diff = None
-    if record.get("number") and previous and previous != tip and git.rev_parse(previous):
-        range_diff = git.run(
-            "range-diff", "--no-color", f"{_base_of(git, previous, len(group.patches))}..{previous}", f"{base}..{tip}"
-        )
+    if previous and previous != tip:
+        old_base = record.get("base") if record.get("head") == previous else None
+        old_base = old_base if old_base and git.rev_parse(old_base) else git.run("merge-base", previous, base)
+        range_diff = git.run("range-diff", "--no-color", f"{old_base}..{previous}", f"{base}..{tip}")
     rerun = _rerun_lines(group) if record.get("number") else None
-    stack = stack_lines(group, config, records)
-    body = render_body(group, PROJECT_ROOT, stack, range_diff, rerun)
+    body = render_body(group, PROJECT_ROOT, stack_lines(group, config, records), range_diff, rerun)
+    return Prepared(group, base, tip, body, previous, range_diff)
+
+
+def _publish(git: Git, pr: Prepared, config: dict, records: dict, fork: dict | None, args) -> None:
+    """Write the branch and the body; push and run gh with --submit, else print what it would run."""
+    group, record = pr.group, records.setdefault(pr.group.id, {})
+    branch = BRANCH_PREFIX + group.branch
     body_path = args.out / f"{group.id}.md"
-    body_path.write_text(body)
-    git.run("update-ref", f"refs/heads/{branch}", tip)
-    command = gh_command(group, config["upstream"], fork, body_path, record.get("number"))
-    say(
-        f"{group.id}: branch {branch} ({len(group.patches)} commits on {git.run('describe', '--tags', '--always', base)})"
-    )
+    body_path.write_text(pr.body)
+    git.run("update-ref", f"refs/heads/{branch}", pr.tip)
+    say(f"{group.id}: branch {branch} ({plural(len(group.patches), 'commit')})")
     say(f"  body: {body_path}")
-    push = ["push", "--force-with-lease", "-q", fork["push"] if fork else "FORK", f"{branch}:refs/heads/{group.branch}"]
+    if pr.range_diff is not None:
+        say(f"  changed since pushed ({pr.previous[:12]}), git range-diff against it:")
+        for line in pr.range_diff.splitlines():
+            say(f"    {line}")
+    elif pr.previous:
+        say(f"  unchanged since pushed ({pr.previous[:12]})")
+    command = gh_command(group, config["upstream"], fork, body_path, record.get("number"))
+    lease = f"--force-with-lease=refs/heads/{group.branch}:{pr.previous or ''}"
+    push = ["push", lease, "-q", fork["push"] if fork else "FORK", f"{branch}:refs/heads/{group.branch}"]
     if not args.submit:
         say(f"  dry run, nothing pushed; it would push: {shlex.join(['git', '-C', str(git.workdir), *push])}")
         if not fork:
             say("  (FORK=<remote or URL> names your fork; gh then gets --head <its owner>:<branch>)")
-        say(f"  dry run, nothing pushed; to open it: {shlex.join(command)}")
-        return tip
-    git.run(*push)
-    record.update(head=tip, branch=group.branch, base=onto)
+        say(f"  dry run, nothing pushed; to {'update' if record.get('number') else 'open'} it: {shlex.join(command)}")
+        return
+    try:
+        git.run(*push)
+    except GitFailed as exc:
+        raise FatalError(
+            f"{group.id}: pushing {group.branch} to {fork['label']} failed ({git_reason(exc.stderr)}); "
+            f"the fork's branch is not what make pr pushed before ({(pr.previous or 'nothing')[:12]}): look at it, "
+            "and delete it there or pass --existing GROUP=NUMBER after fetching it"
+        ) from None
+    git.run("update-ref", PUSHED_PREFIX + group.branch, pr.tip)
+    record.update(head=pr.tip, branch=group.branch, base=pr.base)
     say(f"  pushed {group.branch} to {fork['label']}")
     _run_gh(command, record)
-    return tip
-
-
-def build_branch(git: Git, group: Group, base: str) -> str:
-    """The group's patches as commits on `base`, authorship kept; returns the tip."""
-    built = series_commits(git, base, group.patches, f"group {group.id}", three_way=True, committer=git.identity())
-    with built.workspace as workspace:
-        workspace.copy_commit_to(built.commits[-1], git, "refs/sglpatch/pr-build")
-    git.run("update-ref", "-d", "refs/sglpatch/pr-build")
-    return built.commits[-1]
 
 
 def _group(config: dict, group_id: str) -> Group:
@@ -195,17 +287,17 @@ def stack_lines(group: Group, config: dict, records: dict) -> list[str]:
     return lines + [""] if lines else []
 
 
-def resolve_fork(git: Git, fork: str | None) -> dict:
+def resolve_fork(git: Git, fork: str | None, owner: str | None = None) -> dict:
     if not fork:
         raise FatalError("--submit needs FORK=<remote name or URL> (your fork; no write access to upstream is needed)")
     if re.match(r"^(https?://|git@|ssh://|file://|/)", fork):
-        return {"push": fork, "label": "the fork URL", "owner": _owner_of(fork)}
+        return {"push": fork, "label": "the fork URL", "owner": owner or _owner_of(fork)}
     status, url, _ = git.try_run("remote", "get-url", fork)
     if status != 0:
         raise FatalError(
             f"no remote named {fork!r} in {git.workdir}; add it with `git remote add {fork} <your fork URL>`"
         )
-    return {"push": fork, "label": f"remote {fork}", "owner": _owner_of(url)}
+    return {"push": fork, "label": f"remote {fork}", "owner": owner or _owner_of(url)}
 
 
 def _owner_of(url: str) -> str | None:
@@ -216,11 +308,7 @@ def _owner_of(url: str) -> str | None:
 def gh_command(group: Group, upstream: str, fork: dict | None, body: Path, number: int | None) -> list[str]:
     if number:
         return ["gh", "pr", "edit", str(number), "--repo", upstream, "--title", group.title, "--body-file", str(body)]
-    head = (
-        f"{fork['owner']}:{group.branch}"
-        if fork and fork.get("owner")
-        else (group.branch if fork else f"OWNER:{group.branch}")
-    )
+    owner = (fork or {}).get("owner") or "OWNER"
     return [
         "gh",
         "pr",
@@ -230,7 +318,7 @@ def gh_command(group: Group, upstream: str, fork: dict | None, body: Path, numbe
         "--base",
         "main",
         "--head",
-        head,
+        f"{owner}:{group.branch}",
         "--title",
         group.title,
         "--body-file",
@@ -245,13 +333,14 @@ def _run_gh(command: list[str], record: dict) -> None:
     if subprocess.run(["gh", "auth", "status"], capture_output=True, check=False).returncode != 0:
         say(f"  gh is not logged in (gh auth login); then run: {shlex.join(command)}")
         return
+    say(f"  running: {shlex.join(command)}")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise FatalError(f"gh failed: {(result.stderr.strip().splitlines() or ['no message'])[-1]}")
     if match := re.search(r"/pull/(\d+)", result.stdout):
         record["number"] = int(match.group(1))
         record["url"] = match.group(0)
-    say(f"  {command[2]}d: {result.stdout.strip()}")
+    say(f"  {'updated' if command[2] == 'edit' else 'opened'}: {result.stdout.strip()}")
 
 
 def _rerun_lines(group: Group) -> list[str]:
@@ -259,10 +348,6 @@ def _rerun_lines(group: Group) -> list[str]:
         return rerun_comment_lines(group.patches)
     except FatalError as exc:  # an unmapped file must not block the update; say so in the body
         return [f"# {exc}"]
-
-
-def _base_of(git: Git, tip: str, count: int) -> str:
-    return git.run("rev-parse", f"{tip}~{count}")
 
 
 def _load_records(git: Git) -> dict:
