@@ -1,7 +1,7 @@
 """Upstream hygiene before a branch is pushed: sglang's formatters and linters.
 
-black, isort (black profile), ruff and codespell run on every Python file the
-branch touches, at the branch and at its base. The branch is refused when it
+black, isort (black profile, sglang as first party: sglang's .isort.cfg), ruff and codespell run on
+every Python file the branch touches, at the branch and at its base. The branch is refused when it
 adds findings; what upstream already had in those files is not ours to fix.
 
 ruff runs with the rules sglang's pre-commit selects (F401, unused imports) plus
@@ -60,7 +60,7 @@ def _findings(git: Git, rev: str, paths: list[str], root: Path) -> Counter:
 def _run_tool(tool: str, path: Path) -> list[str]:
     commands = {
         "black": ["-m", "black", "--check", "--quiet", str(path)],
-        "isort": ["-m", "isort", "--check-only", "--profile", "black", "--quiet", str(path)],
+        "isort": ["-m", "isort", "--check-only", "--profile", "black", "-p", "sglang", "--quiet", str(path)],
         "ruff": [
             "-m",
             "ruff",

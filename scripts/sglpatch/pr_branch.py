@@ -29,7 +29,7 @@ from sglpatch.releases import imported_release
 from sglpatch.replay import Landing, SeriesCommits, carry_patches, describe, history_between, series_commits
 from sglpatch.series import Patch
 
-PROJECT_TRAILERS = ("patch-group", "drop-when", "tests", "extends-pr", "upstream-pr", "upstream-marker")
+PROJECT_TRAILERS = ("patch-group", "drop-when", "tests", "extends-pr", "upstream-pr", "upstream-marker", "prior-art")
 CARRIED_ONLY_PARAGRAPHS = ("Upstream:", "Drop when:")
 UPSTREAM_CLONE = "https://github.com/sgl-project/sglang"
 _TRAILER_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): ")

@@ -26,7 +26,15 @@ from testing.sglang_trees import SECOND, replace_in, user_clone
 
 pytestmark = pytest.mark.usefixtures("pr_project")
 UPSTREAM_AUTHOR = ("Sam Upstream", "sam@example.org")
-PROJECT_TRAILERS = ("Patch-Group:", "Drop-When:", "Tests:", "Extends-PR:", "Upstream-PR:", "Upstream-Marker:")
+PROJECT_TRAILERS = (
+    "Patch-Group:",
+    "Drop-When:",
+    "Tests:",
+    "Extends-PR:",
+    "Upstream-PR:",
+    "Upstream-Marker:",
+    "Prior-Art:",
+)
 
 STAND_IN_GH = '''#!{python}
 """Stands in for GitHub's CLI (`gh`), which cannot reach GitHub from the tests: records each call's
