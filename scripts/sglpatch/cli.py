@@ -22,7 +22,7 @@ from sglpatch.commands import (
     status,
 )
 from sglpatch.errors import FatalError
-from sglpatch.git import require_git, set_verbose
+from sglpatch.git import new_run, require_git, set_verbose
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args.run_command = main  # for a command that runs another one in this process (gpu-leg runs apply)
     module = COMMANDS[args.command][0]
     set_verbose(args.verbose)
+    new_run()
     try:
         require_git()
         return module.run(args)

@@ -286,6 +286,7 @@ def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | N
 def _replay(target: Target, folder: Path, state: RebaseState, series: Series) -> int:
     git = target.git
     scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
+    picker = git.as_committer().with_env(GIT_EDITOR="true")  # each pick keeps its patch's author
     history = history_between(git, state.base, state.onto)
     while state.next < len(state.commits):
         index = state.next
@@ -301,7 +302,7 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             state.checked = state.next
             continue
         with write_phase():
-            status, _, err = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            status, _, err = picker.try_run("-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
             raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
@@ -495,7 +496,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
     state.resolved_by_hand = True
     with write_phase():
         save(folder, state)
-        status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+        status, _, err = git.as_committer().with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
         fault_point("rebase: resolution committed")
     if status != 0:
         raise FatalError(

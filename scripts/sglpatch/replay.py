@@ -179,7 +179,7 @@ def merge_onto(git: Git, current: str, commit: str) -> tuple[str | None, list[st
     parent = git.run("rev-parse", f"{commit}^")
     # A stand-in for `current` whose parent is the patch's parent makes that parent the
     # merge base, as in a cherry-pick (git 2.39's merge-tree has no --merge-base).
-    stand_in = git.run_with_input(["commit-tree", f"{current}^{{tree}}", "-p", parent], b"stand-in\n")
+    stand_in = git.as_sglpatch().run_with_input(["commit-tree", f"{current}^{{tree}}", "-p", parent], b"stand-in\n")
     status, out, _ = git.try_run("merge-tree", "--write-tree", "--name-only", "--no-messages", stand_in, commit)
     lines = out.splitlines()
     if status == 0:
@@ -198,4 +198,4 @@ def _commit_tree(git: Git, tree: str, parent: str, original: str) -> str:
             strict=True,
         )
     )
-    return git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message)
+    return git.as_sglpatch().with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message)

@@ -56,7 +56,7 @@ def explain_failure(patch: Patch, stderr: str) -> ApplyFailure:
 class Workspace:
     def __init__(self, root: Path):
         self.root = root
-        self.git = Git(root)
+        self.git = Git(root).as_sglpatch()  # its commits are scratch, unless `commit` is given a committer
 
     # -- creation ------------------------------------------------------------------
 
@@ -156,12 +156,11 @@ class Workspace:
         target.run("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(self.root), source)
 
     def commit(self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None) -> str:
+        """`patch` as a commit by its author; committed by `committer` (for a user's branch), else by sglpatch."""
         name, email = _split_ident(patch.author)
         env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": patch.date}
         if committer:
             env.update(GIT_COMMITTER_NAME=committer[0], GIT_COMMITTER_EMAIL=committer[1])
-        else:
-            env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
         message = f"{patch.subject}\n\n{patch.body}\n"
         return self.git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message.encode())
 

@@ -96,6 +96,22 @@ def test_rebase_onto_a_release_version_fetches_it(sglpatch, checkout, patches, t
     assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
 
 
+def forget_identity(repo):
+    """No user.name/user.email for `repo` (the suite's global config has none): a fresh machine."""
+    Git(repo).run("config", "--unset", "user.name")
+    Git(repo).run("config", "--unset", "user.email")
+
+
+def test_a_rebase_with_no_git_identity_keeps_the_authors_and_says_who_commits(sglpatch, chain, patches, tmp_path):
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    forget_identity(chain)
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 0, err
+    people = Git(chain).run("log", "--format=%an <%ae> / %cn <%ce>", "v0.5.16..HEAD").splitlines()
+    assert people == ["Ada Patchwright <ada@example.com> / sglpatch <sglpatch@localhost>"] * 2
+    assert err.count("note: git has no identity here") == 1, err
+
+
 def own_copy(template, tmp_path):
     """A test's own copy of a series made once for the module, under the same folder name."""
     dest = tmp_path / template.name
@@ -209,6 +225,18 @@ def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain,
     Git(chain).run("cherry-pick", "--abort")
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
     assert code == 2 and "is gone and nothing was committed" in err and "ABORT=1" in err
+
+
+def test_continue_with_no_git_identity_commits_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
+    """`git cherry-pick --continue` needs a committer: sglpatch's own where git has none."""
+    forget_identity(chain)
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    git = Git(chain)
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 0, err
+    assert git.run("log", "-1", "--format=%an / %cn", "HEAD") == "Ada Patchwright / sglpatch"
 
 
 def test_abort_leaves_a_branch_the_user_moved_meanwhile(sglpatch, chain, conflicting_series, tmp_path):

@@ -152,7 +152,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
         raise FatalError(f"{branch!r} is not a valid branch name")
     head = git.run("rev-parse", "HEAD")
     previous = git.current_branch() or head
-    committer = git.identity()
+    committer = git.committer()
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)

@@ -169,7 +169,7 @@ def _prepare(git: Git, group: Group, base: str, onto: str, records: dict, config
 
 def build_branch(git: Git, group: Group, base: str) -> str:
     """The group's patches as commits on `base`, authorship kept; returns the tip."""
-    built = series_commits(git, base, group.patches, f"group {group.id}", three_way=True, committer=git.identity())
+    built = series_commits(git, base, group.patches, f"group {group.id}", three_way=True, committer=git.committer())
     with built.workspace as workspace:
         workspace.copy_commit_to(built.commits[-1], git, "refs/sglpatch/pr-build")
     git.run("update-ref", "-d", "refs/sglpatch/pr-build")
