@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -272,3 +274,61 @@ def test_make_test_on_a_ram_disk_frees_a_passed_runs_trees_and_keeps_a_failed_on
     on_disk = make("-n", "-o", STAMP, "-o", ".venv/.sglang-cpu-stamp", "test", "TEST_TMP_KIND=disk", "TMPDIR=/var/x")
     main_run = next(line for line in on_disk.stdout.splitlines() if "--ignore=tests/gpu" in line)
     assert "--basetemp='/var/x/sglpatch-pytest-" in main_run and "retention" not in on_disk.stdout
+
+
+# -- issue 36: CI runs on a machine as fresh as a user's ------------------------------------------------
+
+CI_STUB = """#!/bin/sh
+{{
+echo "make $*"
+env | grep -E '^(PIP_|GIT_|XDG_C|SGLPATCH_CACHE=|EMAIL=|HOME=)' | sort
+ls -A "$HOME" | sed 's/^/home holds /'
+git config --get user.name || echo "git: no user.name"
+{python} -m pip config list | sed 's/^/pip config: /'
+}} >> {seen}
+"""
+
+
+def test_ci_runs_the_readme_commands_as_on_a_fresh_machine(tmp_path):
+    """.ci/run with a stand-in make that records what each call sees: an empty HOME of its own, no git
+    configuration (no identity), none of pip's configuration (files or PIP_* variables, but the certificates),
+    whatever the CI machine has set; then the README's commands in order, and the HOME removed after."""
+    bin_dir, home, seen = tmp_path / "bin", tmp_path / "machine-home", tmp_path / "seen"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(CI_STUB.format(python=shlex.quote(sys.executable), seen=shlex.quote(str(seen))))
+    (bin_dir / "make").chmod(0o755)
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = CI Machine\n\temail = ci@example.com\n")
+    machine = {
+        "HOME": str(home),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PIP_FIND_LINKS": "/opt/wheels",
+        "PIP_INDEX_URL": "file:///opt/mirror",
+        "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
+        "GIT_AUTHOR_NAME": "CI Machine",
+        "GIT_COMMITTER_EMAIL": "ci@example.com",
+        "EMAIL": "ci@example.com",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "SGLPATCH_CACHE": str(tmp_path / "cache"),
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PIP_"))} | machine
+    result = subprocess.run(["bash", str(PROJECT_ROOT / ".ci" / "run")], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    calls = seen.read_text().split("make ")[1:]
+    assert [call.splitlines()[0] for call in calls] == ["apply", "test", "check-patches", "test-fault"]
+    for call in calls:
+        lines = call.splitlines()[1:]
+        settings = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("pip config"))
+        ci_home = settings.pop("HOME")
+        assert ci_home != str(home) and not Path(ci_home).exists(), ci_home  # its own, removed after the run
+        assert settings == {
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "PIP_CONFIG_FILE": "/dev/null",
+            "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
+        }, settings
+        assert "git: no user.name" in lines and not any(line.startswith("home holds") for line in lines), lines
+        assert sorted(line for line in lines if line.startswith("pip config")) == [
+            "pip config: :env:.cert='/etc/ssl/certs/ca-certificates.crt'",
+            "pip config: :env:.config-file='/dev/null'",  # no file: not /etc/xdg/pip's, not the user's
+        ]
