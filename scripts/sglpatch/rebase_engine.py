@@ -286,7 +286,6 @@ def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | N
 def _replay(target: Target, folder: Path, state: RebaseState, series: Series) -> int:
     git = target.git
     scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
-    picker = git.as_committer().with_env(GIT_EDITOR="true")  # each pick keeps its patch's author
     history = history_between(git, state.base, state.onto)
     while state.next < len(state.commits):
         index = state.next
@@ -301,6 +300,7 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             _record(folder, state, patch.name, Landing.UPSTREAM, f"{step.upstream}; dropped")
             state.checked = state.next
             continue
+        picker = git.as_committer().with_env(GIT_EDITOR="true")  # the pick keeps its patch's author
         with write_phase():
             status, _, err = picker.try_run("-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
