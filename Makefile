@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-SGLPATCH := $(VENV)/bin/sglpatch$(if $(V), -v,)
+# SGLPATCH_FROM_MAKE: the hints sglpatch prints name make's variables (THREEWAY=1), not its flags (scripts/sglpatch/hints.py)
+SGLPATCH := SGLPATCH_FROM_MAKE=1 $(VENV)/bin/sglpatch$(if $(V), -v,)
 
 SGLANG   ?=
 LINE     ?=

@@ -20,6 +20,7 @@ from sglpatch.git import Git, init_repo
 from sglpatch.series import Patch
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
+_CONFLICTED = re.compile(r"^U (.+)$")  # `git apply --3way`: a file its merge left with conflicts
 _FILE_ERROR = re.compile(
     r"^error: (.+?): (does not exist in index|already exists in index|patch does not apply|No such file or directory|does not match index)$"
 )
@@ -33,16 +34,19 @@ class ApplyFailure:
     reason: str
 
     def describe(self) -> str:
-        where = self.path or "(unknown file)"
         if self.hunk:
-            return f"{self.patch.name} does not apply: {where}, {self.hunk}"
-        return f"{self.patch.name} does not apply: {where}: {self.reason}"
+            return f"{self.patch.name} does not apply: {self.path}, {self.hunk}"
+        if self.path:
+            return f"{self.patch.name} does not apply: {self.path}: {self.reason}"
+        return f"{self.patch.name} does not apply: {self.reason}"
 
 
 def explain_failure(patch: Patch, stderr: str) -> ApplyFailure:
+    lines = [line.strip() for line in stderr.splitlines()]
+    if conflicted := [match.group(1) for line in lines if (match := _CONFLICTED.match(line))]:
+        return ApplyFailure(patch, ", ".join(conflicted), None, "its 3-way merge conflicts with the changes there")
     path = reason = None
-    for line in stderr.splitlines():
-        line = line.strip()
+    for line in lines:
         if match := _FAILED_AT.match(line):
             path, line_no = match.group(1), int(match.group(2))
             hunk = patch.hunk_at(path, line_no)

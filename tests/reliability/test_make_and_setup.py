@@ -20,9 +20,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from sglpatch.git import Git
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
 from testing import tmp_root
+from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
 
 MAKE = shutil.which("make")
@@ -60,6 +62,23 @@ def test_make_apply_and_revert_take_a_path_with_spaces(tmp_path, base_repo, kind
     reverted = make("-o", STAMP, "revert", f"SGLANG={target}")
     assert reverted.returncode == 0, reverted.stderr
     assert tree_state(target) == before
+
+
+def test_a_hint_names_what_the_user_typed(tmp_path, base_repo):
+    """Issue 36: `make apply` on a drifted checkout said "try --3way"; a make user gives THREEWAY=1."""
+    target = tmp_path / "sglang"
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(target)], check=True)
+    touched = load_series(default_patch_dir()).patches[0].touched_paths[0]
+    with open(target / touched, "a") as edited:
+        edited.write("# a local edit\n")
+    as_tester(Git(target)).run("commit", "-qam", "a local edit")
+    made = make("-o", STAMP, "apply", f"SGLANG={target}")
+    assert made.returncode == 2 and "differs from the pin" in made.stderr, made.stderr
+    assert "try THREEWAY=1" in made.stderr and "--3way" not in made.stderr, made.stderr
+    typed = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "apply", "--sglang", str(target)], capture_output=True, text=True
+    )
+    assert typed.returncode == 2 and "try --3way" in typed.stderr and "THREEWAY" not in typed.stderr, typed.stderr
 
 
 # -- item 7: a .venv of the wrong Python ------------------------------------------------------

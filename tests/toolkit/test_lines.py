@@ -9,7 +9,10 @@ their pinned wheels and reverted byte for byte.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -261,3 +264,18 @@ def test_make_test_finds_each_lines_own_tests_folder(sglpatch, project):
     assert code == 0 and out == "v0.5.16 tests/patched_v0_5_16\n", err
     code, out, err = sglpatch("lines")
     assert "v0.5.14 (default): 2 patches" in out and "default base: build/sglang-v0.5.16" in out, err
+
+
+@pytest.mark.parametrize("args", [["lines"], ["lines", "--test-folders"]])
+def test_a_reader_that_stops_reading_ends_the_listing_quietly(args):
+    """Issue 36: `sglpatch lines | head -1` said "error: cannot access (Broken pipe)". With the pipe's reader gone
+    before the first line (so every write fails), the command ends quietly, as git and coreutils do."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "sglpatch", *args], stdout=write_end, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0 and result.stderr == "", result.stderr

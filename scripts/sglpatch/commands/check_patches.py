@@ -24,6 +24,7 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.commands.common import add_series_options
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
@@ -50,7 +51,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.jobs < 1:
-        raise FatalError(f"--jobs {args.jobs}: give 1 or more pytest runs at once")
+        raise FatalError(
+            f"{hints.option(f'--jobs {args.jobs}', f'JOBS={args.jobs}')}: give 1 or more pytest runs at once"
+        )
     if args.patches:  # a series folder, on the default line's base
         checks = [(default_line(), load_series(args.patches), load_pin(args.patches))]
     else:

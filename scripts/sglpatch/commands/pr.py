@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, base_dir, load_line
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
@@ -197,7 +198,10 @@ def stack_lines(group: Group, config: dict, records: dict) -> list[str]:
 
 def resolve_fork(git: Git, fork: str | None) -> dict:
     if not fork:
-        raise FatalError("--submit needs FORK=<remote name or URL> (your fork; no write access to upstream is needed)")
+        submit, fork_option = hints.option("--submit", "SUBMIT=1"), hints.option(
+            "--fork REMOTE", "FORK=<remote or URL>"
+        )
+        raise FatalError(f"{submit} needs {fork_option} (your fork; no write access to upstream is needed)")
     if re.match(r"^(https?://|git@|ssh://|file://|/)", fork):
         return {"push": fork, "label": "the fork URL", "owner": _owner_of(fork)}
     status, url, _ = git.try_run("remote", "get-url", fork)
