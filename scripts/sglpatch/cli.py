@@ -28,7 +28,7 @@ from sglpatch.output import reader_gone
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
     "revert": (revert, "take an applied series back out"),
-    "recover": (recover, "finish or undo an interrupted apply or revert; say which state the target is in"),
+    "recover": (recover, "finish or undo an interrupted apply, revert or rebase; say which state the target is in"),
     "lines": (lines, "list the series lines (patches/<tag>/): base, CPU tests, patches upstream"),
     "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
     "check-patches": (check_patches, "each patch's own tests fail without it and pass with it, on real trees"),

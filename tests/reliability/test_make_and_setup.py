@@ -168,6 +168,17 @@ def test_drift_says_how_many_wheels_it_downloaded(sglpatch, drift_project, serie
     assert "1 wheel downloaded from PyPI" in _last_report_line(drift_project), _last_report_line(drift_project)
 
 
+@pytest.mark.network
+def test_drift_counts_a_wheel_downloaded_again_over_a_bad_cached_copy(sglpatch, drift_project, series_dir, wheel_path):
+    """Issue 36: the count was the cache's listing before and after, so a wheel downloaded again over a bad copy
+    of the same name (a cut download) was not counted. Now each download counts."""
+    (drift_project.parent / "cache" / "wheels" / wheel_path.name).write_bytes(b"cut short")
+    code, _, err = sglpatch("drift", "--releases", "0.5.14", "--patches", series_dir)
+    assert code == 0, err
+    assert "Checked 1 release in" in _last_report_line(drift_project)
+    assert "(1 wheel downloaded from PyPI)" in _last_report_line(drift_project), _last_report_line(drift_project)
+
+
 def test_make_drift_writes_docs_only_with_docs_1():
     recipe = make("-n", "-o", STAMP, "drift")
     assert recipe.returncode == 0 and "--out docs/drift" not in recipe.stdout, recipe.stdout

@@ -174,7 +174,7 @@ def test_missing_fork_remote_is_a_clear_refusal(sglpatch, checkout, tmp_path, ba
     code, _, err = pr(sglpatch, checkout, patches, tmp_path, "--fork", "nosuchremote", "--submit")
     assert code == 2 and "no remote named 'nosuchremote'" in err
     code, _, err = pr(sglpatch, checkout, patches, tmp_path, "--submit")
-    assert code == 2 and "--submit needs FORK=" in err
+    assert code == 2 and "--submit needs --fork REMOTE" in err
 
 
 def test_bodies_leak_no_token_home_or_local_path(sglpatch, checkout, tmp_path, base_repo, project_pin, monkeypatch):

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.commands.common import add_series_options, add_target_option, base_dir, load_line
+from sglpatch.commands.common import NEWEST_LINE, add_series_options, add_target_option, base_dir, load_line
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
@@ -42,8 +42,8 @@ BRANCH_PREFIX = "sglpatch-pr/"
 
 
 def add_arguments(parser) -> None:
-    add_target_option(parser)
-    add_series_options(parser)
+    add_target_option(parser, what="a git checkout of sglang to build the PR branches in")
+    add_series_options(parser, line_default=NEWEST_LINE)
     parser.add_argument("--onto", help="upstream ref to build the branches on (default: the pin's tag)")
     parser.add_argument("--fork", help="your fork: a remote name in the checkout or a URL (needed with --submit)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "build" / "pr", help="where PR bodies go")

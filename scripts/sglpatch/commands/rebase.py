@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import hints, rebase_engine, rebase_store
-from sglpatch.commands.common import add_series_options, add_target_option, chosen_line, load_line, resolve_target
+from sglpatch.commands.common import (
+    CHECKOUT,
+    add_series_options,
+    add_target_option,
+    chosen_line,
+    load_line,
+    resolve_target,
+)
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded
 from sglpatch.project import PROJECT_ROOT
@@ -21,7 +28,7 @@ _OPTIONS = (
 
 
 def add_arguments(parser) -> None:
-    add_target_option(parser)
+    add_target_option(parser, what=CHECKOUT)
     add_series_options(parser)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--onto", metavar="REF", help="tag, commit, or sglang release version (fetched from PyPI)")
