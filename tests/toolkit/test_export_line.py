@@ -3,9 +3,6 @@ a commit whose message lacks what the series format requires is refused before a
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
 from sglpatch.git import Git
