@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-SGLPATCH := $(VENV)/bin/sglpatch$(if $(V), -v,)
+# SGLPATCH_FROM_MAKE: the hints sglpatch prints name make's variables (THREEWAY=1), not its flags (scripts/sglpatch/hints.py)
+SGLPATCH := SGLPATCH_FROM_MAKE=1 $(VENV)/bin/sglpatch$(if $(V), -v,)
 
 SGLANG   ?=
 LINE     ?=
@@ -51,7 +52,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: bench-engine engine-report
-.PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-toolkit test-patched test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
+.PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -139,9 +140,13 @@ ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream te
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
 	$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle
 
-dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then patched; junit + JSON to OUT=DIR
-	bash ci/run_dsa_kit.sh --patches none --label pristine $(if $(OUT),--out $(call q,$(OUT)),)
-	bash ci/run_dsa_kit.sh --patches patches/v0.5.14/series --label patched $(if $(OUT),--out $(call q,$(OUT)),)
+# The default line (the oldest) for the targets that run without the venv: the first of patches/v*/ in version order
+DEFAULT_LINE := $(notdir $(patsubst %/,%,$(firstword $(shell ls -dv patches/v*/ 2>/dev/null))))
+DSA_KIT_LINE = $(or $(LINE),$(DEFAULT_LINE))
+DSA_KIT_ARGS = --line $(call q,$(DSA_KIT_LINE)) $(if $(OUT),--out $(call q,$(OUT)),)
+dsa-kit: ## on the GPU box: sglang's own DSA kit from .gpu-bundle, pristine then patched (LINE= a line; default: the default line); junit + JSON to OUT=DIR
+	bash ci/run_dsa_kit.sh --patches none --label $(call q,pristine$(if $(LINE),-$(LINE),)) $(DSA_KIT_ARGS)
+	bash ci/run_dsa_kit.sh --patches $(call q,patches/$(DSA_KIT_LINE)/series) --label $(call q,patched$(if $(LINE),-$(LINE),)) $(DSA_KIT_ARGS)
 
 rerun: $(VENV)/.tool-stamp ## per PR group: the /rerun-test (and /tag-run-ci-label) comment lines for the upstream tests it affects, and the local commands
 	$(SGLPATCH) rerun $(TARGET_ARG)

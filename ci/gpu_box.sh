@@ -103,6 +103,25 @@ save_jit_cache() {
   say "saved JIT caches: $(du -ch "$outdir"/jit-cache.tar.gz* | tail -1 | cut -f1)"
 }
 
+# unpack_line_sglang BUNDLE WORK LINE DEST: after unpack_bundle, LINE's pristine sglang to DEST (from WORK/pkgs
+# for v0.5.14, the bundle's own; from BUNDLE/LINE/sglang.tar.xz for a newer line, ci/gpu_bundle.py --line LINE,
+# with the line's own wheels, BUNDLE/LINE/deps.tar.xz, into WORK/site). Exit 3: the line's part is missing.
+unpack_line_sglang() {
+  local bundle="$1" work="$2" line="$3" dest="$4" part="$1/$3/sglang.tar.xz"
+  if [ "$line" = v0.5.14 ]; then
+    [ "$work/pkgs/sglang" = "$dest" ] || mv "$work/pkgs/sglang" "$dest"
+    return 0
+  fi
+  [ -f "$part" ] || { echo "missing $part (ci/gpu_bundle.py --line $line)" >&2; exit 3; }
+  rm -rf "$work/pkgs/sglang" "$work/line"
+  extract_archive "$part" "$work/line" || exit 3  # members are pkgs/sglang/...
+  mv "$work/line/pkgs/sglang" "$dest"
+  if [ -f "$bundle/$line/deps.tar.xz" ]; then  # the line's own wheels (ci/gpu-bundle-requirements-LINE.txt)
+    extract_archive "$bundle/$line/deps.tar.xz" "$work" || exit 3
+    say "unpacked $line's own wheels into $work/site"
+  fi
+}
+
 # make_line_trees BUNDLE WORK LINE SERIES RECORD [MARK]: unpack the shared deps and sgl-kernel, then the
 # line's pristine sglang into WORK/trees/pristine/sglang (and a newer line's own wheels, BUNDLE/LINE/deps.tar.xz,
 # into WORK/site) and a copy with SERIES applied
@@ -111,22 +130,10 @@ save_jit_cache() {
 # MARK: a name the patched dsa_backend.py must then hold. Exit 3: bundle part missing; exit 4: the
 # series did not apply, or the patched tree lacks MARK.
 make_line_trees() {
-  local bundle="$1" work="$2" line="$3" series="$4" record="$5" mark="${6:-}" part
+  local bundle="$1" work="$2" line="$3" series="$4" record="$5" mark="${6:-}"
   rm -rf "$work" && mkdir -p "$work/trees/pristine" "$work/trees/patched"
   unpack_bundle "$bundle" "$work"
-  if [ "$line" != v0.5.14 ]; then
-    part="$bundle/$line/sglang.tar.xz"
-    [ -f "$part" ] || { echo "missing $part (ci/gpu_bundle.py --line $line)" >&2; exit 3; }
-    rm -rf "$work/pkgs/sglang"
-    extract_archive "$part" "$work/line" || exit 3  # members are pkgs/sglang/...
-    mv "$work/line/pkgs/sglang" "$work/trees/pristine/sglang"
-    if [ -f "$bundle/$line/deps.tar.xz" ]; then  # the line's own wheels (ci/gpu-bundle-requirements-LINE.txt)
-      extract_archive "$bundle/$line/deps.tar.xz" "$work" || exit 3
-      say "unpacked $line's own wheels into $work/site"
-    fi
-  else
-    mv "$work/pkgs/sglang" "$work/trees/pristine/sglang"
-  fi
+  unpack_line_sglang "$bundle" "$work" "$line" "$work/trees/pristine/sglang"
   cp -a "$work/trees/pristine/sglang" "$work/trees/patched/sglang"
   "$PY" "$REPO/ci/apply_series.py" "$series" --root "$work/trees/patched" --record "$record" \
     || { echo "patch series did not apply" >&2; exit 4; }

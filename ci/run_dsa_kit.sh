@@ -2,11 +2,13 @@
 # Run sglang's DSA attention test kit on an air-gapped GPU box from the bundle made by
 # ci/gpu_bundle.py.  Run from the repository root (the `run` tool's working directory).
 #
-#   bash ci/run_dsa_kit.sh [--patches SRC|none] [--label NAME] [--out DIR] [--bundle DIR]
+#   bash ci/run_dsa_kit.sh [--line LINE] [--patches SRC|none] [--label NAME] [--out DIR] [--bundle DIR]
 #                          [--work DIR] [--save-jit-cache] [-- PYTEST ARGS]
 #
+#   --line LINE     the sglang of that series line (default v0.5.14, the bundle's own; a newer line's
+#                   from BUNDLE/LINE/, made by ci/gpu_bundle.py --line LINE)
 #   --patches SRC   folder with a `series` file, folder of *.patch, or a series file;
-#                   `none` (default) runs the pristine v0.5.14 tree
+#                   `none` (default) runs the line's pristine tree
 #   --label NAME    names the outputs: dsa_kit_NAME.xml / dsa_kit_NAME.json (default: pristine
 #                   or patched)
 #   --out DIR       where junit + summary go (default: $OUT if set, else .gpu-bundle/results)
@@ -24,12 +26,13 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 INVOCATION="bash ci/run_dsa_kit.sh $*"
 BUNDLE="$REPO/.gpu-bundle"
 PATCHES=none
+LINE=v0.5.14
 LABEL=""
 OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 WORK=/tmp/dsa-kit
 SAVE_JIT=0
 PY="${PYTHON:-python3}"
-BOX_OPTIONS="--patches=PATCHES --label=LABEL"
+BOX_OPTIONS="--line=LINE --patches=PATCHES --label=LABEL"
 box_options "$@"
 set -- "${BOX_REST[@]}"
 if [ -z "$LABEL" ]; then
@@ -42,7 +45,8 @@ say "nvcc: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -1 || echo missi
 # 1. unpack the bundle ------------------------------------------------------------------
 rm -rf "$WORK" && mkdir -p "$WORK"
 unpack_bundle "$BUNDLE" "$WORK"
-say "unpacked bundle into $WORK ($(du -sh "$WORK" | cut -f1))"
+unpack_line_sglang "$BUNDLE" "$WORK" "$LINE" "$WORK/pkgs/sglang"
+say "unpacked bundle into $WORK, sglang of line $LINE ($(du -sh "$WORK" | cut -f1))"
 
 # 2. patch series -----------------------------------------------------------------------
 "$PY" "$REPO/ci/apply_series.py" "$PATCHES" --root "$WORK/pkgs" --record "$WORK/applied.json" \

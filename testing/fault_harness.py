@@ -205,7 +205,12 @@ class Lab:
     # -- runs ------------------------------------------------------------------------
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SGLPATCH_FAULT"))}
+        # GIT_CONFIG_GLOBAL stays: the suite's own (no identity, testing/sglang_trees.py), not the machine's
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("GIT_", "SGLPATCH_FAULT")) or k == "GIT_CONFIG_GLOBAL"
+        }
         env.update(GIT_CONFIG_NOSYSTEM="1", GIT_COMMITTER_DATE=FIXED_DATE, PYTHONDONTWRITEBYTECODE="1")
         env.update(extra)
         return env

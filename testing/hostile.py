@@ -18,6 +18,10 @@ import pytest
 from testing.fault_harness import Lab, default_sigint, diff_states, run_state
 
 CAPSH = shutil.which("capsh")
+UNSHARE = shutil.which("unshare")
+# In a mount namespace of its own (nothing outside sees it): `folder` bind-mounted read-only onto itself, then
+# the command; the read-only file system of a mounted image or container layer.
+_READ_ONLY_MOUNT = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
 
 
 def without_override(lab: Lab, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -30,6 +34,14 @@ def without_override(lab: Lab, *args: str, **env: str) -> subprocess.CompletedPr
     return subprocess.run(
         command, capture_output=True, text=True, env=lab.env(**env), timeout=120, preexec_fn=default_sigint
     )
+
+
+def on_read_only_mount(lab: Lab, folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI with `folder` on a read-only file system (EROFS: no mode or capability lets a write through)."""
+    if UNSHARE is None or subprocess.run([UNSHARE, "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no `unshare -rm` here (user and mount namespaces): cannot mount a folder read-only")
+    command = [UNSHARE, "-rm", "sh", "-c", _READ_ONLY_MOUNT, str(folder), sys.executable, "-m", "sglpatch"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=lab.env(), timeout=120)
 
 
 def read_only(folder: Path, *, skip_git: bool = False) -> None:

@@ -30,6 +30,7 @@ AUTHOR = ("Ada Patchwright", "ada@example.com")
 # what a conftest takes with `from testing.sglang_trees import *`: the fixtures
 __all__ = [
     "_clean_git_env",
+    "_no_identity_config",
     "project_pin",
     "wheel_path",
     "base_repo",
@@ -41,11 +42,37 @@ __all__ = [
 ]
 
 
+# Who the tests' own commits are by (a series made for a test, an edit a test commits): always this identity,
+# given on the call, as the suite runs the toolkit with no git identity (see _clean_git_env).
+TESTER_IDENTITY = {
+    "GIT_AUTHOR_NAME": AUTHOR[0],
+    "GIT_AUTHOR_EMAIL": AUTHOR[1],
+    "GIT_COMMITTER_NAME": AUTHOR[0],
+    "GIT_COMMITTER_EMAIL": AUTHOR[1],
+}
+
+
+def as_tester(repo: Git) -> Git:
+    """`repo` making a test's own commit (never the toolkit's): with the tests' fixed identity."""
+    return repo.with_env(**TESTER_IDENTITY)
+
+
+@pytest.fixture(scope="session")
+def _no_identity_config(tmp_path_factory) -> Path:
+    """A global git config that gives no identity, and keeps git from guessing one from the host name."""
+    path = tmp_path_factory.mktemp("gitconfig") / "config"
+    path.write_text("[user]\n\tuseConfigOnly = true\n")
+    return path
+
+
 @pytest.fixture(autouse=True)
-def _clean_git_env(monkeypatch):
-    for var in [v for v in os.environ if v.startswith("GIT_")]:
-        monkeypatch.delenv(var)
+def _clean_git_env(monkeypatch, _no_identity_config):
+    """Every test runs as on a fresh machine: no system or global git config (so no identity: the toolkit
+    must make its commits without one), no GIT_* variable from outside."""
+    for var in [v for v in os.environ if v.startswith("GIT_")] + ["EMAIL"]:
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(_no_identity_config))
 
 
 @pytest.fixture(scope="session")
@@ -67,16 +94,9 @@ def base_repo(tmp_path_factory, wheel_path, project_pin) -> Path:
 
 
 def _commit(repo: Git, message: str) -> None:
-    env = {
-        "GIT_AUTHOR_NAME": AUTHOR[0],
-        "GIT_AUTHOR_EMAIL": AUTHOR[1],
-        "GIT_AUTHOR_DATE": "2026-07-01T12:00:00+00:00",
-        "GIT_COMMITTER_NAME": AUTHOR[0],
-        "GIT_COMMITTER_EMAIL": AUTHOR[1],
-        "GIT_COMMITTER_DATE": "2026-07-01T12:00:00+00:00",
-    }
+    dates = {"GIT_AUTHOR_DATE": "2026-07-01T12:00:00+00:00", "GIT_COMMITTER_DATE": "2026-07-01T12:00:00+00:00"}
     repo.run("add", "-A")
-    repo.with_env(**env).run_with_input(["commit", "-q", "-F", "-"], message.encode())
+    as_tester(repo).with_env(**dates).run_with_input(["commit", "-q", "-F", "-"], message.encode())
 
 
 def replace_in(path: Path, old: str, new: str) -> None:

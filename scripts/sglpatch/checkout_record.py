@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sglpatch.durable import write_durably
+from sglpatch.durable import unlink_if_there, write_durably
 from sglpatch.errors import CorruptState
 from sglpatch.run_mark import RunMark
 from sglpatch.series import check_path_is_safe
@@ -151,7 +151,7 @@ def replace_state(target: Target, record: CheckoutRecord) -> None:
     except OSError:
         try:
             if old is None:
-                path.unlink(missing_ok=True)
+                unlink_if_there(path)
             elif path.read_bytes() != old:
                 write_durably(path, old, fault_points=False)
         except OSError:
@@ -165,4 +165,4 @@ def drop_record(target: Target, record: CheckoutRecord) -> None:
     if record.before is not None:
         write_state(target, record.before)
     else:
-        state_path(target).unlink(missing_ok=True)
+        unlink_if_there(state_path(target))

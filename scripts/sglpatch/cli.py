@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglpatch import __version__
+from sglpatch import __version__, hints
 from sglpatch.commands import (
     apply,
     check_patches,
@@ -22,12 +22,13 @@ from sglpatch.commands import (
     status,
 )
 from sglpatch.errors import FatalError
-from sglpatch.git import require_git, set_verbose
+from sglpatch.git import new_run, require_git, set_verbose
+from sglpatch.output import reader_gone
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
     "revert": (revert, "take an applied series back out"),
-    "recover": (recover, "finish or undo an interrupted apply or revert; say which state the target is in"),
+    "recover": (recover, "finish or undo an interrupted apply, revert or rebase; say which state the target is in"),
     "lines": (lines, "list the series lines (patches/<tag>/): base, CPU tests, patches upstream"),
     "status": (status, "per patch: applied, applies cleanly or conflicts; and the pin"),
     "check-patches": (check_patches, "each patch's own tests fail without it and pass with it, on real trees"),
@@ -42,6 +43,8 @@ COMMANDS = {
     ),
     "leg-verdict": (leg_verdict, "pass or fail a GPU CI leg's JSON summary against ci/leg-expectations.json"),
 }
+# the commands that write to a target: only after one of them can `recover` have anything to say
+WRITE_TARGETS = ("apply", "revert", "recover", "rebase", "gpu-leg")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,19 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     args.run_command = main  # for a command that runs another one in this process (gpu-leg runs apply)
     module = COMMANDS[args.command][0]
     set_verbose(args.verbose)
+    new_run()
     try:
         require_git()
         return module.run(args)
     except FatalError as exc:
         print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # a line printed past say(), its reader gone: end quietly, as git and coreutils do
+        reader_gone(sys.stdout)
+        return 0
     except OSError as exc:  # a file the command could not read or write (permissions, a full or read-only disk)
         where = f" {exc.filename}" if exc.filename else ""
-        print(
-            f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}); "
-            "`sglpatch recover` says where the target stands",
-            file=sys.stderr,
-        )
+        recover = hints.recover(getattr(args, "sglang", None))
+        after = f"; {recover} says where the target stands" if args.command in WRITE_TARGETS else ""
+        print(f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}){after}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"sglpatch {args.command}: interrupted", file=sys.stderr)

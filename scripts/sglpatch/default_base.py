@@ -24,10 +24,10 @@ from sglpatch.wheels import fetch_wheel
 def ensure_default_base(pin: Pin, dest: Path) -> Path:
     if (dest / ".git").exists():
         if Git(dest).rev_parse(pin.tag) is None:
-            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.APPLY} again")
+            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.apply()} again")
         return dest
     if dest.exists():
-        raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.APPLY} again")
+        raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.apply()} again")
     wheel_path = fetch_wheel(pin.release, pin.wheel)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

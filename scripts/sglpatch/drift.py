@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sglpatch.output import plural
 from sglpatch.replay import Landing, Outcome
 
 COLORS = {
@@ -52,7 +53,7 @@ def render_markdown(
     )
     if upstream_notes:
         lines += ["", "Why a patch counts as upstream:", *upstream_notes]
-    lines += ["", f"Checked {len(releases)} releases in {seconds:.1f} s ({wheels})."]
+    lines += ["", f"Checked {plural(len(releases), 'release')} in {seconds:.1f} s ({wheels})."]
     return "\n".join(lines) + "\n"
 
 
@@ -77,7 +78,7 @@ def render_png(matrix: dict[str, list[Outcome]], path: Path, title: str) -> None
 
     releases = list(matrix)
     names = [o.patch.name.removesuffix(".patch") for o in matrix[releases[0]]]
-    fig, ax = plt.subplots(figsize=(1.3 * len(releases) + 4, 0.7 * len(names) + 2))
+    fig, ax = plt.subplots(figsize=(1.3 * len(releases) + 4, 0.7 * len(names) + 2), layout="constrained")
     for col, release in enumerate(releases):
         for row, outcome in enumerate(matrix[release]):
             ax.add_patch(plt.Rectangle((col, row), 0.96, 0.92, color=COLORS[outcome.kind]))
@@ -90,9 +91,10 @@ def render_png(matrix: dict[str, list[Outcome]], path: Path, title: str) -> None
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    ax.set_title(title)
+    # the title and the legend belong to the figure, not the axes: with one or two release columns the axes
+    # are narrower than either, and the saved picture is cut to what was drawn (nothing clipped)
+    fig.suptitle(title)
     handles = [LegendPatch(color=COLORS[k], label=v) for k, v in LEGEND.items()]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+    fig.savefig(path, dpi=120, bbox_inches="tight", pad_inches=0.2)
     plt.close(fig)

@@ -35,7 +35,7 @@ def write_durably(
             fault_point(written)
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        unlink_if_there(tmp)
         raise
     fsync_dir(path.parent)
     if fault_points:
@@ -52,7 +52,7 @@ def write_synced(path: Path, data: bytes, *, mode: int | None = None) -> None:
         if mode is not None:
             os.chmod(path, mode)
     except OSError:
-        path.unlink(missing_ok=True)
+        unlink_if_there(path)
         raise
 
 
@@ -62,6 +62,18 @@ def remove_durably(path: Path, step_name: str) -> None:
         path.unlink()
         fsync_dir(path.parent)
         fault_point(step_name)
+
+
+def unlink_if_there(path: Path) -> None:
+    """Remove `path` when it is there. A missing one needs no write: on a read-only file system unlink()
+    refuses even a name that does not exist (EROFS, which `missing_ok` does not cover)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if os.path.lexists(path):
+            raise
 
 
 def fsync_dir(path: Path) -> None:

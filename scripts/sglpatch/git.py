@@ -36,6 +36,11 @@ _REDIRECTING_VARS = (
     "GIT_NAMESPACE",
 )
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+# Who sglpatch's own commits are by: the scratch commits only it sees (a workspace, a stand-in, the series as
+# commits), and the committer of those it makes on a user's branch when git has no identity there.
+SGLPATCH_IDENTITY = ("sglpatch", "sglpatch@localhost")
+_IDENT = re.compile(r"^(.*) <([^<>]*)> \d+ [+-]\d{4}$")
+_fallback_said = False
 
 
 class GitFailed(FatalError):
@@ -68,6 +73,12 @@ def git_reason(stderr: str) -> str:
 def require_git() -> None:
     if shutil.which("git") is None:
         raise FatalError("git is not installed or not on PATH; install git (2.39 or newer) and run this again")
+
+
+def new_run() -> None:
+    """A command starts (the CLI can run several in one process): its notes are said again."""
+    global _fallback_said
+    _fallback_said = False
 
 
 def set_verbose(on: bool) -> None:
@@ -157,10 +168,26 @@ class Git:
         status, out, _ = self.try_run("symbolic-ref", "--quiet", "--short", "HEAD")
         return out if status == 0 else None
 
-    def identity(self) -> tuple[str, str] | None:
-        """The configured user.name and user.email, or None when either is unset."""
-        name, email = self.try_run("config", "user.name"), self.try_run("config", "user.email")
-        return (name[1], email[1]) if name[0] == 0 and email[0] == 0 else None
+    def committer(self) -> tuple[str, str]:
+        """Who commits on the user's branch here: the committer git itself would take (user.name/user.email,
+        GIT_COMMITTER_*, EMAIL), else sglpatch's own identity, said once per run."""
+        status, out, _ = self.try_run("var", "GIT_COMMITTER_IDENT")
+        if status == 0 and (match := _IDENT.match(out)):
+            return match.group(1), match.group(2)
+        _say_fallback_once()
+        return SGLPATCH_IDENTITY
+
+    def as_committer(self) -> Git:
+        """This git, committing (a cherry-pick, say) as `committer()`: the author stays the commit's own."""
+        name, email = self.committer()
+        return self.with_env(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
+
+    def as_sglpatch(self) -> Git:
+        """This git with sglpatch's own identity as author and committer: for commits only the toolkit sees."""
+        name, email = SGLPATCH_IDENTITY
+        return self.with_env(
+            GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email
+        )
 
     def git_dir(self) -> Path:
         return Path(self.run("rev-parse", "--absolute-git-dir"))
@@ -175,6 +202,20 @@ class Git:
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         return self.try_run("merge-base", "--is-ancestor", older, newer)[0] == 0
+
+
+def _say_fallback_once() -> None:
+    global _fallback_said
+    if not _fallback_said:
+        _fallback_said = True
+        name, email = SGLPATCH_IDENTITY
+        print(
+            f"note: git has no identity here (user.name/user.email): the commits sglpatch makes on your branch keep "
+            f"each patch's author, with `{name} <{email}>` as committer (`git config --global user.email ...` "
+            "and user.name set yours)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _log(workdir: Path, args: tuple[str, ...], status: int, stderr: bytes) -> None:

@@ -1,30 +1,56 @@
-"""What to run next, written as a user types it: the one place core modules take Makefile wording from.
+"""What to run next, written as the user types it: the one place core modules take a command's wording from.
 
-Each hint names the make target (what the README teaches) and, where a target folder is involved,
-the plain `sglpatch` command too, so a user without the Makefile can act on it.
+A user runs `make <target> VAR=...` (what the README teaches) or `sglpatch <command> --flag` (without the
+Makefile). The Makefile runs every sglpatch with SGLPATCH_FROM_MAKE=1, so a hint says `make rebase
+CONTINUE=1` or `THREEWAY=1` to a make user and `sglpatch rebase --continue` or `--3way` to the others.
+Only the sglpatch that make starts gets the variable, not what make test runs beside it (pytest).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-CONTINUE_REBASE = "`make rebase CONTINUE=1`"
-ABORT_REBASE = "`make rebase ABORT=1`"
-APPLY = "`make apply`"
-RECOVER = "`make recover`"
+FROM_MAKE = "SGLPATCH_FROM_MAKE"
+
+
+def typed_make() -> bool:
+    """Whether this run was started by the Makefile (the user typed `make ...`)."""
+    return os.environ.get(FROM_MAKE) == "1"
+
+
+def option(flag: str, make_variable: str) -> str:
+    """An option as the user gives it: `flag` (`--3way`) on the command line, `make_variable` (`THREEWAY=1`)
+    to make."""
+    return make_variable if typed_make() else flag
+
+
+def _command(make: str, cli: str) -> str:
+    return f"`{make if typed_make() else cli}`"
+
+
+def apply() -> str:
+    return _command("make apply", "sglpatch apply")
+
+
+def continue_rebase() -> str:
+    return _command("make rebase CONTINUE=1", "sglpatch rebase --continue")
+
+
+def abort_rebase() -> str:
+    return _command("make rebase ABORT=1", "sglpatch rebase --abort")
 
 
 def drop_rebase(number: int) -> str:
-    return f"`make rebase DROP={number}`"
+    return _command(f"make rebase DROP={number}", f"sglpatch rebase --drop {number}")
 
 
-def recover(root: Path | str) -> str:
-    return f"`sglpatch recover --sglang {root}` (make recover SGLANG={root})"
-
-
-def recover_short(root: Path | str) -> str:
-    return f"`make recover SGLANG={root}`"
+def recover(root: Path | str | None = None) -> str:
+    """`make recover SGLANG=ROOT` / `sglpatch recover --sglang ROOT` (without ROOT: the default base's)."""
+    if root is None:
+        return _command("make recover", "sglpatch recover")
+    return _command(f"make recover SGLANG={root}", f"sglpatch recover --sglang {root}")
 
 
 def revert(root: Path | str) -> str:
-    return f"`make revert SGLANG={root}`"
+    return _command(f"make revert SGLANG={root}", f"sglpatch revert --sglang {root}")

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.bytecode import bytecode_of, is_bytecode
-from sglpatch.durable import fsync_dir, remove_durably, write_durably, write_synced
+from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
@@ -245,7 +245,7 @@ def _discard_prepared(package: Path, journal: Journal, exc: OSError) -> None:
     why = f"cannot write {exc.filename or package} ({exc.strerror or exc})"
     try:
         for entry in journal.files:
-            _tmp_for(package / entry.path).unlink(missing_ok=True)
+            unlink_if_there(_tmp_for(package / entry.path))
             _remove_empty_dirs(package, entry.created_dirs)
         if (package / JOURNAL_DIR).exists():
             shutil.rmtree(package / JOURNAL_DIR)
@@ -413,8 +413,9 @@ def _refuse_unwritable(package: Path, entries: list[JournalEntry]) -> None:
     for entry in entries:
         folder = (package / entry.path).parent
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK, **_EFFECTIVE):
+            why = "Read-only file system" if os.statvfs(folder).f_flag & os.ST_RDONLY else "Permission denied"
             raise FatalError(
-                f"cannot write {folder} (Permission denied); nothing was changed: {package} is still patched "
+                f"cannot write {folder} ({why}); nothing was changed: {package} is still patched "
                 "(make the folder writable, then revert again)"
             )
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sglpatch import project
+from sglpatch import hints, project
 from sglpatch.errors import FatalError
 from sglpatch.pin import PIN_FILE, Pin, load_pin
 from sglpatch.series import SERIES_FILE
@@ -163,7 +163,7 @@ def line_for_target(target: Target) -> Line:
         said += f" (nearest release tag {tag})"
     raise FatalError(
         f"{target.root} holds {said}, which matches no series line (lines: {names(all_lines())}); "
-        "pass LINE=<line> (--line) to choose one"
+        f"pass {hints.option('--line LINE', 'LINE=<line>')} to choose one"
     )
 
 

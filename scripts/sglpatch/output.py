@@ -8,11 +8,30 @@ from pathlib import Path
 
 
 def say(message: str) -> None:
-    print(message, flush=True)
+    _write(sys.stdout, message)
 
 
 def progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
+    _write(sys.stderr, f"... {message}")
+
+
+def _write(stream, line: str) -> None:
+    """One line to `stream`. When its reader has gone (`sglpatch lines | head -1`), the rest is dropped and the
+    command carries on, quietly: a run that writes to a target is never cut short by a closed pipe."""
+    try:
+        print(line, file=stream, flush=True)
+    except BrokenPipeError:
+        reader_gone(stream)
+
+
+def reader_gone(stream) -> None:
+    """Point `stream` at /dev/null, so what is still buffered, later lines and the flush at exit go nowhere."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stream without a file descriptor (captured by a test): nothing to redirect
+        pass
 
 
 @contextmanager

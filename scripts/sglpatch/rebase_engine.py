@@ -105,8 +105,8 @@ def _stopped_on_error(target: Target, folder: Path):
         with write_phase():
             save(folder, state)
         raise Stopped(
-            f"{why}; the rebase is stopped at {name}: fix that, then {hints.CONTINUE_REBASE}, "
-            f"or {hints.ABORT_REBASE} to put everything back"
+            f"{why}; the rebase is stopped at {name}: fix that, then {hints.continue_rebase()}, "
+            f"or {hints.abort_rebase()} to put everything back"
         ) from None
 
 
@@ -300,8 +300,9 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             _record(folder, state, patch.name, Landing.UPSTREAM, f"{step.upstream}; dropped")
             state.checked = state.next
             continue
+        picker = git.as_committer().with_env(GIT_EDITOR="true")  # the pick keeps its patch's author
         with write_phase():
-            status, _, err = git.with_env(GIT_EDITOR="true").try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            status, _, err = picker.try_run("-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
             raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
@@ -321,8 +322,8 @@ def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, ups
     save(folder, state)
     raise Stopped(
         f"{name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
-        f"then {hints.CONTINUE_REBASE}, or {hints.drop_rebase(state.patches.index(name) + 1)} to leave it out, "
-        f"or {hints.ABORT_REBASE} to put everything back"
+        f"then {hints.continue_rebase()}, or {hints.drop_rebase(state.patches.index(name) + 1)} to leave it out, "
+        f"or {hints.abort_rebase()} to put everything back"
     )
 
 
@@ -350,7 +351,7 @@ def _check_prefix(git: Git, folder: Path, state: RebaseState, name: str) -> None
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
-            f"then {hints.CONTINUE_REBASE}, or {hints.ABORT_REBASE}"
+            f"then {hints.continue_rebase()}, or {hints.abort_rebase()}"
         )
     state.checked = state.next
     with write_phase():
@@ -395,7 +396,7 @@ def _stopped_rebase(target: Target, folder: Path, state: RebaseState | None) -> 
     if series_digest(patch_dir) != state.series_digest:
         raise FatalError(
             f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
-            f"or {hints.ABORT_REBASE} and start again"
+            f"or {hints.abort_rebase()} and start again"
         )
     return stopped, load_series(patch_dir)
 
@@ -432,7 +433,7 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
     if done:
         raise FatalError(
             f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} already rebased (the rebase is stopped at "
-            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.ABORT_REBASE} and start "
+            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase()} and start "
             f"again with DROP="
         )
     later = [n for n in names if n != stopped.patch and n not in state.dropped]
@@ -443,7 +444,7 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
                 save(folder, state)
             say(f"will leave out {', '.join(later)} when the rebase gets there")
         if stopped.patch not in names:
-            say(f"{stopped.describe()}: resolve it, then {hints.CONTINUE_REBASE}")
+            say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase()}")
             return 0
         _drop_stopped_patch(target.git, folder, state, stopped)
         return _replay(target, folder, state, series)
@@ -475,7 +476,7 @@ def _refuse_moved_since_stop(git: Git, state: RebaseState, stopped: Stop) -> Non
     if branch is not None or not (git.is_ancestor(state.onto, head) and git.is_ancestor(where, head)):
         raise FatalError(
             f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
-            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.ABORT_REBASE}"
+            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.abort_rebase()}"
         )
 
 
@@ -485,7 +486,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
         if git.run("rev-parse", "HEAD") == stopped.head:
             raise FatalError(
                 f"the cherry-pick of {stopped.patch} is gone and nothing was committed for it; "
-                f"run {hints.ABORT_REBASE} and start again"
+                f"run {hints.abort_rebase()} and start again"
             )
         state.resolved_by_hand = True
         return
@@ -495,7 +496,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
     state.resolved_by_hand = True
     with write_phase():
         save(folder, state)
-        status, _, err = git.with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+        status, _, err = git.as_committer().with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
         fault_point("rebase: resolution committed")
     if status != 0:
         raise FatalError(

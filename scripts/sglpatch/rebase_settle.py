@@ -68,7 +68,7 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     The original branch is checked out as it is now: had the user moved it meanwhile, that stays. The room
     the rebase kept aside for this is freed first."""
     if state.phase == INSTALLING:
-        raise FatalError(f"the rebase had finished and was writing its result: {hints.RECOVER} completes it")
+        raise FatalError(f"the rebase had finished and was writing its result: {hints.recover()} completes it")
     _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():

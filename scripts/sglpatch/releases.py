@@ -25,12 +25,12 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import FatalError
-from sglpatch.git import Git, init_repo
+from sglpatch.git import SGLPATCH_IDENTITY, Git, init_repo
 from sglpatch.output import progress, show_path
 from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir, fetch_wheel, pypi_upload_day
 
-BASE_IDENTITY = {"name": "sglang release (PyPI wheel)", "email": "sglpatch@localhost"}
+BASE_IDENTITY = {"name": "sglang release (PyPI wheel)", "email": SGLPATCH_IDENTITY[1]}
 IMPORT_TRAILER = "Sglpatch-Import"
 _IMPORT_SUBJECT = re.compile(r"^sglang (v\S+) from PyPI$")
 _RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")

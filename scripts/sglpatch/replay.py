@@ -167,7 +167,7 @@ def carry_patches(
     stop_at_conflict: bool = False,
 ) -> tuple[list[Outcome], str]:
     """Replay (patch, its commit) pairs onto `onto`; outcomes and the last commit. A patch that lands is
-    committed with its commit's message and author (committer: `committer`, else the author); a conflict's
+    committed with its commit's message and author (committer: `committer`, else sglpatch); a conflict's
     outcome names its files and, per file, the first hunk that does not apply there (`hunks`)."""
     current = git.run("rev-parse", f"{onto}^{{commit}}")
     outcomes = []
@@ -212,7 +212,7 @@ def merge_onto(git: Git, current: str, commit: str) -> tuple[str | None, list[st
     parent = git.run("rev-parse", f"{commit}^")
     # A stand-in for `current` whose parent is the patch's parent makes that parent the
     # merge base, as in a cherry-pick (git 2.39's merge-tree has no --merge-base).
-    stand_in = git.run_with_input(["commit-tree", f"{current}^{{tree}}", "-p", parent], b"stand-in\n")
+    stand_in = git.as_sglpatch().run_with_input(["commit-tree", f"{current}^{{tree}}", "-p", parent], b"stand-in\n")
     status, out, _ = git.try_run("merge-tree", "--write-tree", "--name-only", "--no-messages", stand_in, commit)
     lines = out.splitlines()
     if status == 0:
@@ -231,6 +231,6 @@ def _commit_tree(git: Git, tree: str, parent: str, original: str, committer: tup
             strict=True,
         )
     )
-    name, email = committer or (env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"])
-    env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
-    return git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message)
+    if committer:
+        env.update(GIT_COMMITTER_NAME=committer[0], GIT_COMMITTER_EMAIL=committer[1])
+    return git.as_sglpatch().with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message)

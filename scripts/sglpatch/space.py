@@ -16,7 +16,7 @@ import errno
 import os
 from pathlib import Path
 
-from sglpatch.durable import fsync_dir
+from sglpatch.durable import fsync_dir, unlink_if_there
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point
 from sglpatch.target import Target
@@ -65,7 +65,9 @@ def make_reserve(target: Target, size: int, path: Path | None = None) -> Path:
             os.fsync(f.fileno())
         fsync_dir(path.parent)
     except OSError as exc:
-        path.unlink(missing_ok=True)
+        unlink_if_there(path)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):  # a read-only file system, a folder it may not write
+            raise FatalError(f"cannot write {path} ({exc.strerror or exc})") from None
         raise FatalError(
             f"not enough free space in {path.parent} ({exc.strerror or exc}): a safe switch keeps about "
             f"{size // 1024} KiB aside to roll back with"

@@ -74,7 +74,7 @@ class TargetState:
     def note(self) -> str | None:
         """What `status` says about the state beyond the series' patches, or None."""
         if self.blocking_leftovers:
-            return f"an sglpatch run was cut short here; {hints.recover_short(self.target.root)} settles it"
+            return f"an sglpatch run was cut short here; {hints.recover(self.target.root)} settles it"
         return None
 
 
@@ -122,7 +122,7 @@ class Interrupted(TargetState):
 
     def note(self) -> str:
         locks = f" (it left {', '.join(lock.path.name for lock in self.locks)})" if self.locks else ""
-        return f"an sglpatch {self.operation} was cut short here{locks}; {hints.recover_short(self.target.root)} settles it"
+        return f"an sglpatch {self.operation} was cut short here{locks}; {hints.recover(self.target.root)} settles it"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,15 +139,15 @@ class RebaseInProgress(TargetState):
         root = self.target.root
         if self.stopped:
             return (
-                f"{self.rebase.describe_stop()} in {root}; finish it ({hints.CONTINUE_REBASE}) "
-                f"or undo it ({hints.ABORT_REBASE}) first"
+                f"{self.rebase.describe_stop()} in {root}; finish it ({hints.continue_rebase()}) "
+                f"or undo it ({hints.abort_rebase()}) first"
             )
         return f"a rebase of {root} was interrupted; run {hints.recover(root)} to finish or undo it"
 
     def note(self) -> str:
         if self.stopped:
-            return f"{self.rebase.describe_stop()}; {hints.CONTINUE_REBASE} or {hints.ABORT_REBASE}"
-        return f"an sglpatch rebase was cut short here; {hints.recover_short(self.target.root)} settles it"
+            return f"{self.rebase.describe_stop()}; {hints.continue_rebase()} or {hints.abort_rebase()}"
+        return f"an sglpatch rebase was cut short here; {hints.recover(self.target.root)} settles it"
 
 
 @dataclass(frozen=True, kw_only=True)

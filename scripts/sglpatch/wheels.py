@@ -19,6 +19,14 @@ from sglpatch.errors import FatalError
 from sglpatch.output import progress, show_path
 from sglpatch.pin import Wheel
 
+_DOWNLOADED: list[str] = []  # the wheels this process downloaded, in order (drift reports how many)
+
+
+def downloaded_wheels() -> list[str]:
+    """The names of the wheels this process downloaded from PyPI so far (a re-download of a bad cached copy
+    counts, though the cache's listing does not change)."""
+    return list(_DOWNLOADED)
+
 
 def cache_dir() -> Path:
     if os.environ.get("SGLPATCH_CACHE"):
@@ -69,6 +77,7 @@ def _download(release: str, wheel: Wheel | None, wheels: Path) -> Path:
             verify_wheel(got, wheel)
         final = wheels / got.name
         os.replace(got, final)
+    _DOWNLOADED.append(final.name)
     return final
 
 

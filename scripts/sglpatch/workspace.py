@@ -20,6 +20,7 @@ from sglpatch.git import Git, init_repo
 from sglpatch.series import Patch
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
+_CONFLICTED = re.compile(r"^U (.+)$")  # `git apply --3way`: a file its merge left with conflicts
 _FILE_ERROR = re.compile(
     r"^error: (.+?): (does not exist in index|already exists in index|patch does not apply|No such file or directory|does not match index)$"
 )
@@ -33,16 +34,19 @@ class ApplyFailure:
     reason: str
 
     def describe(self) -> str:
-        where = self.path or "(unknown file)"
         if self.hunk:
-            return f"{self.patch.name} does not apply: {where}, {self.hunk}"
-        return f"{self.patch.name} does not apply: {where}: {self.reason}"
+            return f"{self.patch.name} does not apply: {self.path}, {self.hunk}"
+        if self.path:
+            return f"{self.patch.name} does not apply: {self.path}: {self.reason}"
+        return f"{self.patch.name} does not apply: {self.reason}"
 
 
 def explain_failure(patch: Patch, stderr: str) -> ApplyFailure:
+    lines = [line.strip() for line in stderr.splitlines()]
+    if conflicted := [match.group(1) for line in lines if (match := _CONFLICTED.match(line))]:
+        return ApplyFailure(patch, ", ".join(conflicted), None, "its 3-way merge conflicts with the changes there")
     path = reason = None
-    for line in stderr.splitlines():
-        line = line.strip()
+    for line in lines:
         if match := _FAILED_AT.match(line):
             path, line_no = match.group(1), int(match.group(2))
             hunk = patch.hunk_at(path, line_no)
@@ -56,7 +60,7 @@ def explain_failure(patch: Patch, stderr: str) -> ApplyFailure:
 class Workspace:
     def __init__(self, root: Path):
         self.root = root
-        self.git = Git(root)
+        self.git = Git(root).as_sglpatch()  # its commits are scratch, unless `commit` is given a committer
 
     # -- creation ------------------------------------------------------------------
 
@@ -158,12 +162,12 @@ class Workspace:
     def commit(
         self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None, message: str | None = None
     ) -> str:
+        """`patch` as a commit by its author; committed by `committer` (for a user's branch), else by sglpatch;
+        its message is the patch's unless `message` is given."""
         name, email = _split_ident(patch.author)
         env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": patch.date}
         if committer:
             env.update(GIT_COMMITTER_NAME=committer[0], GIT_COMMITTER_EMAIL=committer[1])
-        else:
-            env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
         message = message or f"{patch.subject}\n\n{patch.body}\n"
         return self.git.with_env(**env).run_with_input(["commit-tree", tree, "-p", parent], message.encode())
 

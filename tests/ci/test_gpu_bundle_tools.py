@@ -280,3 +280,50 @@ def test_line_trees_get_the_line_s_own_wheels_and_only_theirs(tmp_path, line):
     assert (work / "trees" / "patched" / backend).read_text() == f"{line} patched\n"
     assert (work / "site" / "shared_dep.py").exists()
     assert (work / "site" / "xgrammar").exists() == (line == "v0.5.23")
+
+
+def _archive(path: Path, members: dict[str, str]) -> None:
+    import io
+    import tarfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:xz") as archive:
+        for name, text in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            archive.addfile(info, io.BytesIO(text.encode()))
+
+
+@pytest.mark.parametrize("line, version", [("v0.5.14", "0.5.14"), ("v0.5.23", "0.5.23")])
+def test_the_dsa_kit_runs_on_the_sglang_of_the_line_it_is_given(tmp_path, line, version):
+    """Issue 36: `make dsa-kit` ran only the v0.5.14 series. With LINE= the kit's tree is that line's sglang
+    (ci/gpu_box.sh unpack_line_sglang, as run_dsa_kit.sh and the engine's make_line_trees use it), on a fake
+    bundle of the real layout: the shared parts, and a newer line's own sglang and wheels under BUNDLE/LINE/."""
+    bundle, work = tmp_path / "bundle", tmp_path / "work"
+    _archive(bundle / "deps.tar.xz", {"site/shared.py": ""})
+    _archive(bundle / "sgl-kernel.tar.xz", {"pkgs/sgl_kernel/__init__.py": ""})
+    _archive(bundle / "sglang.tar.xz", {"pkgs/sglang/version.py": "0.5.14"})
+    _archive(bundle / "v0.5.23" / "sglang.tar.xz", {"pkgs/sglang/version.py": "0.5.23"})
+    _archive(bundle / "v0.5.23" / "deps.tar.xz", {"site/tvm_ffi/__init__.py": ""})
+    script = (
+        f'PY={sys.executable}; say() {{ echo "$*"; }}; . {CI / "gpu_box.sh"}; mkdir -p "$2"; '
+        'unpack_bundle "$1" "$2" && unpack_line_sglang "$1" "$2" "$3" "$2/pkgs/sglang" && cat "$2/pkgs/sglang/version.py"'
+    )
+    done = subprocess.run(["bash", "-c", script, "-", bundle, work, line], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == version
+    assert (work / "site" / "tvm_ffi").exists() == (line == "v0.5.23")
+    missing = subprocess.run(
+        ["bash", "-c", script, "-", bundle, tmp_path / "w2", "v0.5.99"], capture_output=True, text=True
+    )
+    assert missing.returncode == 3 and "ci/gpu_bundle.py --line v0.5.99" in missing.stderr
+
+
+def test_make_dsa_kit_takes_the_line():
+    """`make dsa-kit LINE=v0.5.23` runs both halves on that line, its series for the patched one."""
+    made = subprocess.run(["make", "-n", "dsa-kit", "LINE=v0.5.23"], cwd=CI.parent, capture_output=True, text=True)
+    runs = [line for line in made.stdout.splitlines() if "run_dsa_kit.sh" in line]
+    assert len(runs) == 2 and all("--line 'v0.5.23'" in run for run in runs), made.stdout
+    assert "--patches 'patches/v0.5.23/series'" in runs[1] and "--patches none" in runs[0]
+    default = subprocess.run(["make", "-n", "dsa-kit"], cwd=CI.parent, capture_output=True, text=True).stdout
+    assert "--patches 'patches/v0.5.14/series'" in default and "--line 'v0.5.14'" in default, default

@@ -19,7 +19,14 @@ import sys
 import pytest
 
 from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
-from testing.hostile import assert_refused, assert_state, read_only, without_override, writable
+from testing.hostile import (
+    assert_refused,
+    assert_state,
+    on_read_only_mount,
+    read_only,
+    without_override,
+    writable,
+)
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +137,25 @@ def test_read_only_target_gives_a_one_line_refusal(labs, kind, command, start):
         assert result.returncode == 0 and "nothing to recover" in result.stdout, result
     else:
         assert_refused(result, "Permission denied", "nothing was changed")
+    assert_state(lab, run, start)
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+@pytest.mark.parametrize("command, start", [("apply", PRISTINE), ("revert", PATCHED), ("recover", PATCHED)])
+def test_a_target_on_a_read_only_file_system_gives_a_one_line_refusal(labs, kind, command, start):
+    """Issue 36: on a read-only mount the apply of a checkout said "cannot access .../sglpatch-reserve
+    (Read-only file system); `sglpatch recover` says where the target stands": nothing had changed, and
+    recover had nothing to do. Now it says so."""
+    lab = labs[kind]
+    run = lab.fresh(start)
+    args = [command, "--sglang", run.target] + (["--patches", run.patches] if command == "apply" else [])
+    result = on_read_only_mount(lab, run.target, *args)
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    if command == "recover":
+        assert result.returncode == 0 and "nothing to recover" in result.stdout, result
+    else:
+        assert_refused(result, "Read-only file system", "nothing was changed")
+        assert "recover" not in result.stderr, result.stderr
     assert_state(lab, run, start)
 
 

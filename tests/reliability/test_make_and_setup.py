@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,9 +20,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from sglpatch.git import Git
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
 from testing import tmp_root
+from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
 
 MAKE = shutil.which("make")
@@ -58,6 +62,23 @@ def test_make_apply_and_revert_take_a_path_with_spaces(tmp_path, base_repo, kind
     reverted = make("-o", STAMP, "revert", f"SGLANG={target}")
     assert reverted.returncode == 0, reverted.stderr
     assert tree_state(target) == before
+
+
+def test_a_hint_names_what_the_user_typed(tmp_path, base_repo):
+    """Issue 36: `make apply` on a drifted checkout said "try --3way"; a make user gives THREEWAY=1."""
+    target = tmp_path / "sglang"
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(target)], check=True)
+    touched = load_series(default_patch_dir()).patches[0].touched_paths[0]
+    with open(target / touched, "a") as edited:
+        edited.write("# a local edit\n")
+    as_tester(Git(target)).run("commit", "-qam", "a local edit")
+    made = make("-o", STAMP, "apply", f"SGLANG={target}")
+    assert made.returncode == 2 and "differs from the pin" in made.stderr, made.stderr
+    assert "try THREEWAY=1" in made.stderr and "--3way" not in made.stderr, made.stderr
+    typed = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "apply", "--sglang", str(target)], capture_output=True, text=True
+    )
+    assert typed.returncode == 2 and "try --3way" in typed.stderr and "THREEWAY" not in typed.stderr, typed.stderr
 
 
 # -- item 7: a .venv of the wrong Python ------------------------------------------------------
@@ -145,6 +166,17 @@ def test_drift_says_how_many_wheels_it_downloaded(sglpatch, drift_project, serie
     code, _, err = sglpatch("drift", "--releases", "0.5.14", "--patches", series_dir)
     assert code == 0, err
     assert "1 wheel downloaded from PyPI" in _last_report_line(drift_project), _last_report_line(drift_project)
+
+
+@pytest.mark.network
+def test_drift_counts_a_wheel_downloaded_again_over_a_bad_cached_copy(sglpatch, drift_project, series_dir, wheel_path):
+    """Issue 36: the count was the cache's listing before and after, so a wheel downloaded again over a bad copy
+    of the same name (a cut download) was not counted. Now each download counts."""
+    (drift_project.parent / "cache" / "wheels" / wheel_path.name).write_bytes(b"cut short")
+    code, _, err = sglpatch("drift", "--releases", "0.5.14", "--patches", series_dir)
+    assert code == 0, err
+    assert "Checked 1 release in" in _last_report_line(drift_project)
+    assert "(1 wheel downloaded from PyPI)" in _last_report_line(drift_project), _last_report_line(drift_project)
 
 
 def test_make_drift_writes_docs_only_with_docs_1():
@@ -272,3 +304,61 @@ def test_make_test_on_a_ram_disk_frees_a_passed_runs_trees_and_keeps_a_failed_on
     on_disk = make("-n", "-o", STAMP, "-o", ".venv/.sglang-cpu-stamp", "test", "TEST_TMP_KIND=disk", "TMPDIR=/var/x")
     main_run = next(line for line in on_disk.stdout.splitlines() if "--ignore=tests/gpu" in line)
     assert "--basetemp='/var/x/sglpatch-pytest-" in main_run and "retention" not in on_disk.stdout
+
+
+# -- issue 36: CI runs on a machine as fresh as a user's ------------------------------------------------
+
+CI_STUB = """#!/bin/sh
+{{
+echo "make $*"
+env | grep -E '^(PIP_|GIT_|XDG_C|SGLPATCH_CACHE=|EMAIL=|HOME=)' | sort
+ls -A "$HOME" | sed 's/^/home holds /'
+git config --get user.name || echo "git: no user.name"
+{python} -m pip config list | sed 's/^/pip config: /'
+}} >> {seen}
+"""
+
+
+def test_ci_runs_the_readme_commands_as_on_a_fresh_machine(tmp_path):
+    """.ci/run with a stand-in make that records what each call sees: an empty HOME of its own, no git
+    configuration (no identity), none of pip's configuration (files or PIP_* variables, but the certificates),
+    whatever the CI machine has set; then the README's commands in order, and the HOME removed after."""
+    bin_dir, home, seen = tmp_path / "bin", tmp_path / "machine-home", tmp_path / "seen"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(CI_STUB.format(python=shlex.quote(sys.executable), seen=shlex.quote(str(seen))))
+    (bin_dir / "make").chmod(0o755)
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = CI Machine\n\temail = ci@example.com\n")
+    machine = {
+        "HOME": str(home),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PIP_FIND_LINKS": "/opt/wheels",
+        "PIP_INDEX_URL": "file:///opt/mirror",
+        "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
+        "GIT_AUTHOR_NAME": "CI Machine",
+        "GIT_COMMITTER_EMAIL": "ci@example.com",
+        "EMAIL": "ci@example.com",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "SGLPATCH_CACHE": str(tmp_path / "cache"),
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PIP_"))} | machine
+    result = subprocess.run(["bash", str(PROJECT_ROOT / ".ci" / "run")], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    calls = seen.read_text().split("make ")[1:]
+    assert [call.splitlines()[0] for call in calls] == ["apply", "test", "check-patches", "test-fault"]
+    for call in calls:
+        lines = call.splitlines()[1:]
+        settings = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("pip config"))
+        ci_home = settings.pop("HOME")
+        assert ci_home != str(home) and not Path(ci_home).exists(), ci_home  # its own, removed after the run
+        assert settings == {
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "PIP_CONFIG_FILE": "/dev/null",
+            "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
+        }, settings
+        assert "git: no user.name" in lines and not any(line.startswith("home holds") for line in lines), lines
+        assert sorted(line for line in lines if line.startswith("pip config")) == [
+            "pip config: :env:.cert='/etc/ssl/certs/ca-certificates.crt'",
+            "pip config: :env:.config-file='/dev/null'",  # no file: not /etc/xdg/pip's, not the user's
+        ]

@@ -24,6 +24,22 @@ def test_apply_makes_one_commit_per_patch_on_a_new_branch(sglpatch, checkout, pa
     assert "# test series: second patch" in (checkout / SECOND).read_text()
     assert (checkout / NEW_FILE).is_file()
     assert git.run("status", "--porcelain") == ""
+    assert "note:" not in err  # the user's own committer: nothing to say
+
+
+NO_IDENTITY_NOTE = "note: git has no identity here (user.name/user.email)"
+
+
+def test_with_no_git_identity_the_commits_keep_their_authors_and_sglpatch_commits_them(sglpatch, checkout, patches):
+    """A fresh machine (no user.name/user.email anywhere): the branch is made all the same, said in one line."""
+    git = Git(checkout)
+    git.run("config", "--unset", "user.name")
+    git.run("config", "--unset", "user.email")
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, err
+    people = git.run("log", "--format=%an <%ae> / %cn <%ce>", "v0.5.14..HEAD").splitlines()
+    assert people == [f"{AUTHOR[0]} <{AUTHOR[1]}> / sglpatch <sglpatch@localhost>"] * 2
+    assert err.count(NO_IDENTITY_NOTE) == 1 and err.count("note:") == 1, err
 
 
 def test_second_apply_says_already_applied_and_changes_nothing(sglpatch, checkout, patches):

@@ -43,3 +43,17 @@ def test_markdown_and_picture_are_written(report):
     assert len(rows) == len(load_series(default_patch_dir()).patches)
     png = (report / "v0.5.14" / "drift.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_a_narrow_picture_keeps_its_title_and_legend_whole(tmp_path):
+    """Issue 36: with one release column the title and the legend ran off the picture's edges. Now its border is
+    background all round: nothing drawn was cut."""
+    import matplotlib.image
+
+    from sglpatch import cli
+
+    assert cli.main(["drift", "--line", "v0.5.14", "--releases", "0.5.15", "--out", str(tmp_path)]) == 0
+    pixels = matplotlib.image.imread(tmp_path / "v0.5.14" / "drift.png")[..., :3]
+    edges = {"top": pixels[0], "bottom": pixels[-1], "left": pixels[:, 0], "right": pixels[:, -1]}
+    cut = [side for side, row in edges.items() if row.min() < 0.9]
+    assert not cut, f"something is drawn up to the {', '.join(cut)} edge of the picture: it was cut there"

@@ -1,27 +1,60 @@
-"""`export --line L`: the line's folder and tag, so `make export FROM=REPO LINE=v0.5.23` needs no BASE."""
+"""`export`: `--line L` takes the line's folder and tag, so `make export FROM=REPO LINE=v0.5.23` needs no BASE;
+a commit whose message lacks what the series format requires is refused before anything is written."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import pytest
 
+from sglpatch.git import Git
 from sglpatch.series import load_series
+from testing.sglang_trees import SECOND, as_tester, one_patch_series
+from testing.tree_bytes import fingerprint
+
+COMPLETE = (
+    "[Spec] Mark the global config for an export\n\nWhy: an export to check.\n\nWhat: one comment.\n\n"
+    "Drop when: never; a test.\n\nUpstream-PR: 1\nPatch-Group: export-test\nDrop-When: never\n"
+)
+EDIT = (SECOND, "class GlobalConfig:", "# exported\nclass GlobalConfig:")
 
 
-def test_line_gives_the_base_tag(sglpatch, tmp_path, series_dir):
-    dev = tmp_path / "dev"
-    source = series_dir.parent / "dev"  # the repo the test series was exported from
-    subprocess.run(["git", "clone", "-q", str(source), str(dev)], check=True)
-    out = tmp_path / "patches"
-    shutil.copytree(series_dir, out)
-    for patch in out.glob("*.patch"):
+@pytest.fixture
+def exported(tmp_path, base_repo, project_pin):
+    """A one-patch series (the folder) and the repo it came from (its sibling `dev`)."""
+    return one_patch_series(base_repo, project_pin, tmp_path / "patches", COMPLETE, EDIT)
+
+
+def test_line_gives_the_base_tag(sglpatch, tmp_path, exported):
+    names = [p.name for p in load_series(exported).patches]
+    for patch in exported.glob("*.patch"):
         patch.unlink()
-    code, stdout, err = sglpatch("export", "--from", dev, "--line", "v0.5.14", "--patches", out)
+    code, stdout, err = sglpatch("export", "--from", tmp_path / "dev", "--line", "v0.5.14", "--patches", exported)
     assert code == 0, err
-    assert "wrote 2 patches" in stdout
-    assert [p.name for p in load_series(out).patches] == [p.name for p in load_series(series_dir).patches]
+    assert "wrote 1 patches" in stdout
+    assert [p.name for p in load_series(exported).patches] == names
 
 
-def test_export_without_base_or_line_is_refused(sglpatch, tmp_path, series_dir):
-    code, _, err = sglpatch("export", "--from", series_dir.parent / "dev", "--patches", tmp_path / "p")
+def test_export_without_base_or_line_is_refused(sglpatch, tmp_path, exported):
+    code, _, err = sglpatch("export", "--from", tmp_path / "dev", "--patches", tmp_path / "p")
     assert code == 2 and "needs --base" in err
+
+
+@pytest.mark.parametrize(
+    "drop, missing",
+    [
+        ("What: one comment.\n\n", "a 'What:' paragraph"),
+        ("Drop-When: never\n", "a Drop-When trailer"),
+        ("Upstream-PR: 1\n", "an Upstream-PR or Extends-PR trailer"),
+    ],
+)
+def test_a_commit_without_what_the_series_needs_is_refused_naming_it(sglpatch, tmp_path, exported, drop, missing):
+    """Issue 36: export wrote such a patch, and only `make test` noticed. Now one line names the commit and
+    what it lacks, and the series folder is as it was."""
+    dev = Git(tmp_path / "dev")
+    as_tester(dev).run("commit", "-q", "--amend", "-m", COMPLETE.replace(drop, ""))
+    commit = dev.run("rev-parse", "HEAD")[:12]
+    before = fingerprint(exported)
+    code, out, err = sglpatch("export", "--from", dev.workdir, "--line", "v0.5.14", "--patches", exported)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"commit {commit} ([Spec] Mark the global config for an export) lacks {missing}" in err, err
+    assert "nothing was written" in err and "series-format.md" in err
+    assert fingerprint(exported) == before

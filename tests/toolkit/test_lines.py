@@ -9,7 +9,10 @@ their pinned wheels and reverted byte for byte.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -175,7 +178,7 @@ def test_no_matching_line_is_refused_in_one_line_and_the_tree_is_untouched(sglpa
     code, out, err = sglpatch("apply", "--sglang", package)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    assert "sglang 0.5.17" in err and "lines: v0.5.14, v0.5.16" in err and "LINE=" in err
+    assert "sglang 0.5.17" in err and "lines: v0.5.14, v0.5.16" in err and "pass --line LINE to choose one" in err
     assert fingerprint(package) == before
 
 
@@ -210,7 +213,7 @@ def test_a_package_that_names_no_version_is_refused(sglpatch, project, package):
     (package / "_version.py").unlink()
     before = fingerprint(package)
     code, _, err = sglpatch("apply", "--sglang", package)
-    assert code == 2 and "names no version" in err and "LINE=" in err
+    assert code == 2 and "names no version" in err and "pass --line LINE to choose one" in err
     assert fingerprint(package) == before
 
 
@@ -261,3 +264,18 @@ def test_make_test_finds_each_lines_own_tests_folder(sglpatch, project):
     assert code == 0 and out == "v0.5.16 tests/patched_v0_5_16\n", err
     code, out, err = sglpatch("lines")
     assert "v0.5.14 (default): 2 patches" in out and "default base: build/sglang-v0.5.16" in out, err
+
+
+@pytest.mark.parametrize("args", [["lines"], ["lines", "--test-folders"]])
+def test_a_reader_that_stops_reading_ends_the_listing_quietly(args):
+    """Issue 36: `sglpatch lines | head -1` said "error: cannot access (Broken pipe)". With the pipe's reader gone
+    before the first line (so every write fails), the command ends quietly, as git and coreutils do."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "sglpatch", *args], stdout=write_end, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0 and result.stderr == "", result.stderr

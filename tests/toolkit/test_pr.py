@@ -109,6 +109,9 @@ def test_pr_builds_the_lines_default_base_when_missing(sglpatch, line_project, t
     base = Git(line_project.parents[1] / "build" / "sglang")
     assert "line v0.5.14: 2 PR groups" in out
     assert base.run("log", "--format=%s", "v0.5.14..sglpatch-pr/test-first-group") == "[DSA] Add a verbosity default"
+    # the default base has no git identity of its own, nor has the suite: the commits name sglpatch as committer
+    assert base.run("log", "--format=%cn", "v0.5.14..sglpatch-pr/test-first-group") == "sglpatch"
+    assert err.count("note: git has no identity here") == 1, err
 
 
 def test_pr_prepares_nothing_for_a_backport_line_and_says_why(sglpatch, line_project, tmp_path):

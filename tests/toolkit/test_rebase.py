@@ -96,6 +96,22 @@ def test_rebase_onto_a_release_version_fetches_it(sglpatch, checkout, patches, t
     assert json.loads((patches / "pin.json").read_text())["sglang"]["release"] == "0.5.15"
 
 
+def forget_identity(repo):
+    """No user.name/user.email for `repo` (the suite's global config has none): a fresh machine."""
+    Git(repo).run("config", "--unset", "user.name")
+    Git(repo).run("config", "--unset", "user.email")
+
+
+def test_a_rebase_with_no_git_identity_keeps_the_authors_and_says_who_commits(sglpatch, chain, patches, tmp_path):
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    forget_identity(chain)
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 0, err
+    people = Git(chain).run("log", "--format=%an <%ae> / %cn <%ce>", "v0.5.16..HEAD").splitlines()
+    assert people == ["Ada Patchwright <ada@example.com> / sglpatch <sglpatch@localhost>"] * 2
+    assert err.count("note: git has no identity here") == 1, err
+
+
 def own_copy(template, tmp_path):
     """A test's own copy of a series made once for the module, under the same folder name."""
     dest = tmp_path / template.name
@@ -123,7 +139,7 @@ def test_conflict_stops_then_abort_restores_everything(sglpatch, chain, conflict
     (chain / "untracked.txt").write_text("keep me\n")
     before, head, series_before = fingerprint(chain), git.run("rev-parse", "HEAD"), fingerprint(conflicting_series)
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and "conflicts in " + OVERLAP in err and "CONTINUE=1" in err
+    assert code == 1 and "conflicts in " + OVERLAP in err and "`sglpatch rebase --continue`" in err
     assert "<<<<<<<" in (chain / OVERLAP).read_text()
     assert git.run("for-each-ref", "--format=%(objectname)", "refs/sglpatch/backup/") == head
     code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
@@ -157,9 +173,9 @@ def test_a_stopped_rebase_waits_for_the_user_and_nothing_else_runs(sglpatch, cha
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     stopped = fingerprint(chain)
     code, _, err = sglpatch("recover", "--sglang", chain)
-    assert code == 2 and "stopped at 0001-" in err and "waiting for you" in err and "ABORT=1" in err
+    assert code == 2 and "stopped at 0001-" in err and "waiting for you" in err and "`sglpatch rebase --abort`" in err
     code, _, err = sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
-    assert code == 2 and "stopped at 0001-" in err and "CONTINUE=1" in err
+    assert code == 2 and "stopped at 0001-" in err and "`sglpatch rebase --continue`" in err
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.16")
     assert code == 2 and "stopped at 0001-" in err
     code, out, err = sglpatch("status", "--sglang", chain, "--patches", conflicting_series)
@@ -208,7 +224,19 @@ def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain,
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     Git(chain).run("cherry-pick", "--abort")
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
-    assert code == 2 and "is gone and nothing was committed" in err and "ABORT=1" in err
+    assert code == 2 and "is gone and nothing was committed" in err and "`sglpatch rebase --abort`" in err
+
+
+def test_continue_with_no_git_identity_commits_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
+    """`git cherry-pick --continue` needs a committer: sglpatch's own where git has none."""
+    forget_identity(chain)
+    assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    git = Git(chain)
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
+    assert code == 0, err
+    assert git.run("log", "-1", "--format=%an / %cn", "HEAD") == "Ada Patchwright / sglpatch"
 
 
 def test_abort_leaves_a_branch_the_user_moved_meanwhile(sglpatch, chain, conflicting_series, tmp_path):
@@ -242,7 +270,7 @@ def test_an_error_after_the_picks_stops_and_continue_retries(sglpatch, chain, pa
     for key, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
         monkeypatch.setenv(key, value)
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and "the rebase is stopped at the end" in err and "CONTINUE=1" in err, err
+    assert code == 1 and "the rebase is stopped at the end" in err and "`sglpatch rebase --continue`" in err, err
     assert Git(chain).current_branch() is None
     monkeypatch.setenv("SGLPATCH_CACHE", cache)
     for key in ("PIP_INDEX_URL", "PIP_RETRIES", "PIP_TIMEOUT"):
@@ -282,7 +310,7 @@ def test_continue_refuses_an_edited_pin_and_an_old_state_can_still_be_aborted(
         state.pop(key)
     state_path.write_text(json.dumps(state))
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
-    assert code == 2 and "cannot be continued" in err and "ABORT=1" in err
+    assert code == 2 and "cannot be continued" in err and "`sglpatch rebase --abort`" in err
     code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
     assert code == 0 and "rebase aborted: back on work" in out, err
     assert Git(chain).current_branch() == "work"
@@ -521,11 +549,11 @@ def test_drop_mid_rebase_keeps_earlier_resolutions_and_the_series_omits_it(sglpa
     names = [p.name for p in load_series(three_patches).patches]
     git = Git(chain)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and names[0] in err and "DROP=1" in err
+    assert code == 1 and names[0] in err and "`sglpatch rebase --drop 1`" in err
     git.run("checkout", "--theirs", "--", OVERLAP)  # the hand resolution of patch 1
     git.run("add", OVERLAP)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
-    assert code == 1 and f"{names[1]} conflicts" in err and "DROP=2" in err
+    assert code == 1 and f"{names[1]} conflicts" in err and "`sglpatch rebase --drop 2`" in err
     code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "2")
     assert code == 0, err
     assert f"{names[1]}: dropped (left out by hand" in out and f"series omits it: {names[1]}" in out
@@ -551,7 +579,7 @@ def test_drop_a_later_patch_by_name_while_stopped_and_refuse_an_earlier_one(sglp
     assert rebase(sglpatch, chain, three_patches, tmp_path, "--continue")[0] == 1  # patch 2 conflicts
     before = fingerprint(chain)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "1")
-    assert code == 2 and f"{names[0]} is already rebased" in err and "ABORT=1" in err
+    assert code == 2 and f"{names[0]} is already rebased" in err and "`sglpatch rebase --abort`" in err
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "7")
     assert code == 2 and "names no patch" in err
     assert fingerprint(chain) == before

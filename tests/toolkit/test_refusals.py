@@ -70,6 +70,9 @@ def test_conflict_names_patch_file_and_hunk(sglpatch, checkout, patches):
     Git(checkout).run("commit", "-qam", "conflicting change")
     err = refused(sglpatch, checkout, "--patches", patches, "--3way")
     assert "0002-" in err and SECOND in err and "nothing was changed" in err
+    # issue 36: the file by name, and what a 3-way merge found (not "(unknown file): U <path>")
+    assert f"does not apply: {SECOND}: its 3-way merge conflicts with the changes there" in err, err
+    assert "unknown file" not in err and f"U {SECOND}" not in err
 
 
 def test_checksum_mismatch(sglpatch, checkout, patches):

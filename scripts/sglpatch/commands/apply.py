@@ -68,7 +68,7 @@ def run(args) -> int:
             else:
                 with write_phase(done):
                     _apply_to_package(plan, series.digest())
-                where = "package folder (journal in .sglpatch/; `make revert` puts it back)"
+                where = f"package folder (journal in .sglpatch/; {hints.revert(target.root)} puts it back)"
     applied = [s.patch.name for s in plan.to_apply]
     skipped = len(plan.states) - len(applied)
     note = f", {skipped} already there" if skipped else ""
@@ -88,7 +88,7 @@ def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None
             f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
         )
     if plan.drift and not three_way:
-        hint = "; try --3way" if plan.target.is_git else ""
+        hint = f"; try {hints.option('--3way', 'THREEWAY=1')}" if plan.target.is_git else ""
         raise FatalError(
             f"base differs from the pin (sglang {release}) in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}{hint}"
         )
@@ -137,7 +137,7 @@ def _take_out_an_earlier_series(state: Applied) -> None:
     if not state.in_place or edited:
         raise FatalError(
             f"{target.root} carries an earlier version of the series and changes of its own; "
-            "run `make clean` (it only removes build/), then `make apply`"
+            f"run `make clean` (it only removes build/), then {hints.apply()}"
         )
     say(f"{target.root} carries an earlier version of the series: taking it out first")
     with write_phase(f"the earlier series is out: {target.root} is at the pin"):
@@ -147,12 +147,14 @@ def _take_out_an_earlier_series(state: Applied) -> None:
 def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | None, digest: str, three_way: bool) -> str:
     git = plan.target.git
     if git.rev_parse(f"refs/heads/{branch}") is not None:
-        raise FatalError(f"branch {branch} already exists; pass --branch NAME (BRANCH=NAME) or delete it")
+        raise FatalError(
+            f"branch {branch} already exists; pass {hints.option('--branch NAME', 'BRANCH=NAME')} or delete it"
+        )
     if git.try_run("check-ref-format", "--branch", branch)[0] != 0:
         raise FatalError(f"{branch!r} is not a valid branch name")
     head = git.run("rev-parse", "HEAD")
     previous = git.current_branch() or head
-    committer = git.identity()
+    committer = git.committer()
     parent = head
     for state in plan.to_apply:
         parent = plan.workspace.commit(state.patch, state.tree, parent, committer)

@@ -10,6 +10,9 @@ tree with patches 1..k: they must all pass, so every prefix is correct on its
 own (a bisect or a user who takes only the first patches gets a working tree),
 not only the new patch's behaviour. Trees are temporary git worktrees of the
 line's default base (built from its pin when missing); nothing else is touched.
+"Fail" means the tests ran and failed (pytest exit 1, with failures): tests that cannot
+even be collected without the patch (an import error: exit 2), or that find nothing to
+run, prove nothing about it, and the patch fails its check.
 The pytest runs are independent (a tree and a process each), so --jobs of them
 run at once (default: the CPU count, at most 4: each imports sglang and torch, about
 1 GB); the verdicts print in series order.
@@ -24,7 +27,8 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from sglpatch.commands.common import add_series_options
+from sglpatch import hints
+from sglpatch.commands.common import EVERY_LINE, add_series_options
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
@@ -42,7 +46,7 @@ DEFAULT_JOBS = max(1, min(4, os.cpu_count() or 1))
 
 
 def add_arguments(parser) -> None:
-    add_series_options(parser)
+    add_series_options(parser, line_default=EVERY_LINE)
     parser.add_argument(
         "--jobs", type=int, default=DEFAULT_JOBS, help=f"pytest runs at once (default here: {DEFAULT_JOBS})"
     )
@@ -50,7 +54,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.jobs < 1:
-        raise FatalError(f"--jobs {args.jobs}: give 1 or more pytest runs at once")
+        raise FatalError(
+            f"{hints.option(f'--jobs {args.jobs}', f'JOBS={args.jobs}')}: give 1 or more pytest runs at once"
+        )
     if args.patches:  # a series folder, on the default line's base
         checks = [(default_line(), load_series(args.patches), load_pin(args.patches))]
     else:
@@ -124,12 +130,37 @@ def _check_patches(line: Line, patches: list[Patch], trees: list[Path], jobs: in
                 continue
             progress(f"{patch.name}: {', '.join(own)}")
             before, after = without.result(), with_patch.result()
-            verdict = "ok" if before[0] != 0 and after[0] == 0 else "FAIL"
-            say(f"{patch.name}: without it: {before[1]}; with patches 1-{k}, their tests: {after[1]}  [{verdict}]")
+            verdict = "ok" if _failed_on_its_tests(before) and after[0] == 0 else "FAIL"
+            say(f"{patch.name}: {_without_it(before)}; with patches 1-{k}, their tests: {after[1]}  [{verdict}]")
             failures += verdict != "ok"
     finally:  # on Ctrl-C: the runs under way end with it (the terminal's signal reaches them), none starts
         pool.shutdown(wait=True, cancel_futures=True)
     return failures
+
+
+# pytest's exit statuses other than 0 (all passed) and 1 (some failed): the tests did not run, or not all
+_DID_NOT_RUN = {
+    2: "errors during collection",
+    3: "pytest's internal error",
+    4: "a pytest usage error",
+    5: "no tests collected",
+}
+
+
+def _failed_on_its_tests(run: tuple[int, str]) -> bool:
+    """The tests ran and some failed: pytest exit 1 with failures (not errors alone, not a run that never ran)."""
+    return run[0] == 1 and " failed" in f" {run[1]}"
+
+
+def _without_it(run: tuple[int, str]) -> str:
+    """How the patch's tests did on the tree without it, as the verdict line says it."""
+    if run[0] == 0 or _failed_on_its_tests(run):  # passed (the verdict says FAIL), or failed as it must
+        return f"without it: {run[1]}"
+    why = "errors, no failure" if run[0] == 1 else _DID_NOT_RUN.get(run[0], f"pytest exit {run[0]}")
+    return (
+        f"without it its tests did not run and fail ({run[1]}: {why}), so they prove nothing: "
+        "they must run and fail on an assertion"
+    )
 
 
 def _cpu_tests(patch: Patch, folder: str) -> list[str]:
@@ -143,6 +174,6 @@ def _pytest(line: Line, tests: list[str], tree: Path) -> tuple[int, str]:
     lines = [
         line.strip("= ")
         for line in result.stdout.splitlines()
-        if " in " in line and ("passed" in line or "failed" in line)
+        if " in " in line and any(word in line for word in ("passed", "failed", "error", "no tests ran"))
     ]
     return result.returncode, (lines[-1] if lines else f"pytest exited {result.returncode}")

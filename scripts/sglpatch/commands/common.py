@@ -11,44 +11,28 @@ from sglpatch.project import default_base_dir
 from sglpatch.series import Series, load_series
 from sglpatch.target import Target, open_target
 
-# The options the commands share: the flag, then add_argument's keywords.
-_TARGET_OPTION = (
-    "--sglang",
-    dict(
-        metavar="PATH",
-        help="a git checkout of sglang or an installed sglang package folder "
-        "(default: the line's own base, build/sglang for the default line)",
-    ),
-)
-_LINE_OPTION = (
-    "--line",
-    dict(
-        metavar="TAG",
-        help="the series line, e.g. v0.5.23 (default: the one matching the target's sglang version; "
-        "without --sglang, the default line)",
-    ),
-)
-_PATCHES_OPTION = (
-    "--patches",
-    dict(type=Path, default=None, metavar="DIR", help="a series folder to use instead of a line"),
-)
+# What --sglang and --line mean when left out, for the commands' help (each says its own)
+OWN_BASE = "the line's own base, build/sglang for the default line"
+BY_TARGET = "the one matching the target's sglang version; without --sglang, the default line"
+EVERY_LINE = "every line"
+NEWEST_LINE = "the newest line"
+ANY_TARGET = "a git checkout of sglang or an installed sglang package folder"
+CHECKOUT = "a git checkout of sglang"
 
 
-def _add_options(parser, *options) -> None:
-    for flag, keywords in options:
-        parser.add_argument(flag, **keywords)
+def add_target_option(parser, what: str = ANY_TARGET) -> None:
+    parser.add_argument("--sglang", metavar="PATH", help=f"{what} (default: {OWN_BASE})")
 
 
-def add_target_option(parser) -> None:
-    _add_options(parser, _TARGET_OPTION)
+def add_line_option(parser, default: str = BY_TARGET) -> None:
+    parser.add_argument("--line", metavar="TAG", help=f"the series line, e.g. v0.5.23 (default: {default})")
 
 
-def add_line_option(parser) -> None:
-    _add_options(parser, _LINE_OPTION)
-
-
-def add_series_options(parser) -> None:
-    _add_options(parser, _PATCHES_OPTION, _LINE_OPTION)
+def add_series_options(parser, line_default: str = BY_TARGET) -> None:
+    parser.add_argument(
+        "--patches", type=Path, default=None, metavar="DIR", help="a series folder to use instead of a line"
+    )
+    add_line_option(parser, line_default)
 
 
 def chosen_line(args, target: Target | None = None) -> Line | None:

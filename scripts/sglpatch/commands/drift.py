@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglpatch.commands.common import add_series_options, load_line
+from sglpatch.commands.common import EVERY_LINE, add_series_options, load_line
 from sglpatch.drift import render_json, render_markdown, render_png
 from sglpatch.lines import all_lines, line_named
 from sglpatch.output import plural, progress, say
@@ -17,11 +17,11 @@ from sglpatch.project import PROJECT_ROOT
 from sglpatch.releases import published_releases, release_commit, releases_repo
 from sglpatch.replay import carry_series, history_between, series_commits
 from sglpatch.series import Series
-from sglpatch.wheels import cache_dir, fetch_wheel
+from sglpatch.wheels import downloaded_wheels, fetch_wheel
 
 
 def add_arguments(parser) -> None:
-    add_series_options(parser)
+    add_series_options(parser, line_default=EVERY_LINE)
     parser.add_argument("--releases", help="comma-separated sglang releases (default: every release from the pin on)")
     parser.add_argument(
         "--out",
@@ -46,7 +46,7 @@ def run(args) -> int:
 
 def _drift(series: Series, pin: Pin, args, out: Path) -> int:
     started = time.monotonic()
-    wheels_before = _cached_wheels()
+    downloads_before = len(downloaded_wheels())
     floor = Version(pin.release)
     if args.releases:
         releases = [r for r in args.releases.split(",") if Version(r) >= floor]
@@ -73,7 +73,7 @@ def _drift(series: Series, pin: Pin, args, out: Path) -> int:
     seconds = time.monotonic() - started
     out.mkdir(parents=True, exist_ok=True)
     command = "sglpatch drift" + (f" --releases {shlex.quote(args.releases)}" if args.releases else "")
-    downloaded = len(_cached_wheels() - wheels_before)
+    downloaded = len(downloaded_wheels()) - downloads_before
     wheels = f"{plural(downloaded, 'wheel')} downloaded from PyPI" if downloaded else "no wheel downloaded"
     markdown = render_markdown(matrix, seconds, pin.release, wheels)
     (out / "drift.md").write_text(markdown)
@@ -82,7 +82,3 @@ def _drift(series: Series, pin: Pin, args, out: Path) -> int:
     say(markdown)
     say(f"wrote {out / 'drift.md'}, drift.json and drift.png")
     return 0
-
-
-def _cached_wheels() -> set[str]:
-    return {p.name for p in (cache_dir() / "wheels").glob("sglang-*.whl")}

@@ -11,10 +11,11 @@ from pathlib import Path
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.lines import line_named
-from sglpatch.output import say
+from sglpatch.message_format import missing_parts
+from sglpatch.output import plural, say
 from sglpatch.pin import PIN_FILE, load_pin
 from sglpatch.project import default_patch_dir
-from sglpatch.series import SUMS_FILE, refuse_half_rewritten
+from sglpatch.series import SUMS_FILE, parse_patch, refuse_half_rewritten
 from sglpatch.series_writer import render_series, write_series_files
 
 
@@ -53,6 +54,23 @@ def run(args) -> int:
     refuse_half_rewritten(out_dir)
     pin = load_pin(out_dir)
     files = render_series(repo, base, args.head, pin)
+    _refuse_incomplete_messages(repo, base, args.head, files)
     write_series_files(out_dir, files)
     say(f"wrote {len(files) - 3} patches, series, {SUMS_FILE} and {PIN_FILE} to {out_dir}")
     return 0
+
+
+def _refuse_incomplete_messages(repo: Git, base: str, head: str, files: dict[str, bytes]) -> None:
+    """The first commit whose message lacks what the series format requires, named in one line."""
+    patches = [parse_patch(name, data) for name, data in files.items() if name.endswith(".patch")]
+    commits = repo.run("rev-list", "--reverse", "--no-merges", "--topo-order", f"{base}..{head}").split()
+    named = zip(commits, patches, strict=True) if len(commits) == len(patches) else ((None, p) for p in patches)
+    incomplete = [(commit, patch, missing) for commit, patch in named if (missing := missing_parts(patch))]
+    if incomplete:
+        commit, patch, missing = incomplete[0]
+        others = f" (and {plural(len(incomplete) - 1, 'more commit')})" if len(incomplete) > 1 else ""
+        raise FatalError(
+            f"commit {commit[:12] if commit else patch.name} ({patch.subject}) lacks {', '.join(missing)}{others}: "
+            "every patch's message needs them (docs/series-format.md, \"A patch's message\"); "
+            "amend it (`git commit --amend`, or `git rebase -i`), then export again; nothing was written"
+        )

@@ -22,7 +22,7 @@ def run(args) -> int:
     if args.test_folders:
         for line in lines:
             if not line.is_default and line.tests_dir.is_dir():
-                print(f"{line.name} {line.tests_dir.relative_to(project.PROJECT_ROOT)}")
+                say(f"{line.name} {line.tests_dir.relative_to(project.PROJECT_ROOT)}")
         return 0
     for line in lines:
         series = load_series(line.directory)

@@ -30,7 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.commands.common import add_series_options, add_target_option, base_dir, load_line
+from sglpatch import hints
+from sglpatch.commands.common import NEWEST_LINE, add_series_options, add_target_option, base_dir, load_line
 from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, GitFailed, git_reason
@@ -65,8 +66,8 @@ class Prepared:
 
 
 def add_arguments(parser) -> None:
-    add_target_option(parser)
-    add_series_options(parser)
+    add_target_option(parser, what="a git checkout of sglang to build the PR branches in")
+    add_series_options(parser, line_default=NEWEST_LINE)
     parser.add_argument(
         "--onto", help="upstream ref to build the branches on (default: main of the clone's remote, else the pin's tag)"
     )
@@ -185,7 +186,7 @@ def _prepare_all(
 ) -> list[Prepared]:
     """Every group's branch carried onto the base, linted, and its body rendered, in memory and in the
     clone's object store only: a refusal leaves no branch and no ref behind."""
-    built = ReleaseCommits(git, patches, pin, default_base, git.identity())
+    built = ReleaseCommits(git, patches, pin, default_base, git.committer())
     bases: dict[str, str] = {}
     tips: dict[str, str] = {}
     try:
@@ -289,7 +290,10 @@ def stack_lines(group: Group, config: dict, records: dict) -> list[str]:
 
 def resolve_fork(git: Git, fork: str | None, owner: str | None = None) -> dict:
     if not fork:
-        raise FatalError("--submit needs FORK=<remote name or URL> (your fork; no write access to upstream is needed)")
+        submit, fork_option = hints.option("--submit", "SUBMIT=1"), hints.option(
+            "--fork REMOTE", "FORK=<remote or URL>"
+        )
+        raise FatalError(f"{submit} needs {fork_option} (your fork; no write access to upstream is needed)")
     if re.match(r"^(https?://|git@|ssh://|file://|/)", fork):
         return {"push": fork, "label": "the fork URL", "owner": owner or _owner_of(fork)}
     status, url, _ = git.try_run("remote", "get-url", fork)

@@ -4,16 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import rebase_engine, rebase_store
-from sglpatch.commands.common import add_series_options, add_target_option, chosen_line, load_line, resolve_target
+from sglpatch import hints, rebase_engine, rebase_store
+from sglpatch.commands.common import (
+    CHECKOUT,
+    add_series_options,
+    add_target_option,
+    chosen_line,
+    load_line,
+    resolve_target,
+)
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.target import target_lock
 
+# what a user says to the rebase: (the flag, the make variable), for hints.option
+_OPTIONS = (
+    ("--onto REF", "ONTO=REF"),
+    ("--drop PATCHES", "DROP=N"),
+    ("--continue", "CONTINUE=1"),
+    ("--abort", "ABORT=1"),
+)
+
 
 def add_arguments(parser) -> None:
-    add_target_option(parser)
+    add_target_option(parser, what=CHECKOUT)
     add_series_options(parser)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--onto", metavar="REF", help="tag, commit, or sglang release version (fetched from PyPI)")
@@ -45,7 +60,8 @@ def run(args) -> int:
         folder = rebase_store.state_dir(target.git)
         state = rebase_store.load(folder)
         if args.drop is not None and (args.abort or args.resume):
-            raise FatalError("--drop goes on by itself (no --continue needed), and --abort drops nothing")
+            drop, resume, abort = (hints.option(*pair) for pair in _OPTIONS[1:])
+            raise FatalError(f"{drop} goes on by itself (no {resume} needed), and {abort} drops nothing")
         if args.abort:
             return rebase_engine.abort(target, folder, state)
         if args.resume:
@@ -53,7 +69,8 @@ def run(args) -> int:
         if args.onto is None and args.drop is not None:
             return rebase_engine.drop(target, folder, state, args.drop)
         if args.onto is None:
-            raise FatalError("say what to do: --onto REF, --continue, --abort, or --drop PATCHES while stopped")
+            onto, drop, resume, abort = (hints.option(*pair) for pair in _OPTIONS)
+            raise FatalError(f"say what to do: {onto}, {resume}, {abort}, or {drop} while stopped")
         rebase_store.refuse_in_progress(target)
         line = chosen_line(args, target)
         series, pin = load_line(args, line)

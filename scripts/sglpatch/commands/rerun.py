@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sglpatch.commands.common import add_series_options
+from sglpatch.commands.common import NEWEST_LINE, add_series_options
 from sglpatch.lines import line_named, newest_line
 from sglpatch.output import say
 from sglpatch.pr_groups import group_patches
@@ -15,7 +15,7 @@ from sglpatch.series import load_series
 
 
 def add_arguments(parser) -> None:
-    add_series_options(parser)
+    add_series_options(parser, line_default=NEWEST_LINE)
     parser.add_argument("--map", type=Path, default=None, metavar="FILE", help="default: ci/rerun-map.json")
     parser.add_argument("--labeled", action="store_true", help="the PRs already carry the run-ci label")
     parser.add_argument("--failed", action="store_true", help="a CI run failed: add /rerun-failed-ci")
