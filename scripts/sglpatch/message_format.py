@@ -13,6 +13,8 @@ from sglpatch.series import Patch
 PARAGRAPHS = ("Why:", "What:", "Drop when:")
 TRAILERS = ("Patch-Group", "Drop-When")
 PR_TRAILERS = ("Upstream-PR", "Extends-PR")
+# A patch that carries or extends no upstream PR says so, with the PRs that tried the same, or "none found".
+PRIOR_ART = "Prior-Art"
 
 
 def missing_parts(patch: Patch) -> list[str]:
@@ -20,8 +22,8 @@ def missing_parts(patch: Patch) -> list[str]:
     missing = [f"a {name!r} paragraph" for name in PARAGRAPHS if not re.search(rf"(?m)^{re.escape(name)}", patch.body)]
     missing += [f"a {name} trailer" for name in TRAILERS if not patch.trailer(name)]
     cited = [patch.trailer(name) for name in PR_TRAILERS]
-    if not any(cited):
-        missing.append(f"an {' or '.join(PR_TRAILERS)} trailer")
+    if not any(cited) and not patch.trailer(PRIOR_ART):
+        missing.append(f"an {' or '.join(PR_TRAILERS)} trailer, or a {PRIOR_ART} one")
     missing += [
         f"a PR number in its {name} trailer"
         for name, n in zip(PR_TRAILERS, cited, strict=True)

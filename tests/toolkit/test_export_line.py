@@ -43,7 +43,7 @@ def test_export_without_base_or_line_is_refused(sglpatch, tmp_path, exported):
     [
         ("What: one comment.\n\n", "a 'What:' paragraph"),
         ("Drop-When: never\n", "a Drop-When trailer"),
-        ("Upstream-PR: 1\n", "an Upstream-PR or Extends-PR trailer"),
+        ("Upstream-PR: 1\n", "an Upstream-PR or Extends-PR trailer, or a Prior-Art one"),
     ],
 )
 def test_a_commit_without_what_the_series_needs_is_refused_naming_it(sglpatch, tmp_path, exported, drop, missing):

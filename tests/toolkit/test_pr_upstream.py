@@ -22,7 +22,7 @@ from sglpatch.pr_branch import upstream_message
 from sglpatch.releases import BASE_IDENTITY, imported_release
 from sglpatch.series import parse_patch
 from testing.pr_series import pr_series
-from testing.sglang_trees import SECOND, replace_in, user_clone
+from testing.sglang_trees import SECOND, as_tester, replace_in, user_clone
 
 pytestmark = pytest.mark.usefixtures("pr_project")
 UPSTREAM_AUTHOR = ("Sam Upstream", "sam@example.org")
@@ -236,7 +236,7 @@ def test_submit_needs_the_fork_and_its_owner(sglpatch, clone, fork, tmp_path, ba
     patches = pr_series(base_repo, tmp_path, project_pin, "series")
     refs = _refs(fork)
     code, _, err = pr(sglpatch, clone, patches, tmp_path, "--submit")
-    assert code == 2 and "--submit needs FORK=" in err, err
+    assert code == 2 and "--submit needs --fork REMOTE" in err, err
     code, _, err = pr(sglpatch, clone, patches, tmp_path, "--fork", fork, "--submit")  # a path names no owner
     assert code == 2 and "FORK_OWNER=<your GitHub user>" in err and _refs(fork) == refs, err
 
@@ -277,9 +277,11 @@ def test_an_imported_base_is_known_by_its_marker_and_an_older_import_by_its_iden
     old.run("add", "f")
     on_top = _commit_tree_on(old, release)
     assert imported_release(old, on_top) == "v0.5.9"  # before the trailer existed: identity and subject
-    stranger = old.run_with_input(["commit-tree", tree], b"sglang v0.5.9 from PyPI\n")  # same subject, not ours
+    stranger = as_tester(old).run_with_input(
+        ["commit-tree", tree], b"sglang v0.5.9 from PyPI\n"
+    )  # same subject, not ours
     assert imported_release(old, stranger) is None
 
 
 def _commit_tree_on(repo: Git, parent: str) -> str:
-    return repo.run_with_input(["commit-tree", repo.run("write-tree"), "-p", parent], b"a change\n")
+    return as_tester(repo).run_with_input(["commit-tree", repo.run("write-tree"), "-p", parent], b"a change\n")
