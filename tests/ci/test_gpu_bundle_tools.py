@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -280,3 +281,44 @@ def test_line_trees_get_the_line_s_own_wheels_and_only_theirs(tmp_path, line):
     assert (work / "trees" / "patched" / backend).read_text() == f"{line} patched\n"
     assert (work / "site" / "shared_dep.py").exists()
     assert (work / "site" / "xgrammar").exists() == (line == "v0.5.23")
+
+
+def _box(tmp_path: Path, commands: str) -> subprocess.CompletedProcess:
+    script = (
+        f'REPO={CI.parent}; . ci/gpu_box.sh; PY={sys.executable}; OUTDIR={tmp_path / "out"}; box_start t; {commands}'
+    )
+    return subprocess.run(["bash", "-c", script], cwd=CI.parent, capture_output=True, text=True)
+
+
+def test_the_series_tests_in_sglangs_tree_are_found_and_can_import_test_utils(tmp_path):
+    root = tmp_path / "patched"
+    for name in ("attention/unittests/dsa/test_b.py", "attention/unittests/dsa/test_a.py", "kits/helper.py"):
+        (root / "test" / "registered" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "test" / "registered" / name).write_text("")
+    (root / "sglang").mkdir()
+    run = _box(tmp_path, f"series_sglang_tests {root}; sglang_test_shims {tmp_path / 'shims'}")
+    assert run.returncode == 0, run.stderr
+    found = [line for line in run.stdout.splitlines() if line.startswith("test/")]
+    assert found == [
+        "test/registered/attention/unittests/dsa/test_a.py",
+        "test/registered/attention/unittests/dsa/test_b.py",
+    ]
+    # sglang.test.test_utils imports datasets.load_dataset: importable here, whether or not it is installed
+    probe = subprocess.run(
+        [sys.executable, "-c", "from datasets import load_dataset"],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "shims")},
+        capture_output=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+
+
+def test_engine_runner_takes_the_sglang_tests_options(tmp_path):
+    script = CI / "run_engine_gpu.sh"
+    args = ["--bundle", str(tmp_path / "no-bundle"), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")]
+    # past the options, the missing bundle stops it (exit 3)
+    run = subprocess.run(
+        ["bash", str(script), *args, "--sglang-tests", "--sglang-tests-s", "30"], capture_output=True, text=True
+    )
+    assert run.returncode == 3 and "missing" in run.stderr, run.stderr
+    run = subprocess.run(["bash", str(script), *args, "--sglang-testz"], capture_output=True, text=True)
+    assert run.returncode == 2 and "unknown argument: --sglang-testz" in run.stderr
