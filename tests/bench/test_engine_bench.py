@@ -374,9 +374,14 @@ def test_report_keeps_every_row_and_names_the_run(tmp_path):
     combined = engine_report.combined(engine_report.load_runs([run_file, run_file]))
     assert len(combined["rows"]) == 2 * len(doc["rows"]) and {r["run"] for r in combined["rows"]} == {"engine.json"}
     text = engine_report.markdown(combined)
-    table = [line for line in text.splitlines() if line.startswith("| engine |")]
+    table = [line for line in text.splitlines() if line.startswith("| engine | v0.5.14 |")]
     assert len(table) == len(combined["rows"])
     assert "2.000" in table[0] and "IndexShare case" in text
+    # the decode step's parts: the stand-in's draft-extend runs at a quarter of pristine's times, as a graph
+    parts = [line for line in text.splitlines() if line.startswith("| engine |") and line not in table]
+    assert len(parts) == len(combined["rows"])
+    assert all("| 4.00 -> 1.00 | 4.000 |" in line and "| 0.00 -> 1.00 |" in line for line in parts)
+    assert "Draft-extend host ms (median / max): pristine 6.00 / 6.00, patched 1.50 / 1.50" in text
 
 
 def test_report_labels_rows_of_a_run_past_the_version_gate_and_keeps_notes_short(tmp_path):
