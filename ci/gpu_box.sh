@@ -135,11 +135,11 @@ make_line_trees() {
     || { echo "series reported applied but dsa_backend.py has no $mark" >&2; exit 4; }
 }
 
-# series_sglang_tests ROOT: the tests the series put in sglang's tree, which ci/apply_series.py lays out
-# under ROOT/test/registered (the package folders hold no test/ of their own), one path a line,
-# relative to ROOT.
+# series_sglang_tests ROOT [GLOB]: the tests the series put in sglang's tree, which ci/apply_series.py lays
+# out under ROOT/test/registered (the package folders hold no test/ of their own), whose file names
+# match GLOB (default test_*.py), one path a line, relative to ROOT.
 series_sglang_tests() {
-  (cd "$1" && find test/registered -name 'test_*.py' 2>/dev/null | sort)
+  (cd "$1" && find test/registered -name "${2:-test_*.py}" 2>/dev/null | sort)
 }
 
 # sglang_test_shims DIR: stand-ins, in DIR, for what sglang's test utilities import at module level but
