@@ -510,3 +510,37 @@ def test_probe_times_each_part_of_a_decode_step(tmp_path, monkeypatch):
     assert all(r["host_ms"] >= 0 for r in records)
     assert outs[engine_probe_hooks.VERIFY_FILE].getvalue() == ""
     assert probe.draft_loops["loops"] == 2
+
+
+_HOOK_TARGETS = """
+import sys
+sys.path[:0] = [sys.argv[1] + "/tests/patched", sys.argv[1] + "/bench/engine_probe"]
+import cpu_sglang
+cpu_sglang.install()
+import engine_probe_hooks
+engine_probe_hooks._probe = engine_probe_hooks.Probe(__import__("pathlib").Path(sys.argv[2]))
+from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as runner_mod, eagle_worker_v2 as worker_mod
+before = {
+    (cls.__name__, name): getattr(cls, name)
+    for cls, name in [
+        (worker_mod.EagleDraftWorker, "draft"),
+        (worker_mod.EagleDraftWorker, "_draft_extend_for_decode"),
+        (worker_mod.EAGLEWorkerV2, "verify"),
+        (worker_mod.EAGLEWorkerV2, "forward_batch_generation"),
+        (runner_mod.EAGLEDraftExtendCudaGraphRunner, "execute"),
+    ]
+}
+engine_probe_hooks._hook_eagle_worker(worker_mod)
+engine_probe_hooks._hook_draft_extend_runner(runner_mod)
+classes = {c.__name__: c for c in (worker_mod.EagleDraftWorker, worker_mod.EAGLEWorkerV2, runner_mod.EAGLEDraftExtendCudaGraphRunner)}
+print(sorted(f"{c}.{n}" for (c, n), f in before.items() if getattr(classes[c], n) is f))
+"""
+
+
+def test_probe_wraps_the_methods_sglang_has(tmp_path):
+    """The step parts are timed on sglang 0.5.14's own classes (a renamed method would go untimed, silently)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _HOOK_TARGETS, str(REPO), str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"  # every one of them wrapped
