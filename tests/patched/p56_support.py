@@ -64,34 +64,30 @@ def make_backend(next_n: int):
     return S.make_backend(next_n, num_reqs=8)
 
 
-class IndexerDecoder(torch.nn.Module):
+class IndexerDecoder(sup.StandInDecoder):
     """The NextN decoder layer: the real indexer on this forward's metadata (see module docstring)."""
 
     def __init__(self, seed: int = 0, gives_topk: bool = True):
         super().__init__()
         self.gives_topk = gives_topk  # False: a draft layer that hands no top-k back
-        self.prev_seen = []
         self.q_fp8, weights = S.make_queries(VOCAB, seed=seed)
         # Positive head weights: the best keys score above zero, so no top-k row is decided by ties
         # (relu leaves many zero scores, ordered differently for logits of another width).
         self.weights = weights.abs()
         # Built without nn.Module.__init__ (it needs no weights here): kept out of the module tree.
         self._indexer = (S.make_indexer(),)
-        self.indexer_calls = 0
 
-    def forward(self, positions, hidden_states, forward_batch, residual, *args, **kwargs):
-        prev = kwargs.get("prev_topk_indices")
-        self.prev_seen.append(None if prev is None else prev.clone())
-        if prev is not None:
-            topk = prev
-        else:
-            self.indexer_calls += 1
-            backend = fctx.get_attn_backend()
-            metadata = backend.get_indexer_metadata(0, forward_batch)
-            ids = forward_batch.input_ids
-            topk = self._indexer[0]._get_topk_paged(forward_batch, 0, self.q_fp8[ids], self.weights[ids], metadata)
-        mixed = hidden_states + topk.float().mean(dim=-1, keepdim=True) / 100
-        return mixed, residual, topk if self.gives_topk else None
+    def forward(self, *args, **kwargs):
+        hidden, residual, topk = super().forward(*args, **kwargs)
+        return hidden, residual, topk if self.gives_topk else None
+
+    def run_indexer(self, hidden_states, forward_batch):
+        metadata = fctx.get_attn_backend().get_indexer_metadata(0, forward_batch)
+        ids = forward_batch.input_ids
+        return self._indexer[0]._get_topk_paged(forward_batch, 0, self.q_fp8[ids], self.weights[ids], metadata)
+
+    def mix_topk(self, hidden_states, topk):
+        return hidden_states + topk.float().mean(dim=-1, keepdim=True) / 100
 
 
 class DraftModel:
