@@ -160,8 +160,8 @@ bench: $(VENV)/.sglang-cpu-stamp ## print timings: apply vs plain git am; the SM
 
 NEXT_N ?= 2,3,4,6
 GRID   ?= full
-bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR SEED=N (the IndexShare case at next_n N)
-	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID)) $(if $(SEED),--seed-case $(call q,$(SEED)),)
+bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR SEED=N (the IndexShare case at next_n N) SGLANG_TESTS=GLOB (first the series' tests in sglang's tree matching GLOB)
+	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) $(if $(SGLANG_TESTS),--sglang-tests $(call q,$(SGLANG_TESTS)),) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID)) $(if $(SEED),--seed-case $(call q,$(SEED)),)
 
 engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json
 	$(PY) bench/engine_report.py docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png

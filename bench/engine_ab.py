@@ -22,8 +22,10 @@ Per case the row gives the verify forward's GPU time (median over the case's TAR
 forwards, first ``skip`` steps of each run left out; CUDA events around ``ModelRunner.forward``
 in the scheduler, bench/engine_probe), TPOT (per request, from the streamed chunks' times, then
 the median), the step interval (the scheduler's wall time from one verify forward to the next:
-with one token per step, the engine's own time per output token), the ratios pristine/patched,
-the A/A floor (pristine's odd runs against its even runs, the same ABBA positions the patched
+with one token per step, the engine's own time per output token), each part of the decode step
+(the whole step, the draft loop, verify, draft-extend: GPU time between CUDA events and host time
+of the Python call, medians; for draft-extend the fraction that replayed its CUDA graph), the
+ratios pristine/patched, the A/A floor (pristine's odd runs against its even runs, the same ABBA positions the patched
 runs take), the fraction of requests whose output ids are identical to pristine's, and for a
 divergence its first position (``--margins`` re-runs such a case with top-2 logprobs to give
 the target's logit margin there).
@@ -140,6 +142,44 @@ def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | No
     return statistics.median(gaps) if gaps else None
 
 
+STEP_PARTS = ("step", "draft", "verify", "draft_extend")
+
+
+def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
+    """Per part of the decode step (bench/engine_probe's steps records): median GPU and host time,
+    the first ``skip`` of each run left out, at ``batch_size`` (None: every batch size, for the
+    IndexShare case whose batches merge and shrink); for draft-extend also the fraction of them
+    that replayed a CUDA graph."""
+    parts = {}
+    for part in STEP_PARTS:
+        chosen = []
+        for run in runs:
+            records = sorted(
+                (
+                    r
+                    for r in run.get("steps", [])
+                    if r["part"] == part and (batch_size is None or r["batch_size"] == batch_size)
+                ),
+                key=lambda r: r["t"],
+            )
+            chosen += records[skip:]
+        if not chosen:
+            continue
+        parts[part] = {
+            "gpu_ms": statistics.median(r["gpu_ms"] for r in chosen),
+            "host_ms": statistics.median(r["host_ms"] for r in chosen),
+            "host_ms_max": max(r["host_ms"] for r in chosen),
+            "samples": len(chosen),
+        }
+        if part == "draft_extend":
+            parts[part]["graph"] = sum(bool(r.get("graph")) for r in chosen) / len(chosen)
+    return parts
+
+
+def _part(parts: dict, part: str, what: str) -> float | None:
+    return (parts.get(part) or {}).get(what)
+
+
 def tpot_ms(runs: list[dict]) -> float | None:
     values = [o["tpot_ms"] for run in runs for o in run["outputs"] if o.get("tpot_ms") is not None]
     return statistics.median(values) if values else None
@@ -220,6 +260,7 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int, lab
     p_us, x_us = verify_step_us(p_runs, case.batch_size, skip), verify_step_us(x_runs, case.batch_size, skip)
     p_tpot, x_tpot = tpot_ms(p_runs), tpot_ms(x_runs)
     p_step, x_step = step_interval_ms(p_runs, case.batch_size, skip), step_interval_ms(x_runs, case.batch_size, skip)
+    p_parts, x_parts = step_parts(p_runs, case.batch_size, skip), step_parts(x_runs, case.batch_size, skip)
     aa = None
     if len(p_runs) >= 2:
         # pristine's runs in two halves of the ABBA order: the ratio a pure re-run gives
@@ -229,6 +270,10 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int, lab
             "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
             "tpot": ratio(tpot_ms(first), tpot_ms(second)),
             "step_interval": ratio(step_interval_ms(first, bs, skip), step_interval_ms(second, bs, skip)),
+            "step_gpu": ratio(
+                _part(step_parts(first, bs, skip), "step", "gpu_ms"),
+                _part(step_parts(second, bs, skip), "step", "gpu_ms"),
+            ),
         }
     identical, divergences = [], []
     for x_run in x_runs:
@@ -260,16 +305,27 @@ def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int, lab
             "tpot_ms": p_tpot,
             "step_interval_ms": p_step,
             "layouts": layouts_seen(p_runs, case.batch_size),
+            "parts": p_parts,
         },
         "patched": {
             "verify_step_us": x_us,
             "tpot_ms": x_tpot,
             "step_interval_ms": x_step,
             "layouts": layouts_seen(x_runs, case.batch_size),
+            "parts": x_parts,
         },
         "speedup_verify": ratio(p_us, x_us),
         "speedup_tpot": ratio(p_tpot, x_tpot),
         "speedup_step_interval": ratio(p_step, x_step),
+        # pristine over patched, per part of the decode step (GPU events, host wall time)
+        "speedup_parts": {
+            part: {
+                what: ratio(_part(p_parts, part, f"{what}_ms"), _part(x_parts, part, f"{what}_ms"))
+                for what in ("gpu", "host")
+            }
+            for part in STEP_PARTS
+            if part in p_parts and part in x_parts
+        },
         "aa_noise": aa,
         "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
         "tokens_identical": min(identical) if identical else None,
@@ -583,6 +639,9 @@ class Bench:
             f"n={next_n} {case.name}: verify {fmt(row['pristine']['verify_step_us'])} -> {fmt(row['patched']['verify_step_us'])} us "
             f"({fmt(row['speedup_verify'], 3)}x), TPOT {fmt(row['pristine']['tpot_ms'], 2)} -> {fmt(row['patched']['tpot_ms'], 2)} ms "
             f"({fmt(row['speedup_tpot'], 3)}x), step {fmt(row['pristine']['step_interval_ms'], 2)} -> {fmt(row['patched']['step_interval_ms'], 2)} ms, "
+            f"draft-extend GPU {fmt(_part(row['pristine']['parts'], 'draft_extend', 'gpu_ms'), 2)} -> {fmt(_part(row['patched']['parts'], 'draft_extend', 'gpu_ms'), 2)} ms, "
+            f"host {fmt(_part(row['pristine']['parts'], 'draft_extend', 'host_ms'), 2)} -> {fmt(_part(row['patched']['parts'], 'draft_extend', 'host_ms'), 2)} ms "
+            f"(graph {fmt(_part(row['patched']['parts'], 'draft_extend', 'graph'), 2)}), step GPU {fmt(_part(row['pristine']['parts'], 'step', 'gpu_ms'), 2)} -> {fmt(_part(row['patched']['parts'], 'step', 'gpu_ms'), 2)} ms, "
             f"A/A verify {fmt((row['aa_noise'] or {}).get('verify'), 3)} step {fmt((row['aa_noise'] or {}).get('step_interval'), 3)}, identical {row['tokens_identical']}, "
             f"patched rows {row['patched']['layouts']}"
         )
@@ -634,6 +693,7 @@ class Bench:
                 "divergences": divergences[:16],
                 "draft_loops": {label: run.get("draft_loops") for label, run in runs.items()},
                 "tpot_ms": {label: tpot_ms([run]) for label, run in runs.items()},
+                "step_parts": {label: step_parts([run], None, 0) for label, run in runs.items()},
                 "verify_forwards": {label: len(run.get("verify", [])) for label, run in runs.items()},
             }
             self.save()

@@ -8,7 +8,9 @@ name, the series it ran, versions, command), and nothing else. The markdown says
 ran; then one table row per case: verify forward GPU time pristine -> patched, the ratio and the
 A/A floor beside it, the step interval (the engine's time per output token with dummy weights)
 and streamed TPOT with their ratios, the indexer's share of the verify forward in each tree, and
-the fraction of requests whose output tokens are identical.
+the fraction of requests whose output tokens are identical; for runs that timed the parts of the
+decode step, a second table: the whole step's and draft-extend's GPU time, draft-extend's host time
+and how many of its passes replayed a CUDA graph, pristine -> patched.
 """
 
 from __future__ import annotations
@@ -105,6 +107,25 @@ def markdown(doc: dict) -> str:
             f"{_f(r['pristine']['tpot_ms'], 2)} -> {_f(r['patched']['tpot_ms'], 2)} | {_f(r['speedup_tpot'], 3)} | "
             f"{_share(r, 'pristine')} / {_share(r, 'patched')} | {r['tokens_identical']} |"
         )
+    timed = [r for r in doc["rows"] if r["pristine"].get("parts") and r["patched"].get("parts")]
+    if timed:
+        out += ["", "Decode-step parts (medians per step; graph: share of draft-extend passes that replayed one):", ""]
+        out.append(
+            "| run | next_n | requests | ctx | lengths | step GPU ms | x | A/A | draft-extend GPU ms | x | "
+            "draft-extend host ms | x | draft-extend graph | verify GPU ms |"
+        )
+        out.append("|" + "---|" * 14)
+        for r in timed:
+            p, x = r["pristine"]["parts"], r["patched"]["parts"]
+            ratios = r.get("speedup_parts") or {}
+            out.append(
+                f"| {_run_name(r['run'])} | {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | {r['lengths']} | "
+                f"{_pair(p, x, 'step', 'gpu_ms')} | {_f((ratios.get('step') or {}).get('gpu'), 3)} | "
+                f"{_f((r.get('aa_noise') or {}).get('step_gpu'), 3)} | {_pair(p, x, 'draft_extend', 'gpu_ms')} | "
+                f"{_f((ratios.get('draft_extend') or {}).get('gpu'), 3)} | {_pair(p, x, 'draft_extend', 'host_ms')} | "
+                f"{_f((ratios.get('draft_extend') or {}).get('host'), 3)} | {_pair(p, x, 'draft_extend', 'graph')} | "
+                f"{_pair(p, x, 'verify', 'gpu_ms')} |"
+            )
     seeds = [run for run in doc["runs"] if run.get("seed_case")]
     for run in seeds:
         s = run["seed_case"]
@@ -115,11 +136,26 @@ def markdown(doc: dict) -> str:
             f"{s['new_tokens'][0]}-{s['new_tokens'][1]} new tokens each; tokens identical {s['tokens_identical']}; "
             f"draft loops (seeded / all): pristine {_loops(s, 'pristine')}, patched {_loops(s, 'patched')}."
         )
+        parts = s.get("step_parts") or {}
+        if parts.get("pristine") and parts.get("patched"):
+            out[-1] += (
+                f" Draft-extend host ms (median / max): pristine {_host(parts['pristine'])}, patched "
+                f"{_host(parts['patched'])}; its graph share: {_pair(parts['pristine'], parts['patched'], 'draft_extend', 'graph')}."
+            )
     return "\n".join(out) + "\n"
 
 
 def _run_name(file: str) -> str:
     return file.replace("engine_h200_", "").replace(".json", "")
+
+
+def _pair(pristine: dict, patched: dict, part: str, what: str) -> str:
+    return f"{_f((pristine.get(part) or {}).get(what), 2)} -> {_f((patched.get(part) or {}).get(what), 2)}"
+
+
+def _host(parts: dict) -> str:
+    extend = parts.get("draft_extend") or {}
+    return f"{_f(extend.get('host_ms'), 2)} / {_f(extend.get('host_ms_max'), 2)}"
 
 
 def _loops(seed_case, label):

@@ -8,7 +8,7 @@ per line on stdin, answering each with one JSON line on the file descriptor name
 - ``{"op": "generate", "requests": [...], "probe_window": true}``: every request at once (or after
   its ``delay_s``), streamed, greedy; each answer gives the output ids, the time of every
   streamed chunk with the completion-token count at that point, sglang's meta_info, and the
-  probe's verify-forward records that fall in the window;
+  probe's verify-forward and decode-step-part records that fall in the window;
 - ``{"op": "profile", "tag": T, "steps": K}``: the next K verify forwards run under the profiler;
 - ``{"op": "info"}``: the resolved server arguments that matter here;
 - ``{"op": "shutdown"}``.
@@ -92,7 +92,8 @@ class EngineWorker:
         t_end = time.time()
         answer = {"t_start": t_start, "t_end": t_end, "outputs": outputs}
         if probe_window:
-            answer["verify"] = self._verify_records(t_start, t_end)
+            answer["verify"] = self._probe_records("verify.jsonl", t_start, t_end)
+            answer["steps"] = self._probe_records("steps.jsonl", t_start, t_end)
         answer["draft_loops"] = self._read_json("draft_loops.json")
         return answer
 
@@ -136,12 +137,12 @@ class EngineWorker:
             out["top_logprobs"] = [[[lp, tok] for lp, tok, *_ in pos] for pos in meta.get("output_top_logprobs", [])]
         return out
 
-    def _verify_records(self, t_start: float, t_end: float) -> list[dict]:
-        # The probe writes a record once its forward's end event has completed (<= 50 ms later).
+    def _probe_records(self, name: str, t_start: float, t_end: float) -> list[dict]:
+        # The probe writes a record once its end event has completed (<= 50 ms later).
         deadline = time.time() + 2.0
         while True:
             records = []
-            path = self.probe_dir / "verify.jsonl"
+            path = self.probe_dir / name
             if path.exists():
                 for line in path.read_text().splitlines():
                     if line.strip():

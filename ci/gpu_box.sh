@@ -141,3 +141,30 @@ make_line_trees() {
   [ -z "$mark" ] || grep -q "$mark" "$work/trees/patched/sglang/srt/layers/attention/dsa_backend.py" \
     || { echo "series reported applied but dsa_backend.py has no $mark" >&2; exit 4; }
 }
+
+# series_sglang_tests ROOT [GLOB]: the tests the series put in sglang's tree, which ci/apply_series.py lays
+# out under ROOT/test/registered (the package folders hold no test/ of their own), whose file names
+# match GLOB (default test_*.py), one path a line, relative to ROOT.
+series_sglang_tests() {
+  (cd "$1" && find test/registered -name "${2:-test_*.py}" 2>/dev/null | sort)
+}
+
+# sglang_test_shims DIR: stand-ins, in DIR, for what sglang's test utilities import at module level but
+# the box may lack (sglang.test.test_utils imports sglang.benchmark.datasets, which imports Hugging Face
+# datasets' load_dataset); the DSA tests never load a dataset. Put DIR last on PYTHONPATH.
+sglang_test_shims() {
+  local dir="$1"
+  mkdir -p "$dir"
+  "$PY" -c "import datasets" 2>/dev/null && return 0
+  mkdir -p "$dir/datasets"
+  cat >"$dir/datasets/__init__.py" <<'PYEOF'
+"""Stand-in (ci/gpu_box.sh sglang_test_shims): this box has no Hugging Face datasets. sglang.test.test_utils
+imports sglang.benchmark.datasets, which imports datasets.load_dataset at module level; the DSA
+tests never load a dataset."""
+
+
+def load_dataset(*args, **kwargs):
+    raise RuntimeError("datasets is not installed on this box (stand-in from ci/gpu_box.sh)")
+PYEOF
+  say "no 'datasets' here: a stand-in module that only raises, for sglang.test.test_utils' import"
+}

@@ -3,12 +3,16 @@
 # from the bundle made by ci/gpu_bundle.py. Run from the repository root, carrying .gpu-bundle.
 #
 #   bash ci/run_engine_gpu.sh [--line v0.5.14|v0.5.23] [--out DIR] [--bundle DIR] [--work DIR]
-#                             [--save-jit-cache] [-- ENGINE_AB ARGS]   (e.g. -- --next-n 2,4 --grid full)
+#                             [--save-jit-cache] [--sglang-tests GLOB [--sglang-tests-s SECONDS]]
+#                             [-- ENGINE_AB ARGS]   (e.g. -- --next-n 2,4 --grid full)
 #
 # Builds WORK/trees/{pristine,patched} for the line (ci/gpu_box.sh make_line_trees), then runs
 # bench/engine_ab.py with both trees; writes OUT/engine_h200[_LINE].json and the engines' logs
 # (OUT/engine_logs.tar.gz), and with --save-jit-cache OUT/jit-cache.tar.gz (restored on a later
-# run from BUNDLE/jit-cache.tar.gz).
+# run from BUNDLE/jit-cache.tar.gz). With --sglang-tests GLOB it first runs the series' tests in
+# sglang's tree whose file names match GLOB ('test_*.py': all of them) on the patched tree (pytest,
+# at most --sglang-tests-s seconds, default 240; junit in OUT/sglang_test[_LINE].xml), and then the
+# engines, whatever the tests' outcome.
 #
 # Environment for both engines: SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0 (the dense-MHA
 # prefill shortcut for short KV calls FA3, which the bundle leaves out). On v0.5.23 the run also sets
@@ -21,7 +25,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 box_defaults run_engine_gpu.sh "$@"
 LINE=v0.5.14
 WORK=/tmp/sglpatch-engine
-BOX_OPTIONS="--line=LINE"
+SGLANG_TESTS=
+SGLANG_TESTS_S=240
+BOX_OPTIONS="--line=LINE --sglang-tests=SGLANG_TESTS --sglang-tests-s=SGLANG_TESTS_S"
 box_options "$@"
 set -- "${BOX_REST[@]}"
 box_start "run-engine-gpu-$LINE"
@@ -31,6 +37,17 @@ make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/
 use_bundle_env "$BUNDLE" "$WORK"
 ENV_ARGS=(--env SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0)
 [ "$LINE" = v0.5.14 ] || ENV_ARGS+=(--env SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1)
+
+if [ -n "$SGLANG_TESTS" ]; then
+  mapfile -t TESTS < <(series_sglang_tests "$WORK/trees/patched" "$SGLANG_TESTS")
+  [ "${#TESTS[@]}" -gt 0 ] || { echo "no test of the series in sglang's tree matches '$SGLANG_TESTS'" >&2; exit 2; }
+  sglang_test_shims "$WORK/shims"
+  say "the series' tests in sglang's tree (at most ${SGLANG_TESTS_S} s): ${TESTS[*]}"
+  (cd "$WORK/trees/patched" && PYTHONPATH="$WORK/trees/patched:$PYTHONPATH:$WORK/shims" \
+    timeout --kill-after=10 "$SGLANG_TESTS_S" "$PY" -m pytest -p no:cacheprovider -rA -o junit_family=xunit1 \
+    --junitxml "$OUTDIR/sglang_test$SUFFIX.xml" "${TESTS[@]}")
+  say "sglang-tree tests: exit $?"
+fi
 
 save_engine_logs() {
   tar -czf "$OUTDIR/engine_logs$SUFFIX.tar.gz" -C "$WORK/engine" $(cd "$WORK/engine" && ls -d engine-*.log probe-* 2>/dev/null) 2>/dev/null

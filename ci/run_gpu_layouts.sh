@@ -16,8 +16,8 @@
 #   warm-deepgemm           DeepGEMM's paged-MQA kernels for every row count, compiled in parallel
 #   chunking                with --chunking: bench/paged_mqa_chunking.py (DeepGEMM alone: one paged-MQA
 #                           call over all rows against sglang 0.5.23's chunks), OUT/paged_mqa_chunking_h200.json
-#   sglang-test-<line>      the series' tests in sglang's tree (every test_dsa_sm90_paged_mqa*.py the series
-#                           puts under test/registered), from the patched tree, with pytest
+#   sglang-test-<line>      the series' tests in sglang's tree (every test the series puts under
+#                           test/registered), from the patched tree, with pytest
 #   pristine-<line>         bench/indexer_step.py on the pristine tree, grid "identity" (10 cases) on
 #                           a fixture sized for the hold-out grids, its per-token top-k saved for the
 #                           patched run to compare
@@ -134,19 +134,16 @@ PYEOF
   done
 }
 
-suite_tests() {  # ROOT: the series' tests in sglang's tree under ROOT, one path a line
-  (cd "$1" && find test/registered -name 'test_dsa_sm90_paged_mqa*.py' 2>/dev/null | sort)
-}
 apply_line() {
   local line="$1" root="$WORK/trees/$1"
   cp -a "$root/pristine" "$root/patched" &&
     "$PY" "$REPO/ci/apply_series.py" "$REPO/patches/$line/series" --root "$root/patched" \
       --record "$WORK/applied_$(slug "$line").json" &&
-    [ -n "$(suite_tests "$root/patched")" ]
+    [ -n "$(series_sglang_tests "$root/patched")" ]
 }
 
 export REPO BUNDLE OUTDIR WORK PY REHEARSE T0
-export -f say slug extract_archive unpack_bundle trees_from_bundle trees_from_wheels suite_tests apply_line
+export -f say slug extract_archive unpack_bundle trees_from_bundle trees_from_wheels series_sglang_tests apply_line
 if [ "$REHEARSE" = 1 ]; then
   part unpack 120 trees_from_wheels
   JIT="$WORK/jit"; mkdir -p "$JIT"
@@ -160,20 +157,7 @@ for line in "${LINES[@]}"; do part "apply-$line" 60 apply_line "$line"; done
 # stand-ins for what sglang's test utilities import at module level but the box may lack (the
 # sglang-tree test imports sglang.test.test_utils for CustomTestCase): never used by the tests
 SHIMS="$WORK/shims"
-mkdir -p "$SHIMS"
-if ! "$PY" -c "import datasets" 2>/dev/null; then
-  mkdir -p "$SHIMS/datasets"
-  cat >"$SHIMS/datasets/__init__.py" <<'PYEOF'
-"""Stand-in (ci/run_gpu_layouts.sh): this box has no Hugging Face datasets. sglang.test.test_utils
-imports sglang.benchmark.datasets, which imports datasets.load_dataset at module level; the DSA
-tests never load a dataset."""
-
-
-def load_dataset(*args, **kwargs):
-    raise RuntimeError("datasets is not installed on this box (stand-in from ci/run_gpu_layouts.sh)")
-PYEOF
-  say "no 'datasets' here: a stand-in module that only raises, for sglang.test.test_utils' import"
-fi
+sglang_test_shims "$SHIMS"
 if [ "$REHEARSE" = 1 ] && ! "$PY" -c "import torchvision" 2>/dev/null; then
   cat >"$SHIMS/sitecustomize.py" <<PYEOF
 import sys
@@ -209,7 +193,7 @@ fi
 sglang_test() {  # LINE: the series' test in sglang's tree, from the patched tree (PYTHONPATH -> it)
   local root="$WORK/trees/$1/patched"
   local tests
-  mapfile -t tests < <(suite_tests "$root")
+  mapfile -t tests < <(series_sglang_tests "$root")
   cd "$root" && PYTHONPATH="$root:$PYTHONPATH" "$PY" -m pytest -p no:cacheprovider -rA -o junit_family=xunit1 \
     --junitxml "$OUTDIR/sglang_test_$(slug "$1").xml" "${tests[@]}"
 }

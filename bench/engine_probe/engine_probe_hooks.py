@@ -18,6 +18,15 @@ own import order is untouched):
   (a second engine on the same GPU starts after it, so its memory profile sees this one's pool).
 - ``EagleDraftWorker.draft`` (EAGLE v2): per draft loop, whether the batch carried a
   draft-extend top-k seed (IndexShare), counted into ``DIR/draft_loops.json``.
+- the parts of an EAGLE v2 decode step, each timed like the verify forward (two CUDA events on
+  the current stream) and on the host (wall time of the Python call, which launches the part's
+  work and does not wait for it): the whole step (``EAGLEWorkerV2.forward_batch_generation`` of
+  a decode batch), the draft loop (``EagleDraftWorker.draft``), verify (``EAGLEWorkerV2.verify``:
+  the target forward and acceptance) and draft-extend
+  (``EagleDraftWorker._draft_extend_for_decode``, with whether it replayed the draft-extend CUDA
+  graph, seen at ``EAGLEDraftExtendCudaGraphRunner.execute``), one line each in
+  ``DIR/steps.jsonl``. A step's GPU time runs from its first launch reaching the GPU to its last
+  kernel's end, so GPU idle time while the host launches counts in it.
 """
 
 from __future__ import annotations
@@ -30,6 +39,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+STEPS_FILE = "steps.jsonl"
+VERIFY_FILE = "verify.jsonl"
+# The timed parts of a decode step (see the module docstring), in the order a step runs them.
+STEP_PARTS = ("step", "draft", "verify", "draft_extend")
 
 # Where a draft-extend top-k seed may sit on EagleDraftInput (the v0.5.14 line's backport, and
 # upstream's name from #29787 on), and the flags that say it is valid.
@@ -50,6 +64,7 @@ def install(folder: str) -> None:
             {
                 "sglang.srt.model_executor.model_runner": _hook_model_runner,
                 "sglang.srt.speculative.eagle_worker_v2": _hook_eagle_worker,
+                "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": _hook_draft_extend_runner,
             }
         ),
     )
@@ -92,6 +107,7 @@ class Probe:
         self.profile_left = 0
         self.profile_tag = None
         self.profile_steps = []
+        self.draft_extend_replays = 0
         self._thread = None
 
     # -- verify timing --------------------------------------------------------------------
@@ -104,14 +120,36 @@ class Probe:
         import torch
 
         torch.cuda.set_device(device)
-        with open(self.folder / "verify.jsonl", "a", buffering=1) as out:
-            while True:
-                while self.pending and self.pending[0][-1].query():
-                    record, start, end = self.pending.popleft()
-                    record["gpu_ms"] = start.elapsed_time(end)
-                    out.write(json.dumps(record) + "\n")
-                self._write_json("draft_loops.json", self.draft_loops)
-                time.sleep(0.05)
+        outs = {name: open(self.folder / name, "a", buffering=1) for name in (VERIFY_FILE, STEPS_FILE)}
+        while True:
+            self.flush_finished(outs)
+            self._write_json("draft_loops.json", self.draft_loops)
+            time.sleep(0.05)
+
+    def flush_finished(self, outs) -> None:
+        """Write every pending record whose end event has completed, in launch order, to its file."""
+        while self.pending and self.pending[0][-1].query():
+            name, record, start, end = self.pending.popleft()
+            record["gpu_ms"] = start.elapsed_time(end)
+            outs[name].write(json.dumps(record) + "\n")
+
+    def timed_part(self, part: str, batch_size: int, call):
+        """``call()`` between two CUDA events, its host time beside them; one line of steps.jsonl."""
+        import torch
+
+        self.start_flusher(torch.cuda.current_device())
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        replays = self.draft_extend_replays
+        wall, t0 = time.time(), time.perf_counter()
+        start.record()
+        result = call()
+        end.record()
+        record = {"t": wall, "part": part, "batch_size": batch_size, "host_ms": (time.perf_counter() - t0) * 1000.0}
+        if part == "draft_extend":
+            record["graph"] = self.draft_extend_replays > replays
+        self.pending.append((STEPS_FILE, record, start, end))
+        return result
 
     def _write_json(self, name: str, value) -> None:
         tmp = self.folder / f".{name}.tmp"
@@ -189,7 +227,7 @@ def _hook_model_runner(module) -> None:
             torch.cuda.synchronize()
             prof.__exit__(None, None, None)
             _probe.record_profile_step(prof, start.elapsed_time(end), record["batch_size"])
-        _probe.pending.append((record, start, end))
+        _probe.pending.append((VERIFY_FILE, record, start, end))
         return output
 
     runner_class.forward = timed_forward
@@ -219,10 +257,39 @@ def _seed_present(spec_info) -> bool:
     return False
 
 
+def _batch_size(batch) -> int:
+    seq_lens = getattr(batch, "seq_lens", None)
+    return int(seq_lens.shape[0]) if seq_lens is not None else 0
+
+
+def _is_decode_step(batch) -> bool:
+    return not (batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
+
+
+def _time_method(owner, name: str, part: str, when=None) -> None:
+    """Wrap ``owner.name(self, batch, ...)`` in ``Probe.timed_part`` (only where ``when(batch)``)."""
+    method = getattr(owner, name, None)
+    if method is None:
+        return
+
+    def timed(self, batch, *args, **kwargs):
+        if when is not None and not when(batch):
+            return method(self, batch, *args, **kwargs)
+        return _probe.timed_part(part, _batch_size(batch), lambda: method(self, batch, *args, **kwargs))
+
+    setattr(owner, name, timed)
+
+
 def _hook_eagle_worker(module) -> None:
     worker_class = getattr(module, "EagleDraftWorker", None)
     if worker_class is None or not hasattr(worker_class, "draft"):
         return
+    _time_method(worker_class, "draft", "draft")
+    _time_method(worker_class, "_draft_extend_for_decode", "draft_extend")
+    spec_worker = getattr(module, "EAGLEWorkerV2", None)
+    if spec_worker is not None:
+        _time_method(spec_worker, "verify", "verify")
+        _time_method(spec_worker, "forward_batch_generation", "step", when=_is_decode_step)
     draft = worker_class.draft
 
     def counted_draft(self, batch, *args, **kwargs):
@@ -233,3 +300,16 @@ def _hook_eagle_worker(module) -> None:
         return draft(self, batch, *args, **kwargs)
 
     worker_class.draft = counted_draft
+
+
+def _hook_draft_extend_runner(module) -> None:
+    runner_class = getattr(module, "EAGLEDraftExtendCudaGraphRunner", None)
+    if runner_class is None:
+        return
+    execute = runner_class.execute
+
+    def counted_execute(self, *args, **kwargs):
+        _probe.draft_extend_replays += 1
+        return execute(self, *args, **kwargs)
+
+    runner_class.execute = counted_execute

@@ -4,7 +4,9 @@ It replaces exactly what a CPU cannot run, ``sglang.Engine`` on a GPU, so the te
 bench/engine_ab.py end to end: the worker protocol, the start gate, ABBA order, the prompt pool,
 profile requests, rows and the JSON. What it answers is synthetic and says so (``"stand_in"``):
 output ids derived from the prompt (the "patched" tree diverges where its tree folder's name
-asks for it), one verify record per output token with a GPU time that depends on the tree.
+asks for it), one verify record per output token with a GPU time that depends on the tree, and
+per output token the decode step's parts (the patched tree's draft-extend replays a graph and
+takes a quarter of pristine's eager GPU and host time).
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ class StandInEngine:
         ctx = max(r["prompt"][1] for r in requests)
         gpu_ms = bs * ctx * (0.5e-6 if self.patched else 1e-6)
         steps = max(r["max_new_tokens"] for r in requests)
+        parts = []
+        for k in range(steps):
+            extend = {"gpu_ms": 4.0, "host_ms": 6.0} if not self.patched else {"gpu_ms": 1.0, "host_ms": 1.5}
+            timings = {
+                "draft": (3.0, 3.0),
+                "verify": (gpu_ms, 1.0),
+                "draft_extend": (extend["gpu_ms"], extend["host_ms"]),
+            }
+            timings["step"] = tuple(sum(v[i] for v in timings.values()) for i in (0, 1))
+            for part, (part_gpu, part_host) in timings.items():
+                record = {
+                    "t": t_start + 1e-4 * k,
+                    "part": part,
+                    "batch_size": bs,
+                    "gpu_ms": part_gpu,
+                    "host_ms": part_host,
+                }
+                if part == "draft_extend":
+                    record["graph"] = self.patched
+                parts.append(record)
         for k in range(steps):
             verify.append(
                 {
@@ -92,6 +114,7 @@ class StandInEngine:
         answer = {"t_start": t_start, "t_end": time.time() + 1, "outputs": outputs, "stand_in": True}
         if probe_window:
             answer["verify"] = verify
+            answer["steps"] = parts
         answer["draft_loops"] = {"loops": steps, "seeded": steps - 1 if self.patched else 0, "index_share": True}
         return answer
 

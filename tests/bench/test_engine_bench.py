@@ -6,11 +6,13 @@
   the real command loop, a synthetic engine), and its rows say what the runs say;
 - the pieces a row is made of, on hand-made runs;
 - prompts are prefixes of the pool's (what lets the radix cache serve every case);
-- the probe's post-import hook wraps a module sglang-style, and finds a seed under either name.
+- the probe's post-import hook wraps a module sglang-style, and finds a seed under either name;
+- the probe times each part of a decode step (stand-in CUDA events on CPU) and rows report them.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -128,6 +130,35 @@ def test_step_interval_is_the_gap_between_verify_starts():
     assert engine_ab.step_interval_ms(runs, 4, skip=1) == pytest.approx(8.0)
 
 
+def _part_record(part, t, bs=4, gpu=1.0, host=2.0, graph=None):
+    record = {"t": t, "part": part, "batch_size": bs, "gpu_ms": gpu, "host_ms": host}
+    if graph is not None:
+        record["graph"] = graph
+    return record
+
+
+def test_step_parts_are_medians_per_part_without_warmup_or_other_batch_sizes():
+    run = {
+        "steps": [_part_record("draft_extend", 0, gpu=50.0, host=90.0, graph=False)]  # warm-up, left out
+        + [_part_record("draft_extend", i, gpu=2.0 + i, host=5.0 + i, graph=i % 2 == 0) for i in (1, 2, 3, 4)]
+        + [_part_record("step", i, gpu=10.0, host=11.0) for i in range(3)]
+        + [_part_record("draft_extend", 9, bs=3, gpu=99.0, host=99.0, graph=True)]
+    }
+    parts = engine_ab.step_parts([run], 4, skip=1)
+    assert set(parts) == {"draft_extend", "step"}
+    assert parts["draft_extend"] == {
+        "gpu_ms": pytest.approx(4.5),
+        "host_ms": pytest.approx(7.5),
+        "host_ms_max": pytest.approx(9.0),
+        "samples": 4,
+        "graph": 0.5,
+    }
+    assert parts["step"]["samples"] == 2 and "graph" not in parts["step"]
+    # every batch size (the IndexShare case): the bs=3 record counts, nothing is skipped
+    assert engine_ab.step_parts([run], None, skip=0)["draft_extend"]["samples"] == 6
+    assert engine_ab.step_parts([{"verify": []}], 4, skip=0) == {}
+
+
 def test_pool_holds_only_the_prompts_the_grid_asks_for():
     pool = engine_ab.pool_for([(8, 65536, "uniform")])
     assert [r["prompt"] for r in pool] == [[i, 65536] for i in range(8)]
@@ -226,6 +257,13 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
         assert row["speedup_verify"] == pytest.approx(2.0)  # the stand-in's patched tree is twice as fast
         assert row["tokens_identical"] == 1.0
         assert row["aa_noise"]["verify"] == pytest.approx(1.0)
+    for row in rows:  # the stand-in's patched draft-extend replays a graph at a quarter of eager's times
+        assert row["patched"]["parts"]["draft_extend"]["graph"] == 1.0
+        assert row["pristine"]["parts"]["draft_extend"]["graph"] == 0.0
+        assert row["speedup_parts"]["draft_extend"] == {"gpu": pytest.approx(4.0), "host": pytest.approx(4.0)}
+        assert set(row["speedup_parts"]) == set(engine_ab.STEP_PARTS)
+        assert row["aa_noise"]["step_gpu"] == pytest.approx(1.0)
+    assert doc["seed_case"]["step_parts"]["patched"]["draft_extend"]["host_ms"] == pytest.approx(1.5)
     profiled = [r for r in rows if r["batch_size"] * r["ctx"] >= 32 * 16384]
     assert profiled and all(r["indexer_share"]["patched"]["share"] == pytest.approx(0.5) for r in profiled)
     assert all(r["indexer_share"]["patched"] is None for r in rows if r not in profiled)
@@ -336,9 +374,14 @@ def test_report_keeps_every_row_and_names_the_run(tmp_path):
     combined = engine_report.combined(engine_report.load_runs([run_file, run_file]))
     assert len(combined["rows"]) == 2 * len(doc["rows"]) and {r["run"] for r in combined["rows"]} == {"engine.json"}
     text = engine_report.markdown(combined)
-    table = [line for line in text.splitlines() if line.startswith("| engine |")]
+    table = [line for line in text.splitlines() if line.startswith("| engine | v0.5.14 |")]
     assert len(table) == len(combined["rows"])
     assert "2.000" in table[0] and "IndexShare case" in text
+    # the decode step's parts: the stand-in's draft-extend runs at a quarter of pristine's times, as a graph
+    parts = [line for line in text.splitlines() if line.startswith("| engine |") and line not in table]
+    assert len(parts) == len(combined["rows"])
+    assert all("| 4.00 -> 1.00 | 4.000 |" in line and "| 0.00 -> 1.00 |" in line for line in parts)
+    assert "Draft-extend host ms (median / max): pristine 6.00 / 6.00, patched 1.50 / 1.50" in text
 
 
 def test_report_labels_rows_of_a_run_past_the_version_gate_and_keeps_notes_short(tmp_path):
@@ -359,3 +402,145 @@ def test_report_labels_rows_of_a_run_past_the_version_gate_and_keeps_notes_short
     text = engine_report.markdown(combined)
     assert "sglang-kernel version gate skipped" in text
     assert "last log lines: [2 more lines in the run's JSON]" in text and "Thread 2" not in text
+
+
+class _FakeEvent:
+    """A CUDA event on CPU: its time is the host clock when recorded, and it is always complete."""
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self):
+        self.at = len(_FakeEvent.clock)
+        _FakeEvent.clock.append(self.at)
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        return float(end.at - self.at)
+
+
+def _fake_sglang_worker_module():
+    """The shape of sglang's eagle_worker_v2 (the methods the probe wraps) and of the draft-extend runner."""
+    calls = []
+    runner_module = types.SimpleNamespace()
+
+    class EAGLEDraftExtendCudaGraphRunner:
+        def execute(self, forward_batch):
+            calls.append("replay")
+            return "replayed"
+
+    runner_module.EAGLEDraftExtendCudaGraphRunner = EAGLEDraftExtendCudaGraphRunner
+
+    class EagleDraftWorker:
+        def draft(self, batch):
+            calls.append("draft")
+
+        def _draft_extend_for_decode(self, batch, result):
+            calls.append("draft_extend")
+            if batch.graph:
+                EAGLEDraftExtendCudaGraphRunner().execute(batch)
+
+    class EAGLEWorkerV2:
+        def __init__(self):
+            self.draft_worker = EagleDraftWorker()
+
+        def verify(self, batch):
+            calls.append("verify")
+
+        def forward_batch_generation(self, batch, on_publish=None):
+            if not batch.forward_mode.is_extend():
+                self.draft_worker.draft(batch)
+                self.verify(batch)
+            self.draft_worker._draft_extend_for_decode(batch, None)
+            return on_publish
+
+    worker_module = types.SimpleNamespace(EagleDraftWorker=EagleDraftWorker, EAGLEWorkerV2=EAGLEWorkerV2)
+    return worker_module, runner_module, calls
+
+
+def _batch(bs, extend=False, graph=False):
+    return types.SimpleNamespace(
+        seq_lens=types.SimpleNamespace(shape=(bs,)),
+        forward_mode=types.SimpleNamespace(is_extend=lambda: extend),
+        is_extend_in_batch=extend,
+        spec_info=types.SimpleNamespace(),
+        graph=graph,
+    )
+
+
+def test_probe_times_each_part_of_a_decode_step(tmp_path, monkeypatch):
+    import torch
+
+    _FakeEvent.clock = []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    probe = engine_probe_hooks.Probe(tmp_path)
+    monkeypatch.setattr(probe, "start_flusher", lambda device: None)
+    monkeypatch.setattr(engine_probe_hooks, "_probe", probe)
+    worker_module, runner_module, calls = _fake_sglang_worker_module()
+    engine_probe_hooks._hook_eagle_worker(worker_module)
+    engine_probe_hooks._hook_draft_extend_runner(runner_module)
+
+    worker = worker_module.EAGLEWorkerV2()
+    assert worker.forward_batch_generation(_batch(4, graph=True), on_publish="kept") == "kept"
+    worker.forward_batch_generation(_batch(3))
+    worker.forward_batch_generation(_batch(2, extend=True))  # a prefill: no step record, no draft-extend one
+    assert calls == ["draft", "verify", "draft_extend", "replay", "draft", "verify", "draft_extend", "draft_extend"]
+
+    outs = {name: io.StringIO() for name in (engine_probe_hooks.VERIFY_FILE, engine_probe_hooks.STEPS_FILE)}
+    probe.flush_finished(outs)
+    records = [json.loads(line) for line in outs[engine_probe_hooks.STEPS_FILE].getvalue().splitlines()]
+    assert [(r["part"], r["batch_size"]) for r in records] == [
+        ("draft", 4),
+        ("verify", 4),
+        ("draft_extend", 4),
+        ("step", 4),
+        ("draft", 3),
+        ("verify", 3),
+        ("draft_extend", 3),
+        ("step", 3),
+        ("draft_extend", 2),
+    ]
+    assert [r["graph"] for r in records if r["part"] == "draft_extend"] == [True, False, False]
+    # GPU time between the part's own events; a step's spans its parts' events
+    step = records[3]
+    assert step["gpu_ms"] == 7.0 and records[0]["gpu_ms"] == 1.0
+    assert all(r["host_ms"] >= 0 for r in records)
+    assert outs[engine_probe_hooks.VERIFY_FILE].getvalue() == ""
+    assert probe.draft_loops["loops"] == 2
+
+
+_HOOK_TARGETS = """
+import sys
+sys.path[:0] = [sys.argv[1] + "/tests/patched", sys.argv[1] + "/bench/engine_probe"]
+import cpu_sglang
+cpu_sglang.install()
+import engine_probe_hooks
+engine_probe_hooks._probe = engine_probe_hooks.Probe(__import__("pathlib").Path(sys.argv[2]))
+from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as runner_mod, eagle_worker_v2 as worker_mod
+before = {
+    (cls.__name__, name): getattr(cls, name)
+    for cls, name in [
+        (worker_mod.EagleDraftWorker, "draft"),
+        (worker_mod.EagleDraftWorker, "_draft_extend_for_decode"),
+        (worker_mod.EAGLEWorkerV2, "verify"),
+        (worker_mod.EAGLEWorkerV2, "forward_batch_generation"),
+        (runner_mod.EAGLEDraftExtendCudaGraphRunner, "execute"),
+    ]
+}
+engine_probe_hooks._hook_eagle_worker(worker_mod)
+engine_probe_hooks._hook_draft_extend_runner(runner_mod)
+classes = {c.__name__: c for c in (worker_mod.EagleDraftWorker, worker_mod.EAGLEWorkerV2, runner_mod.EAGLEDraftExtendCudaGraphRunner)}
+print(sorted(f"{c}.{n}" for (c, n), f in before.items() if getattr(classes[c], n) is f))
+"""
+
+
+def test_probe_wraps_the_methods_sglang_has(tmp_path):
+    """The step parts are timed on sglang 0.5.14's own classes (a renamed method would go untimed, silently)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _HOOK_TARGETS, str(REPO), str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"  # every one of them wrapped

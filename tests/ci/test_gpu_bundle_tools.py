@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -327,3 +328,80 @@ def test_make_dsa_kit_takes_the_line():
     assert "--patches 'patches/v0.5.23/series'" in runs[1] and "--patches none" in runs[0]
     default = subprocess.run(["make", "-n", "dsa-kit"], cwd=CI.parent, capture_output=True, text=True).stdout
     assert "--patches 'patches/v0.5.14/series'" in default and "--line 'v0.5.14'" in default, default
+
+
+def _box(tmp_path: Path, commands: str) -> subprocess.CompletedProcess:
+    script = (
+        f'REPO={CI.parent}; . ci/gpu_box.sh; PY={sys.executable}; OUTDIR={tmp_path / "out"}; box_start t; {commands}'
+    )
+    return subprocess.run(["bash", "-c", script], cwd=CI.parent, capture_output=True, text=True)
+
+
+def test_the_series_tests_in_sglangs_tree_are_found_and_can_import_test_utils(tmp_path):
+    root = tmp_path / "patched"
+    for name in ("attention/unittests/dsa/test_b.py", "attention/unittests/dsa/test_a.py", "kits/helper.py"):
+        (root / "test" / "registered" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "test" / "registered" / name).write_text("")
+    (root / "sglang").mkdir()
+    run = _box(
+        tmp_path,
+        f"series_sglang_tests {root}; echo ---; series_sglang_tests {root} 'test_b*'; "
+        f"sglang_test_shims {tmp_path / 'shims'}",
+    )
+    assert run.returncode == 0, run.stderr
+    every, matching = run.stdout.split("---\n")
+    assert [line for line in every.splitlines() if line.startswith("test/")] == [
+        "test/registered/attention/unittests/dsa/test_a.py",
+        "test/registered/attention/unittests/dsa/test_b.py",
+    ]
+    assert [line for line in matching.splitlines() if line.startswith("test/")] == [
+        "test/registered/attention/unittests/dsa/test_b.py"
+    ]
+    # sglang.test.test_utils imports datasets.load_dataset: importable here, whether or not it is installed
+    probe = subprocess.run(
+        [sys.executable, "-c", "from datasets import load_dataset"],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "shims")},
+        capture_output=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+
+
+def test_engine_runner_takes_the_sglang_tests_options(tmp_path):
+    script = CI / "run_engine_gpu.sh"
+    args = ["--bundle", str(tmp_path / "no-bundle"), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")]
+    # past the options, the missing bundle stops it (exit 3)
+    run = subprocess.run(
+        ["bash", str(script), *args, "--sglang-tests", "test_*.py", "--sglang-tests-s", "30"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 3 and "missing" in run.stderr, run.stderr
+    run = subprocess.run(["bash", str(script), *args, "--sglang-testz"], capture_output=True, text=True)
+    assert run.returncode == 2 and "unknown argument: --sglang-testz" in run.stderr
+
+
+def test_the_series_test_in_sglangs_tree_runs_against_the_patched_tree(tmp_path):
+    """What ci/run_engine_gpu.sh --sglang-tests does, on a CPU: a bundle holding a one-file sglang, a
+    series that changes it and adds a test to sglang's tree; the test runs against the patched package."""
+    bundle, work = tmp_path / "bundle", tmp_path / "w"
+    _xz(bundle / "deps.tar.xz", {"site/shared_dep.py": ""})
+    _xz(bundle / "sgl-kernel.tar.xz", {"pkgs/sgl_kernel/__init__.py": ""})
+    _xz(bundle / "sglang.tar.xz", {"pkgs/sglang/__init__.py": "PATCHED = False\n"})
+    test = "test/registered/attention/unittests/dsa/test_series_probe.py"
+    lines = ["import sglang", "", "", "def test_runs_against_the_patched_tree():", "    assert sglang.PATCHED"]
+    (tmp_path / "0001-probe.patch").write_text(
+        "diff --git a/python/sglang/__init__.py b/python/sglang/__init__.py\n"
+        "--- a/python/sglang/__init__.py\n+++ b/python/sglang/__init__.py\n"
+        "@@ -1 +1 @@\n-PATCHED = False\n+PATCHED = True\n"
+        f"diff --git a/{test} b/{test}\nnew file mode 100644\n--- /dev/null\n+++ b/{test}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines)
+    )
+    (tmp_path / "series").write_text("0001-probe.patch\n")
+    run = _box(
+        tmp_path,
+        f"make_line_trees {bundle} {work} v0.5.14 {tmp_path / 'series'} {tmp_path / 'record.json'} && "
+        f"mapfile -t T < <(series_sglang_tests {work}/trees/patched 'test_series*') && "
+        f'cd {work}/trees/patched && PYTHONPATH=. {sys.executable} -m pytest -q -p no:cacheprovider "${{T[@]}}"',
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout

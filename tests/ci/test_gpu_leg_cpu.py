@@ -93,10 +93,11 @@ def test_leg_without_a_gpu_writes_its_reports_and_fails(tmp_path):
     summary = ci_summary.load_leg_summary(stem.with_suffix(".json"))
     assert summary["leg"] == "h100" and summary["environment"]["gpu"] is None
     assert summary["sglang"]["kind"] == "package"
-    # upstream's test_dsa.py and the series' own test in sglang's tree: a package install has neither
+    # upstream's test_dsa.py and the series' own tests in sglang's tree: a package install has none
     assert [(p["name"], p["status"]) for p in summary["parts"]] == [
         ("upstream-test-dsa", "absent"),
         ("series-test_dsa_sm90_paged_mqa", "absent"),
+        ("series-test_dsa_draft_extend_cuda_graph", "absent"),
         ("dsa-kit", "ran"),
         ("project-gpu", "ran"),
     ]
@@ -134,6 +135,7 @@ def test_leg_whose_series_does_not_apply_still_writes_a_failing_summary(tmp_path
     assert [(p["name"], p["status"]) for p in summary["parts"]] == [
         ("upstream-test-dsa", "absent"),
         ("series-test_dsa_sm90_paged_mqa", "absent"),
+        ("series-test_dsa_draft_extend_cuda_graph", "absent"),
         ("dsa-kit", "error"),
         ("project-gpu", "error"),
     ]
@@ -156,7 +158,10 @@ def test_the_series_test_in_sglangs_tree_is_a_required_part_of_a_checkout_leg(tm
     from sglpatch.gpu_leg import plan_parts, series_sglang_tests
 
     tests = series_sglang_tests(REPO / "patches" / "v0.5.14")
-    assert tests == ["test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py"]
+    assert tests == [
+        "test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py",
+        "test/registered/attention/unittests/dsa/test_dsa_draft_extend_cuda_graph.py",
+    ]
     # v0.5.23's series puts a GPU and a CPU test there: the leg runs every test the series adds to sglang's tree
     assert sorted(series_sglang_tests(REPO / "patches" / "v0.5.23")) == [
         "test/registered/kernels/ops/attention/test_dsa_sm90_paged_mqa.py",

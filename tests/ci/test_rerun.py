@@ -24,6 +24,7 @@ TEST_DSA = "test/registered/attention/unittests/dsa/test_dsa.py"
 EAGLE_BETA = "test/registered/spec/eagle/test_eagle_infer_beta.py"
 DSA_MTP = "test/registered/8-gpu-models/test_dsa_models_mtp.py"
 SM90_PAGED_MQA = "test/registered/attention/unittests/dsa/test_dsa_sm90_paged_mqa.py"
+DRAFT_EXTEND_GRAPH = "test/registered/attention/unittests/dsa/test_dsa_draft_extend_cuda_graph.py"
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +54,12 @@ def test_every_touched_file_of_the_series_maps_to_an_upstream_test(series, rerun
 
 def test_groups_keep_series_order(series):
     groups = group_patches(series.patches)
-    assert [g for g, _ in groups] == ["sm90-dg-native", "mtp-indexshare-seed"]
-    assert [[p.name[:4] for p in ps] for _, ps in groups] == [["0001", "0002"], ["0003", "0004"]]
+    assert [g for g, _ in groups] == ["sm90-dg-native", "mtp-indexshare-seed", "dsa-draft-extend-graph"]
+    assert [[p.name[:4] for p in ps] for _, ps in groups] == [["0001", "0002"], ["0003", "0004"], ["0005", "0006"]]
 
 
 def test_comment_lines_per_group(series, rerun_map):
-    (_, dsa), (_, seed) = group_patches(series.patches)
+    (_, dsa), (_, seed), (_, draft_extend) = group_patches(series.patches)
     assert rerun_comment_lines(dsa, rerun_map=rerun_map) == [
         "/tag-run-ci-label",
         f"/rerun-test {TEST_DSA}",
@@ -70,6 +71,15 @@ def test_comment_lines_per_group(series, rerun_map):
         "/tag-run-ci-label",
         f"/rerun-test {EAGLE_BETA}",
         f"/rerun-test {TEST_DSA}",
+        f"/rerun-test {DSA_MTP}",
+    ]
+    # the draft-extend graph group runs the test it adds to sglang's tree too
+    assert rerun_comment_lines(draft_extend, rerun_map=rerun_map) == [
+        "/tag-run-ci-label",
+        f"/rerun-test {TEST_DSA}",
+        f"/rerun-test {SM90_PAGED_MQA}",
+        f"/rerun-test {EAGLE_BETA}",
+        f"/rerun-test {DRAFT_EXTEND_GRAPH}",
         f"/rerun-test {DSA_MTP}",
     ]
 
@@ -118,10 +128,11 @@ def test_rerun_command_prints_every_group(capsys):
     out = capsys.readouterr().out.splitlines()
     headers = [line for line in out if line.startswith("== ")]
     assert headers == [
-        "== PR 1/2: sm90-dg-native (patches 0001, 0002; extends #27166)",
-        "== PR 2/2: mtp-indexshare-seed (patches 0003, 0004; upstream #29787)",
+        "== PR 1/3: sm90-dg-native (patches 0001, 0002; extends #27166)",
+        "== PR 2/3: mtp-indexshare-seed (patches 0003, 0004; upstream #29787)",
+        "== PR 3/3: dsa-draft-extend-graph (patches 0005, 0006; upstream #29413, #29787)",
     ]
-    assert out.count("/tag-run-ci-label") == 2  # one per group
+    assert out.count("/tag-run-ci-label") == 3  # one per group
     assert "local: make ci-gpu SGLANG=/src/sglang" in out
 
 
@@ -133,7 +144,7 @@ def test_rerun_command_reports_unmapped_paths(tmp_path, capsys):
     assert main(["rerun", "--line", "v0.5.14", "--map", str(reduced)]) == 2
     captured = capsys.readouterr()
     assert "unmapped: python/sglang/srt/managers/overlap_utils.py" in captured.err
-    assert "== PR 1/2: sm90-dg-native" in captured.out  # the mapped group is still printed
+    assert "== PR 1/3: sm90-dg-native" in captured.out  # the mapped group is still printed
 
 
 def test_map_rejects_a_rule_naming_an_unknown_test(tmp_path):

@@ -121,10 +121,16 @@ class StandInDecoder(torch.nn.Module):
             topk = prev
         else:
             self.indexer_calls += 1
-            tokens = torch.arange(hidden_states.shape[0], dtype=torch.int32)
-            topk = (1000 * self.indexer_calls + tokens).unsqueeze(1)
-            topk = topk.repeat(1, INDEX_TOPK)
-        return hidden_states, residual, topk
+            topk = self.run_indexer(hidden_states, forward_batch)
+        return self.mix_topk(hidden_states, topk), residual, topk
+
+    def run_indexer(self, hidden_states, forward_batch):
+        tokens = torch.arange(hidden_states.shape[0], dtype=torch.int32)
+        return (1000 * self.indexer_calls + tokens).unsqueeze(1).repeat(1, INDEX_TOPK)
+
+    def mix_topk(self, hidden_states, topk):
+        """The layer's output (this stand-in's: its input unchanged)."""
+        return hidden_states
 
 
 def nextn_model(decoder: StandInDecoder):
