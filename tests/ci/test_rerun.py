@@ -73,11 +73,10 @@ def test_comment_lines_per_group(series, rerun_map):
         f"/rerun-test {TEST_DSA}",
         f"/rerun-test {DSA_MTP}",
     ]
-    # the draft-extend graph group runs the test it adds to sglang's tree too
+    # the draft-extend graph group runs the test it adds to sglang's tree too (not another group's)
     assert rerun_comment_lines(draft_extend, rerun_map=rerun_map) == [
         "/tag-run-ci-label",
         f"/rerun-test {TEST_DSA}",
-        f"/rerun-test {SM90_PAGED_MQA}",
         f"/rerun-test {EAGLE_BETA}",
         f"/rerun-test {DRAFT_EXTEND_GRAPH}",
         f"/rerun-test {DSA_MTP}",
