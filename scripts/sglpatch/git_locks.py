@@ -5,9 +5,11 @@ writes the new content there and renames it over the file. A git killed in betwe
 leaves the lock, and every later git that needs the file refuses ("Unable to create
 ….lock: File exists"). `recover` removes a lock only when it was left by the
 interrupted sglpatch run: the run named in the state file (written before each git
-call) is dead, the lock is younger than that file, and no live process holds it,
-neither with the file open nor as a git process working in the repository. A lock
-of a git that is still running is never removed.
+call) is dead (a zombie its parent has not collected yet counts as dead: an OOM kill
+or a supervisor's kill leaves one until the parent waits for it), the lock is
+younger than that file, and no live process holds it, neither with the file open
+nor as a git process working in the repository. A lock of a git that is still
+running is never removed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point
-from sglpatch.run_mark import RunMark
+from sglpatch.run_mark import RunMark, dead_but_listed
 
 _PROC = Path("/proc")
 
@@ -108,7 +110,7 @@ def _live_users(repo: list[Path], locks: list[Path]) -> tuple[tuple[str, ...], d
     users: list[str] = []
     holding: dict[Path, tuple[str, ...]] = {}
     for entry in os.scandir(_PROC):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid() or dead_but_listed(int(entry.name)):
             continue
         proc = Path(entry.path)
         try:

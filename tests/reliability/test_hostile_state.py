@@ -85,6 +85,24 @@ def test_a_revert_killed_inside_git_checkout_is_finished_by_recover(labs):
     assert_state(lab, tree, PRISTINE)
 
 
+def test_a_revert_killed_at_gits_index_lock_is_finished_before_the_dead_run_is_reaped(labs):
+    """Issue 36, item 1: the process group of a revert killed while its `git checkout` holds .git/index.lock,
+    and recover run before the dead run is reaped (its parent, a supervisor or a container's first process,
+    has not collected it): /proc still lists its pid and start time. Before: "index.lock was not left by the
+    interrupted sglpatch run", for as long as the zombie stayed."""
+    lab = labs["checkout"]
+    point = point_of(lab.git_trace(REVERT), "git checkout", "(smudge)")
+    tree = lab.fresh(REVERT.start)
+    with lab.cut_in_git(REVERT, tree, point) as killed:
+        assert killed.signal == signal.SIGKILL, killed.describe()
+        assert (tree.target / ".git" / "index.lock").exists()
+        assert json.loads((tree.target / ".git" / "sglpatch-state.json").read_text())["state"] == "reverting"
+        result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 0, result.stderr
+    assert "as it was" in last_line(result), result.stdout
+    assert_state(lab, tree, PRISTINE)
+
+
 def test_an_apply_killed_inside_git_checkout_is_rolled_back(labs):
     lab = labs["checkout"]
     tree = kill_inside_git(lab, APPLY, "git checkout", "(smudge)")
