@@ -36,6 +36,9 @@ _REDIRECTING_VARS = (
     "GIT_NAMESPACE",
 )
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+# Every git we start leaves the user's repository to the user: a `git fetch` (or commit) would otherwise start
+# `git gc --auto` when it is due, which packs refs before it goes to the background and repacks after.
+_NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 
 
 class GitFailed(FatalError):
@@ -108,7 +111,7 @@ class Git:
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *args],
+                ["git", *_NO_AUTO_GC, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,

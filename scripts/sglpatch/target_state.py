@@ -197,10 +197,8 @@ def _read_checkout(target: Target) -> TargetState:
         found = classify(locks, state_path(target), record.run, repo)
         operation = APPLY if record.state == WriteState.APPLYING else REVERT
         return Interrupted(target=target, leftovers=leftovers, operation=operation, record=record, locks=found)
-    if locks:
-        return Foreign(
-            target=target, leftovers=leftovers, seen=_foreign_lock(target, classify(locks, None, None, repo))
-        )
+    if in_the_way := classify(locks, None, None, repo):
+        return Foreign(target=target, leftovers=leftovers, seen=_foreign_lock(target, in_the_way))
     for name, operation in _OTHER_OPERATIONS:
         if (git_dir / name).exists():
             return Foreign(

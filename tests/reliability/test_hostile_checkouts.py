@@ -1,0 +1,126 @@
+"""Checkouts as users keep them (issue 36): git's own background work, odd paths, eol settings, pending work,
+modes and owners, sparse checkouts, and `status` against what `apply` does.
+
+Each test runs the real CLI in a subprocess on real v0.5.14 trees (the fault harness's labs) and checks the
+promise: exit 0 and the state the tool names, byte for byte, or one line on stderr, exit 2, no traceback, and
+the tree exactly as it was.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from sglpatch.git import Git
+from testing.fault_harness import OPERATIONS, PRISTINE, Lab, diff_states, run_state
+
+APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
+
+
+@pytest.fixture(scope="module")
+def labs(tmp_path_factory, base_repo, series_dir):
+    return {
+        kind: Lab(kind, tmp_path_factory.mktemp(f"checkouts-{kind}"), base_repo, series_dir)
+        for kind in ("checkout", "package")
+    }
+
+
+def wait_for(condition, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        time.sleep(0.05)
+
+
+# -- item 2: git's own background work --------------------------------------------------------------------
+
+# Put in front of git's own commands (GIT_EXEC_PATH): `git repack` waits until $RELEASE exists, so the
+# `git gc --auto` that ran it stays in the background, holding gc.log.lock and gc.pid, as long as a test needs.
+_PAUSE_REPACK = """#!/bin/sh
+if [ "$1" = repack ]; then
+    : > "$PAUSED"
+    while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+fi
+exec "{git}" "$@"
+"""
+
+
+def gc_due(checkout: Path) -> None:
+    """Make `git gc --auto` due, as in a clone that has fetched a few times: two packs, a limit of one."""
+    git = Git(checkout)
+    git.run("tag", "user-work", git.run_with_input(["commit-tree", "HEAD^{tree}", "-p", "HEAD"], b"the user's\n"))
+    git.run("repack", "-q")
+    git.run("config", "gc.autoPackLimit", "1")
+    assert len(list((checkout / ".git" / "objects" / "pack").glob("*.pack"))) == 2
+
+
+USER_COMMIT = ("commit", "-q", "--allow-empty", "-m", "another")
+
+
+@contextmanager
+def background_gc(lab: Lab, checkout: Path, folder: Path, start: tuple[str, ...] = USER_COMMIT):
+    """A real `git gc --auto` (due: `gc_due`), which the git command `start` starts as git does, kept in the
+    background (in its repack) until the block ends; then waited for."""
+    folder.mkdir()
+    (folder / "git").write_text(_PAUSE_REPACK.format(git=shutil.which("git")))
+    (folder / "git").chmod(0o755)
+    paused, release = folder / "paused", folder / "release"
+    env = {**lab.env(), "GIT_EXEC_PATH": str(folder), "PAUSED": str(paused), "RELEASE": str(release)}
+    try:
+        subprocess.run(["git", *start], cwd=checkout, env=env, check=True)
+        wait_for(paused.exists, "the background gc to reach its repack")
+        assert (checkout / ".git" / "gc.log.lock").exists() and (checkout / ".git" / "gc.pid").exists()
+        yield
+    finally:
+        release.touch()
+        wait_for(lambda: not (checkout / ".git" / "gc.pid").exists(), "the background gc to finish")
+
+
+def test_apply_and_revert_run_beside_a_background_gc(labs, tmp_path):
+    """Before: right after a commit git started `git gc --auto` in the background, and apply refused: "gc.log.lock
+    is in use (pid N (git gc --auto --quiet))". git lets commands run beside its auto-gc; so does sglpatch."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    gc_due(tree.target)
+    with background_gc(lab, tree.target, tmp_path / "gc"):
+        applied = lab.sglpatch(*APPLY.argv(tree))
+        assert applied.returncode == 0, applied.stderr
+        reverted = lab.sglpatch(*REVERT.argv(tree))
+        assert reverted.returncode == 0, reverted.stderr
+    assert Git(tree.target).current_branch() == "main"
+    assert Git(tree.target).run("status", "--porcelain") == ""
+
+
+def test_recover_clears_the_killed_runs_lock_beside_a_background_gc(labs, tmp_path):
+    """A background gc holds no index.lock: recover does not take it for the holder of the killed run's."""
+    lab = labs["checkout"]
+    point = next(i for i, line in enumerate(lab.git_trace(REVERT), 1) if "git checkout" in line)
+    tree = lab.fresh(REVERT.start)
+    gc_due(tree.target)
+    killed = lab.sglpatch(*REVERT.argv(tree), own_group=True, **lab.git_cut_env(tree, at=point))
+    assert killed.returncode == -signal.SIGKILL and (tree.target / ".git" / "index.lock").exists()
+    with background_gc(lab, tree.target, tmp_path / "gc", start=("gc", "--auto", "--quiet")):
+        recovered = lab.sglpatch("recover", "--sglang", str(tree.target))
+        assert recovered.returncode == 0, recovered.stderr
+    assert not (tree.target / ".git" / "index.lock").exists()
+    assert Git(tree.target).current_branch() == "main"
+    assert Git(tree.target).run("status", "--porcelain") == ""
+
+
+def test_the_toolkit_starts_no_gc_in_the_users_repository(labs):
+    """Before: apply's `git fetch` ran `git gc --auto` when it was due, which packed the user's refs (and
+    repacked in the background): after apply and revert, .git was not as it was."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    gc_due(tree.target)
+    before = run_state(tree)
+    assert lab.sglpatch(*APPLY.argv(tree)).returncode == 0
+    assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
+    assert len(list((tree.target / ".git" / "objects" / "pack").glob("*.pack"))) == 2
