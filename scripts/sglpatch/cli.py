@@ -23,6 +23,7 @@ from sglpatch.commands import (
 )
 from sglpatch.errors import FatalError
 from sglpatch.git import require_git, set_verbose
+from sglpatch.output import one_line
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):  # a path that is not text (any byte, a C locale) prints as escapes
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command line, for a command that records how it was started
     args.run_command = main  # for a command that runs another one in this process (gpu-leg runs apply)
@@ -67,13 +71,15 @@ def main(argv: list[str] | None = None) -> int:
         require_git()
         return module.run(args)
     except FatalError as exc:
-        print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)
+        print(one_line(f"sglpatch {args.command}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # a file the command could not read or write (permissions, a full or read-only disk)
         where = f" {exc.filename}" if exc.filename else ""
         print(
-            f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}); "
-            "`sglpatch recover` says where the target stands",
+            one_line(
+                f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}); "
+                "`sglpatch recover` says where the target stands"
+            ),
             file=sys.stderr,
         )
         return 2

@@ -166,15 +166,27 @@ class Git:
         return (name[1], email[1]) if name[0] == 0 and email[0] == 0 else None
 
     def git_dir(self) -> Path:
-        return Path(self.run("rev-parse", "--absolute-git-dir"))
+        return self._path("rev-parse", "--absolute-git-dir")
 
     def common_dir(self) -> Path:
         """Where the objects and the shared refs are: the git dir itself, except in a `git worktree`."""
-        return Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir"))
+        return self._path("rev-parse", "--path-format=absolute", "--git-common-dir")
 
     def toplevel(self) -> Path | None:
-        status, out, _ = self.try_run("rev-parse", "--show-toplevel")
-        return Path(out) if status == 0 else None
+        return self.try_path("rev-parse", "--show-toplevel")[1]
+
+    def try_path(self, *args: str) -> tuple[int, Path | None, str]:
+        """`git ARGS` printing one path: (exit status, the path or None, stderr). The path's bytes are decoded
+        as Python decodes file names (os.fsdecode), so any byte, and a newline, comes back as it is on disk."""
+        status, out, err = self.call(args)
+        path = Path(os.fsdecode(out[:-1] if out.endswith(b"\n") else out)) if status == 0 else None
+        return status, path, err.decode("utf-8", "replace")
+
+    def _path(self, *args: str) -> Path:
+        status, path, err = self.try_path(*args)
+        if path is None:
+            raise GitFailed(shown_command(self.workdir, args), status, err)
+        return path
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         return self.try_run("merge-base", "--is-ancestor", older, newer)[0] == 0

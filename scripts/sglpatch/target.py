@@ -109,10 +109,10 @@ def open_target(path: str | Path) -> Target:
     root = given.resolve()
     if (root / PACKAGE_PREFIX / "__init__.py").is_file():
         if (root / ".git").exists():
-            status, top, err = Git(root).try_run("rev-parse", "--show-toplevel")
-            if status != 0:
+            status, top, err = Git(root).try_path("rev-parse", "--show-toplevel")
+            if top is None:
                 raise FatalError(_unusable_checkout(root, err))
-            if Path(top).resolve() == root:
+            if top.resolve() == root:
                 return Target(GIT_CHECKOUT, root)
         return _found_inside(root, root / PACKAGE_PREFIX.rstrip("/"))
     if _is_package(root / "sglang"):
@@ -161,7 +161,7 @@ def _is_package(folder: Path) -> bool:
 @contextmanager
 def target_lock(target: Target):
     """One sglpatch run per target at a time; a second one is refused, not queued."""
-    key = hashlib.sha256(str(target.root.resolve()).encode()).hexdigest()[:24]
+    key = hashlib.sha256(os.fsencode(target.root.resolve())).hexdigest()[:24]
     lock_dir = cache_dir() / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)

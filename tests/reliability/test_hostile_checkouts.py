@@ -8,6 +8,7 @@ the tree exactly as it was.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sglpatch.git import Git
-from testing.fault_harness import OPERATIONS, PRISTINE, Lab, diff_states, run_state
+from testing.fault_harness import OPERATIONS, PRISTINE, Lab, copy_tree, diff_states, run_state
 
 APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
@@ -124,3 +125,45 @@ def test_the_toolkit_starts_no_gc_in_the_users_repository(labs):
     assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
     assert run_state(tree) == before, diff_states(run_state(tree), before)
     assert len(list((tree.target / ".git" / "objects" / "pack").glob("*.pack"))) == 2
+
+
+# -- items 3 and 4: a target's path holding any byte ------------------------------------------------------
+
+# folder name, how the tool's messages show it, the environment
+ODD_FOLDERS = {
+    "non-UTF-8 byte": (os.fsdecode(b"odd\xff"), "odd\\udcff", {}),
+    "newline": ("new\nline", "new\\nline", {}),
+    "non-ASCII in the C locale": (
+        "caf\u00e9",
+        "caf\\udcc3\\udca9",
+        {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"},
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+@pytest.mark.parametrize("folder", list(ODD_FOLDERS))
+def test_a_target_path_holding_any_byte_is_applied_and_reverted(labs, tmp_path, kind, folder):
+    """Before: a traceback (UnicodeEncodeError: surrogates not allowed) from the target lock for apply, revert and
+    recover and from the workspace for status; a checkout under a folder with a newline failed in `git read-tree`
+    (the alternates file split at it; the checkout has a commit build/sglang lacks, so the workspace cannot find
+    its tree there). Now every command works there, and prints the path in escapes on one line."""
+    lab = labs[kind]
+    name, shown, env = ODD_FOLDERS[folder]
+    tree = lab.run_at(tmp_path / name)
+    copy_tree(lab.template(PRISTINE).root, tree.root)
+    if kind == "checkout":
+        (tree.target / "NOTES.user").write_text("a file of the user's\n")
+        Git(tree.target).run("add", "NOTES.user")
+        Git(tree.target).run("commit", "-q", "-m", "a commit of the user's")
+    before = run_state(tree)
+    for argv in (APPLY.argv(tree), ["status", "--sglang", str(tree.target), "--patches", str(tree.patches)]):
+        result = lab.sglpatch(*argv, **env)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (argv[0], result.stderr)
+        assert f"{shown}/" in result.stdout, result.stdout
+    assert result.stdout.count(" applied") == 2, result.stdout
+    for argv in (REVERT.argv(tree), ["recover", "--sglang", str(tree.target)]):
+        result = lab.sglpatch(*argv, **env)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (argv[0], result.stderr)
+        assert f"{shown}/" in result.stdout, result.stdout
+        assert run_state(tree) == before, diff_states(run_state(tree), before)
