@@ -167,3 +167,24 @@ def test_a_target_path_holding_any_byte_is_applied_and_reverted(labs, tmp_path, 
         assert result.returncode == 0 and "Traceback" not in result.stderr, (argv[0], result.stderr)
         assert f"{shown}/" in result.stdout, result.stdout
         assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+# -- item 5: eol settings changed since the clone ------------------------------------------------------------
+
+
+def porcelain(checkout: Path) -> str:
+    return Git(checkout).run("status", "--porcelain", "--untracked-files=all")
+
+
+def test_core_autocrlf_set_since_the_clone_leaves_git_status_as_it_was(labs):
+    """Before: every byte came back, but the index still held the sizes of the CRLF files git's checkout had
+    written, so `git status` listed every file the series touches as modified (it was clean)."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    Git(tree.target).run("config", "core.autocrlf", "true")
+    assert porcelain(tree.target) == ""
+    before = run_state(tree)
+    assert lab.sglpatch(*APPLY.argv(tree)).returncode == 0
+    assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
+    assert porcelain(tree.target) == ""
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
