@@ -60,7 +60,7 @@ def _restat(target: Target, paths: list[str]) -> None:
     git = target.git
     indexed = _index_blobs(target, paths)
     cleaned = git.run_with_input(["hash-object", "--stdin-paths"], "".join(f"{p}\n" for p in paths).encode())
-    same = [path for path, blob in zip(paths, cleaned.splitlines()) if indexed.get(path) == blob]
+    same = [path for path, blob in zip(paths, cleaned.splitlines(), strict=True) if indexed.get(path) == blob]
     if same:
         git.run("update-index", "-q", "--", *same)
         fault_point("checkout: index entries of the files given back refreshed")
