@@ -45,6 +45,13 @@ _OTHER_OPERATIONS = (
     ("CHERRY_PICK_HEAD", "a `git cherry-pick`"),
     ("REVERT_HEAD", "a `git revert`"),
 )
+# What git leaves for the user's next `git commit`. Switching branches (apply, revert) deletes these files and
+# keeps the staged changes, so the commit they prepare would land on the other branch without its message.
+_PENDING_COMMITS = (
+    ("SQUASH_MSG", "a `git merge --squash`"),
+    ("MERGE_MSG", "a commit git prepared (`git cherry-pick -n`, `git revert -n`, a merge)"),
+    ("AUTO_MERGE", "a commit git prepared (`git cherry-pick -n`, `git revert -n`, a merge)"),
+)
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,14 @@ def _read_checkout(target: Target) -> TargetState:
                 target=target,
                 leftovers=leftovers,
                 seen=f"{operation} is in progress in {target.root} ({git_dir / name}); finish or abort it first",
+            )
+    for name, operation in _PENDING_COMMITS:
+        if (git_dir / name).exists():
+            return Foreign(
+                target=target,
+                leftovers=leftovers,
+                seen=f"{operation} waits to be committed in {target.root} ({git_dir / name}; a switch of branch "
+                "would drop it); nothing was changed: commit it, or abandon it and delete that file, first",
             )
     leftovers += _stray_reserve(git_dir)  # an interrupted run's own is freed when it is settled
     if record is None:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from sglpatch.git import Git
-from testing.fault_harness import OPERATIONS, PRISTINE, Lab, copy_tree, diff_states, run_state
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, copy_tree, diff_states, run_state
+from testing.hostile import assert_refused
 
 APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
@@ -187,4 +188,37 @@ def test_core_autocrlf_set_since_the_clone_leaves_git_status_as_it_was(labs):
     assert lab.sglpatch(*APPLY.argv(tree)).returncode == 0
     assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
     assert porcelain(tree.target) == ""
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+# -- item 6: a commit git prepared for the user ---------------------------------------------------------------
+
+
+def _side_branch(checkout: Path) -> None:
+    git, version = Git(checkout), checkout / "python" / "sglang" / "version.py"
+    git.run("checkout", "-q", "-b", "side")
+    version.write_text(version.read_text() + "# the user's side branch\n")
+    git.run("commit", "-qam", "side")
+    git.run("checkout", "-q", "main")
+
+
+@pytest.mark.parametrize(
+    "prepare,left",
+    [(("merge", "--squash", "side"), "SQUASH_MSG"), (("cherry-pick", "-n", "side"), "MERGE_MSG")],
+    ids=["merge-squash", "cherry-pick-n"],
+)
+@pytest.mark.parametrize("command", ["apply", "revert"])
+def test_a_commit_git_prepared_is_not_dropped(labs, prepare, left, command):
+    """Before: apply and revert switched branches and git deleted SQUASH_MSG (or MERGE_MSG and AUTO_MERGE), the
+    staged changes kept: the user's next commit lost its message. Now both refuse in one line, nothing changed."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE if command == "apply" else PATCHED)
+    _side_branch(tree.target)
+    if command == "revert":
+        Git(tree.target).run("checkout", "-q", "sglpatch/v0.5.14")
+    Git(tree.target).run(*prepare)
+    assert (tree.target / ".git" / left).exists()
+    before = run_state(tree)
+    argv = APPLY.argv(tree) if command == "apply" else REVERT.argv(tree)
+    assert_refused(lab.sglpatch(*argv), left, "waits to be committed", "nothing was changed")
     assert run_state(tree) == before, diff_states(run_state(tree), before)
