@@ -12,7 +12,7 @@ from sglpatch.output import say
 from sglpatch.plan import dirty_paths
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target
-from sglpatch.worktree_bytes import give_back_worktree
+from sglpatch.worktree_bytes import give_back_stats, give_back_worktree
 from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState
 
@@ -75,6 +75,7 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
     if git.rev_parse(f"refs/heads/{record.branch}") is not None:
         git.run("branch", "-q", "-D", record.branch)
         fault_point("checkout: series branch deleted")
+    give_back_stats(target, record)
     drop_record(target, record)
     fault_point("checkout: state file removed")
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from sglpatch.durable import write_durably
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
+from sglpatch.output import say
+from sglpatch.ownership import give_back
 from sglpatch.target import Target
 from sglpatch.write_check import tree_blobs
 
@@ -69,3 +71,11 @@ def _restat(target: Target, paths: list[str]) -> None:
 def _index_blobs(target: Target, paths: list[str]) -> dict[str, str]:
     listed = target.git.run("ls-files", "-s", "-z", "--", *paths, strip=False)
     return {entry.split("\t", 1)[1]: entry.split()[1] for entry in filter(None, listed.split("\0"))}
+
+
+def give_back_stats(target: Target, record) -> None:
+    """The modes and owners `record` (a CheckoutRecord) keeps, after its git commands; a note for any owner this
+    run could not give back."""
+    left = give_back(target, record.stats, record.git_stats, record.base, record.touched)
+    if left:
+        say(f"note: {', '.join(left[:3])} now belong to you: only root can give them back to their owner")

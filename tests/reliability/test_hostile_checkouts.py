@@ -12,6 +12,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 from sglpatch.git import Git
 from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, copy_tree, diff_states, run_state
 from testing.hostile import assert_refused
+from testing.sglang_trees import BACKEND
 
 APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
@@ -222,3 +225,98 @@ def test_a_commit_git_prepared_is_not_dropped(labs, prepare, left, command):
     argv = APPLY.argv(tree) if command == "apply" else REVERT.argv(tree)
     assert_refused(lab.sglpatch(*argv), left, "waits to be committed", "nothing was changed")
     assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+# -- item 7: modes and owners ----------------------------------------------------------------------------
+
+ANOTHER_USER = 1234
+
+
+def test_an_executable_bit_git_does_not_track_comes_back(labs):
+    """core.fileMode=false: git ignores the executable bit, and its checkout rewrote a touched file 644. Before:
+    revert left it so."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    Git(tree.target).run("config", "core.fileMode", "false")
+    (tree.target / BACKEND).chmod(0o755)
+    assert porcelain(tree.target) == ""
+    before = run_state(tree)
+    assert lab.sglpatch(*APPLY.argv(tree)).returncode == 0
+    assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_a_strict_umask_does_not_change_the_modes_revert_gives_back(labs, kind):
+    """Before: under `umask 077` the files git's checkout rewrote came back 600 (they were 644)."""
+    lab = labs[kind]
+    tree = lab.fresh(PRISTINE)
+    before = run_state(tree)
+    for argv in (APPLY.argv(tree), REVERT.argv(tree)):
+        result = subprocess.run(
+            [sys.executable, "-m", "sglpatch", *argv],
+            capture_output=True,
+            text=True,
+            env=lab.env(),
+            preexec_fn=lambda: os.umask(0o077),
+        )
+        assert result.returncode == 0, result.stderr
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+def _give_to_another_user(tree) -> None:
+    subprocess.run(["chown", "-R", f"{ANOTHER_USER}:{ANOTHER_USER}", str(tree.root)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the target to another user")
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_a_target_of_another_user_keeps_its_owners(labs, tmp_path, kind):
+    """Root patching a package folder, or a checkout it trusts (safe.directory), of another user. Before: every
+    file written came back owned by root (and revert said "restored byte for byte"); in a checkout git's own
+    files too (the index, HEAD), which the user could then no longer write."""
+    lab = labs[kind]
+    tree = lab.fresh(PRISTINE)
+    _give_to_another_user(tree)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f"[safe]\n\tdirectory = {tree.target}\n")
+    env = {"HOME": str(home)}
+    before = run_state(tree)
+    applied = lab.sglpatch(*APPLY.argv(tree), **env)
+    assert applied.returncode == 0, applied.stderr
+    patched = run_state(tree)
+    assert not [key for key, value in patched.items() if "owned by" in value], diff_states(patched, before)
+    reverted = lab.sglpatch(*REVERT.argv(tree), **env)
+    assert reverted.returncode == 0, reverted.stderr
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+SETPRIV = shutil.which("setpriv")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or SETPRIV is None, reason="needs root and setpriv to run as two other users")
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_a_file_of_another_owner_is_refused_when_not_root(labs, kind):
+    """Run as the target's owner, where one touched file belongs to a third user (a folder the owner can write
+    in). Before: git (or the journal) rewrote it, and it came back the owner's. Now refused, nothing changed."""
+    lab = labs[kind]
+    top = Path(tempfile.mkdtemp(prefix="sglpatch-owners-"))  # pytest's own folder is root's alone
+    try:
+        top.chmod(0o755)
+        copy_tree(lab.template(PRISTINE).root, top / "tree")
+        tree = lab.run_at(top / "tree")
+        _give_to_another_user(tree)
+        touched = tree.target / (BACKEND if kind == "checkout" else BACKEND.removeprefix("python/sglang/"))
+        os.chown(touched, ANOTHER_USER + 1, ANOTHER_USER + 1)
+        before = run_state(tree)
+        as_owner = [SETPRIV, f"--reuid={ANOTHER_USER}", f"--regid={ANOTHER_USER}", "--clear-groups"]
+        result = subprocess.run(
+            [*as_owner, sys.executable, "-m", "sglpatch", *APPLY.argv(tree)],
+            capture_output=True,
+            text=True,
+            env=lab.env(HOME=str(tree.root)),
+        )
+        assert_refused(result, f"owned by uid {ANOTHER_USER + 1}", "nothing was changed")
+        assert run_state(tree) == before, diff_states(run_state(tree), before)
+    finally:
+        shutil.rmtree(top)

@@ -12,13 +12,14 @@ from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
+from sglpatch.ownership import record_stats, refuse_other_owners
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
 from sglpatch.series import Series
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target, target_lock
 from sglpatch.target_state import Applied, TargetState
-from sglpatch.worktree_bytes import give_back_worktree, record_worktree
+from sglpatch.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
 from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.write_states import WriteState
 
@@ -159,10 +160,12 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     touched = sorted({p for s in plan.states for p in s.patch.touched_paths})
     try:
         worktree = record_worktree(plan.target, touched)
+        stats, git_stats = record_stats(plan.target, touched)
     except (GitFailed, OSError) as exc:
         raise FatalError(
             f"{_failure(exc, git.git_dir())}; nothing was changed: {plan.target.root} is as it was"
         ) from None
+    refuse_other_owners(plan.target, stats, git_stats)
     record = CheckoutRecord(
         state=WriteState.APPLYING,
         branch=branch,
@@ -175,6 +178,8 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
         base=head,
         three_way=three_way,
         worktree=worktree,
+        stats=stats,
+        git_stats=git_stats,
     )
     room = room_to_roll_back(plan.target, record.touched)
     try:
@@ -201,6 +206,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
             why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
             cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
             raise _SwitchFailed(f"git switched {plan.target.root} to {branch} but left it unwritten: {cause}")
+        give_back_stats(plan.target, record)
         free_reserve(plan.target)
         write_state(plan.target, record.with_state(WriteState.APPLIED))
     except (_SwitchFailed, GitFailed, OSError) as exc:
@@ -231,6 +237,7 @@ def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> 
             give_back_worktree(target, record.worktree)
             if git.rev_parse(f"refs/heads/{record.branch}") is not None:
                 git.run("branch", "-q", "-D", record.branch)
+            give_back_stats(target, record)
             drop_record(target, record)
     except (GitFailed, OSError) as exc:
         still = [_failure(exc, git.git_dir())]
