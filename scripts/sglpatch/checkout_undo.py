@@ -5,7 +5,7 @@ from __future__ import annotations
 from sglpatch import hints
 from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.errors import FatalError
-from sglpatch.git import GitFailed
+from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
@@ -66,7 +66,7 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
     if half_switched:
         _put_back(target, record)
     elif switching:
-        _, _, err = git.try_run("checkout", "-q", record.previous)
+        _, _, err = git.try_run(*KEEP_SPARSE_AS_IT_IS, "checkout", "-q", record.previous)
         fault_point("checkout: back on the previous branch")
         free_reserve(target)
         _check_switched_back(target, record, err)

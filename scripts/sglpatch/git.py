@@ -39,6 +39,10 @@ _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 # Every git we start leaves the user's repository to the user: a `git fetch` (or commit) would otherwise start
 # `git gc --auto` when it is due, which packs refs before it goes to the background and repacks after.
 _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
+# For apply's and revert's switch of branch: a `git checkout` applies the sparse-checkout patterns to the whole
+# work tree, and where the user set them without applying them (or git left files it could not remove) the
+# switch there and back would delete the files they keep. Without them git writes only what the switch changes.
+KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
 
 
 class GitFailed(FatalError):

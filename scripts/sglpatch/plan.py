@@ -41,6 +41,7 @@ class ApplyPlan:
     drift: list[str]
     dirty: list[str] = field(default_factory=list)
     in_the_way: list[str] = field(default_factory=list)  # files the series creates that are there already
+    outside_sparse: list[str] = field(default_factory=list)  # files it touches a sparse checkout leaves out
 
     @property
     def all_applied(self) -> bool:
@@ -83,10 +84,17 @@ def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False)
         states += [_try_patch(workspace, patch, three_way) for patch in series.patches[applied:]]
         drift = drifted_files(pin, _base_blobs(target, series, states, list(pin.blobs)))
         dirty = dirty_paths(target, series.touched_paths) if target.is_git else []
+        outside = outside_sparse_checkout(target, series.touched_paths) if target.is_git else []
     except BaseException:
         workspace.close()
         raise
-    return ApplyPlan(target, workspace, states, drift, dirty, files_in_the_way(target, states))
+    return ApplyPlan(target, workspace, states, drift, dirty, files_in_the_way(target, states), outside)
+
+
+def outside_sparse_checkout(target: Target, paths: list[str]) -> list[str]:
+    """The files of `paths` a sparse checkout leaves out of the work tree (git's skip-worktree bit)."""
+    listed = target.git.run("ls-files", "-t", "-z", "--", *paths, strip=False)
+    return [entry[2:] for entry in listed.split("\0") if entry.startswith("S ")]
 
 
 def files_in_the_way(target: Target, states: list[PatchState]) -> list[str]:

@@ -320,3 +320,42 @@ def test_a_file_of_another_owner_is_refused_when_not_root(labs, kind):
         assert run_state(tree) == before, diff_states(run_state(tree), before)
     finally:
         shutil.rmtree(top)
+
+
+# -- item 8: sparse checkouts -----------------------------------------------------------------------------------
+
+
+def files_on_disk(checkout: Path) -> int:
+    return sum(1 for p in checkout.rglob("*") if p.is_file() and ".git" not in p.relative_to(checkout).parts)
+
+
+def test_a_sparse_checkout_leaving_out_files_the_series_changes_is_refused(labs):
+    """Before: apply went ahead on a branch whose changed files were not on disk (git left them out)."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    Git(tree.target).run("update-index", "-q", "--refresh")  # a copy's stale stat data would keep every file
+    Git(tree.target).run("sparse-checkout", "set", "python/sglang/srt/managers")
+    before = run_state(tree)
+    assert_refused(lab.sglpatch(*APPLY.argv(tree)), "sparse checkout", "dsa_backend.py", "nothing was changed")
+    assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+def test_sparse_patterns_not_applied_to_the_work_tree_are_not_applied_by_apply_and_revert(labs):
+    """The issue's case: sparse patterns set (`python/sglang/srt/layers`) while every file is still on disk (set
+    by hand, or files git could not remove: "not up to date"). Before: apply's `git checkout` applied the patterns,
+    and after revert 906 files of 3,191 were left, with success said."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    git = Git(tree.target)
+    git.run("config", "core.sparseCheckout", "true")
+    git.run("config", "core.sparseCheckoutCone", "true")
+    (tree.target / ".git" / "info").mkdir(exist_ok=True)
+    (tree.target / ".git" / "info" / "sparse-checkout").write_text(
+        "/*\n!/*/\n/python/\n!/python/*/\n/python/sglang/\n!/python/sglang/*/\n/python/sglang/srt/\n"
+        "!/python/sglang/srt/*/\n/python/sglang/srt/layers/\n"
+    )
+    before, on_disk = run_state(tree), files_on_disk(tree.target)
+    assert lab.sglpatch(*APPLY.argv(tree)).returncode == 0
+    assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
+    assert files_on_disk(tree.target) == on_disk
+    assert run_state(tree) == before, diff_states(run_state(tree), before)

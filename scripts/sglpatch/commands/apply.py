@@ -9,7 +9,7 @@ from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state,
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
-from sglpatch.git import GitFailed, git_reason
+from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.ownership import record_stats, refuse_other_owners
@@ -83,6 +83,12 @@ def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None
         raise FatalError(
             f"{plan.target.local_path(plan.in_the_way[0])} is there already ({kind}), and the series creates it; "
             "move it away first (apply would overwrite it, revert delete it); nothing was changed"
+        )
+    if plan.outside_sparse:
+        raise FatalError(
+            f"{plan.target.root} is a sparse checkout that leaves out {plural(len(plan.outside_sparse), 'file')} "
+            f"the series changes ({', '.join(plan.outside_sparse[:3])}); nothing was changed: add their folders "
+            "(`git sparse-checkout add <folder>`) first"
         )
     if plan.dirty:
         raise FatalError(
@@ -197,7 +203,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     try:
         plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
-        status, _, err = git.try_run("checkout", "-q", branch)
+        status, _, err = git.try_run(*KEEP_SPARSE_AS_IT_IS, "checkout", "-q", branch)
         fault_point("checkout: switched to the branch")
         if status != 0 and git.current_branch() != branch:
             raise _SwitchFailed(f"could not make and switch to {branch} ({git_reason(err)})")
