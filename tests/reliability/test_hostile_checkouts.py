@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from sglpatch.git import Git
+from sglpatch.project import default_patch_dir
 from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, copy_tree, diff_states, run_state
 from testing.hostile import assert_refused
-from testing.sglang_trees import BACKEND
+from testing.sglang_trees import BACKEND, SECOND, replace_in
 
 APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
@@ -359,3 +360,70 @@ def test_sparse_patterns_not_applied_to_the_work_tree_are_not_applied_by_apply_a
     assert lab.sglpatch(*REVERT.argv(tree)).returncode == 0
     assert files_on_disk(tree.target) == on_disk
     assert run_state(tree) == before, diff_states(run_state(tree), before)
+
+
+# -- item 9: status says what apply does ------------------------------------------------------------------------
+
+
+def status_of(lab: Lab, tree, patches: Path | None = None) -> subprocess.CompletedProcess:
+    result = lab.sglpatch("status", "--sglang", str(tree.target), "--patches", str(patches or tree.patches))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def verdict(status: subprocess.CompletedProcess) -> str:
+    return status.stdout.strip().splitlines()[-1]
+
+
+def test_status_says_apply_refuses_a_base_with_a_committed_edit(labs):
+    """A committed edit to a touched file, away from the patches' lines. Before: status said every patch
+    "applies cleanly", and apply refused ("base differs from the pin ... try --3way")."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    (tree.target / SECOND).write_text((tree.target / SECOND).read_text() + "# a local note\n")
+    Git(tree.target).run("commit", "-qam", "a local edit")
+    applied = lab.sglpatch(*APPLY.argv(tree))
+    assert applied.returncode == 2, applied.stdout
+    refusal = applied.stderr.strip().split(": error: ", 1)[1]
+    assert "base differs from the pin" in refusal
+    assert verdict(status_of(lab, tree)) == f"apply:  refuses: {refusal}"
+
+
+def test_status_does_not_blame_later_patches_for_the_first_conflict(labs):
+    """The project's series on a base whose line in environ.py patch 1 changes was edited and committed. Before:
+    status said patch 2 conflicts in dsa_indexer.py, a file the user never touched (it needs patch 1's lines)."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    environ = tree.target / "python" / "sglang" / "srt" / "environ.py"
+    replace_in(environ, "SGLANG_DSA_TOPK_BROADCAST = EnvBool(False)", "SGLANG_DSA_TOPK_BROADCAST = EnvBool(True)")
+    Git(tree.target).run("commit", "-qam", "a local edit on patch 1's lines")
+    out = status_of(lab, tree, default_patch_dir()).stdout
+    lines = [line for line in out.splitlines() if line.startswith("  0")]
+    assert "conflicts" in lines[0] and "environ.py" in lines[0], out
+    assert all("not tried  (after 0001, which conflicts)" in line for line in lines[1:]), out
+    assert "dsa_indexer.py" not in out
+
+
+def test_status_beside_a_run_that_is_working_says_so_as_recover_does(labs):
+    """An apply stopped mid-write (SIGSTOP) holds the target. Before: status said the run "was cut short" (run
+    recover), and recover said another run was working on it."""
+    lab = labs["checkout"]
+    tree = lab.fresh(PRISTINE)
+    points = len(lab.trace(APPLY))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "sglpatch", *APPLY.argv(tree)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=lab.env(SGLPATCH_FAULT_AT=str(points // 2), SGLPATCH_FAULT_SIGNAL="STOP"),
+    )
+    try:
+        _, how = os.waitpid(first.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(how), "the apply ended instead of stopping mid-write"
+        status = status_of(lab, tree)
+        recover = lab.sglpatch("recover", "--sglang", str(tree.target))
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+        first.communicate(timeout=120)
+    assert "cut short" not in status.stdout and f"pid {first.pid}" in status.stdout, status.stdout
+    assert recover.returncode == 2 and "another sglpatch run is working" in recover.stderr, recover.stderr
+    assert verdict(status) == f"apply:  refuses: {recover.stderr.strip().split(': error: ', 1)[1]}"

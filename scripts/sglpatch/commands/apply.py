@@ -11,7 +11,7 @@ from sglpatch.commands.common import add_series_options, add_target_option, open
 from sglpatch.errors import FatalError
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
-from sglpatch.output import plural, say
+from sglpatch.output import say
 from sglpatch.ownership import record_stats, refuse_other_owners
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
@@ -78,29 +78,8 @@ def run(args) -> int:
 
 
 def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None:
-    if plan.in_the_way:
-        kind = "untracked or git-ignored file" if plan.target.is_git else "file"
-        raise FatalError(
-            f"{plan.target.local_path(plan.in_the_way[0])} is there already ({kind}), and the series creates it; "
-            "move it away first (apply would overwrite it, revert delete it); nothing was changed"
-        )
-    if plan.outside_sparse:
-        raise FatalError(
-            f"{plan.target.root} is a sparse checkout that leaves out {plural(len(plan.outside_sparse), 'file')} "
-            f"the series changes ({', '.join(plan.outside_sparse[:3])}); nothing was changed: add their folders "
-            "(`git sparse-checkout add <folder>`) first"
-        )
-    if plan.dirty:
-        raise FatalError(
-            f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
-        )
-    if plan.drift and not three_way:
-        hint = "; try --3way" if plan.target.is_git else ""
-        raise FatalError(
-            f"base differs from the pin (sglang {release}) in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}{hint}"
-        )
-    if plan.conflicts:
-        raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
+    if why := plan.refusal(release, three_way):
+        raise FatalError(why)
 
 
 def _recorded_as_applied(state: TargetState, series: Series) -> bool:
