@@ -133,6 +133,11 @@ class Result:
     failures: list[str] = field(default_factory=list)
 
 
+def make_labs(tmp_path_factory, base_repo: Path, patches: Path, name: str) -> dict[str, Lab]:
+    """One lab per target kind, in folders named `name-<kind>`: what each suite's module-wide `labs` fixture holds."""
+    return {kind: Lab(kind, tmp_path_factory.mktemp(f"{name}-{kind}"), base_repo, patches) for kind in KINDS}
+
+
 class Lab:
     """Trees of one kind (checkout or package) in each state, and sglpatch runs against copies of them."""
 

@@ -22,7 +22,7 @@ import pytest
 
 from sglpatch.git import Git
 from sglpatch.project import default_patch_dir
-from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, copy_tree, diff_states, run_state
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, copy_tree, diff_states, make_labs, run_state
 from testing.hostile import assert_refused
 from testing.sglang_trees import BACKEND, SECOND, replace_in
 
@@ -31,10 +31,7 @@ APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {
-        kind: Lab(kind, tmp_path_factory.mktemp(f"checkouts-{kind}"), base_repo, series_dir)
-        for kind in ("checkout", "package")
-    }
+    return make_labs(tmp_path_factory, base_repo, series_dir, "checkouts")
 
 
 def wait_for(condition, what: str, timeout_s: float = 60) -> None:

@@ -22,7 +22,7 @@ from sglpatch.git import Git, blob_id
 from sglpatch.pin import load_pin
 from sglpatch.project import default_patch_dir
 from sglpatch.series import PACKAGE_PREFIX
-from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, diff_states, run_state
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, diff_states, make_labs, run_state
 from testing.hostile import assert_refused, assert_state, read_only, without_override, writable
 from testing.sglang_trees import OVERLAP, SECOND, make_series, replace_in
 
@@ -31,10 +31,7 @@ APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {
-        kind: Lab(kind, tmp_path_factory.mktemp(f"state-{kind}"), base_repo, series_dir)
-        for kind in ("checkout", "package")
-    }
+    return make_labs(tmp_path_factory, base_repo, series_dir, "state")
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:
