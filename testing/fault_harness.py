@@ -28,7 +28,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,6 +131,11 @@ class Result:
     recovered: int = 0
     mid_way: int = 0  # SIGKILL runs that left the tree in neither state (recover had real work)
     failures: list[str] = field(default_factory=list)
+
+
+def make_labs(tmp_path_factory, base_repo: Path, patches: Path, name: str) -> dict[str, Lab]:
+    """One lab per target kind, in folders named `name-<kind>`: what each suite's module-wide `labs` fixture holds."""
+    return {kind: Lab(kind, tmp_path_factory.mktemp(f"{name}-{kind}"), base_repo, patches) for kind in KINDS}
 
 
 class Lab:
@@ -269,17 +276,43 @@ class Lab:
     # -- one interruption --------------------------------------------------------------
 
     def interrupt_in_git(self, operation: Operation, point: int) -> str | None:
-        """Kill `operation` (its whole process group) at the `point`-th write inside git; None when recovered."""
+        """Kill `operation` (its whole process group) at the `point`-th write inside git; None when recovered.
+        The next apply and recover run before the killed run is reaped (`cut_in_git`)."""
         for state in operation.allowed:
             self.reference(state)
         run = self.fresh(operation.start)
         try:
-            result = self.sglpatch(*operation.argv(run), own_group=True, **self.git_cut_env(run, at=point))
-            if result.returncode != -signal.SIGKILL:
-                return f"expected death by SIGKILL inside git, got exit {result.returncode}: {result.stderr.strip()[-300:]}"
-            return self._after_kill(operation, run)
+            with self.cut_in_git(operation, run, point) as killed:
+                if killed.signal != signal.SIGKILL:
+                    return f"expected death by SIGKILL inside git, got {killed.describe()}"
+                return self._after_kill(operation, run)
         finally:
             shutil.rmtree(run.root, ignore_errors=True)
+
+    @contextmanager
+    def cut_in_git(self, operation: Operation, run: Run, point: int):
+        """Run `operation` on `run` in a process group of its own, cut (the whole group killed) at its `point`-th
+        write inside git; yields once it is dead but not yet reaped, as a run killed by an OOM kill or a
+        supervisor stays until its parent collects it: its pid and start time are still in /proc."""
+        output = run.root / "killed-run-output"
+        with open(output, "wb") as sink:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "sglpatch", *operation.argv(run)],
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                env=self.env(**self.git_cut_env(run, at=point)),
+                preexec_fn=default_sigint,
+                start_new_session=True,
+            )
+        try:
+            info = _wait_unreaped(child.pid, timeout_s=600)
+            by_signal = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+            yield Killed(info.si_status if by_signal else 0, info.si_status, output.read_bytes())
+        finally:
+            child.kill()
+            child.wait()
+            output.unlink(missing_ok=True)
 
     def interrupt(self, operation: Operation, point: int, sig: str) -> str | None:
         """Interrupt `operation` at write point `point` with `sig`; None when recovered, else what went wrong."""
@@ -433,6 +466,31 @@ class Lab:
         """The state a message names, among those the operation may end in."""
         found = [state for state in operation.allowed if STATE_WORDS[state] in line]
         return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True)
+class Killed:
+    """How a run cut inside git ended: the signal that killed it (0 when it exited), its exit status, its output."""
+
+    signal: int
+    status: int
+    output: bytes
+
+    def describe(self) -> str:
+        how = f"signal {self.signal}" if self.signal else f"exit {self.status}"
+        return f"{how}: {self.output.decode(errors='replace').strip()[-300:]}"
+
+
+def _wait_unreaped(pid: int, timeout_s: float):
+    """Wait for child `pid` to end, leaving it unreaped (a zombie); its waitid record."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is not None:
+            return info
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid} still runs after {timeout_s} s")
+        time.sleep(0.02)
 
 
 def sample_points(count: int, sig: str, full: bool) -> list[int]:

@@ -45,6 +45,7 @@ point() {
             case "$line" in git\ *|*/git\ *) command="git ${line#* }"; break ;; esac
             pid=$(sed 's/.*) [A-Za-z] \([0-9]*\).*/\1/' "/proc/$pid/stat")
         done
+        command=$(printf '%s' "$command" | sed 's/^git\( -c [^ ]*\)*/git/')  # the command, not its -c settings
         printf '%s\tinside `%s`: %s\n' "$n" "${command% }" "$what" >> "$SGLPATCH_GIT_CUT_TRACE"
     fi
     [ "$n" != "$SGLPATCH_GIT_CUT_AT" ] || kill -KILL 0

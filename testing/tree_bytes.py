@@ -25,6 +25,7 @@ _RACY_NS = 100_000_000  # 0.1 s: far above the kernel's file-time granularity (a
 _MAX_REMEMBERED = 300_000  # about 80 checkouts' worth; then the memory starts again
 _digests: dict[tuple, str] = {}
 _GIT_INDEX = os.path.join(".git", "index")
+GIT_ANY_OWNER = ["git", "-c", "safe.directory=*"]  # a tree of another user's is pictured all the same
 
 
 def file_digest(path: str, info: os.stat_result | None = None) -> str:
@@ -45,7 +46,8 @@ def file_digest(path: str, info: os.stat_result | None = None) -> str:
 
 
 def tree_state(root) -> dict[str, str]:
-    """Byte-for-byte state of a tree: every file (content and mode), folder and link.
+    """Byte-for-byte state of a tree: every file (content and mode), folder and link, and the owner of each
+    that the tree's top folder's owner does not own.
 
     In a git checkout, .git/objects and .git/logs are left out (unreachable objects
     and reflog lines are history, not state) and the index is compared by its
@@ -54,6 +56,7 @@ def tree_state(root) -> dict[str, str]:
     """
     state: dict[str, str] = {}
     top = os.fspath(root)
+    owner = _owner(os.stat(top))
     folders = [(top, "", ())]  # a stack, not recursion: a hostile test nests folders near PATH_MAX
     while folders:
         folder, prefix, parts = folders.pop()
@@ -64,21 +67,28 @@ def tree_state(root) -> dict[str, str]:
         in_git = parts[:1] == (".git",)
         for entry in entries:
             rel = prefix + entry.name
+            info = entry.stat(follow_symlinks=False)
+            other = "" if _owner(info) == owner else f" owned by {_owner(info)}"  # not the tree's owner
             if entry.is_symlink():
-                state[rel] = f"link:{os.readlink(entry.path)}"
+                state[rel] = f"link:{os.readlink(entry.path)}{other}"
             elif entry.is_dir():
-                if not in_git and rel != ".git":
-                    state[rel] = "dir"
+                if not in_git and rel != ".git" or other:
+                    state[rel] = f"dir{other}"
                 inner = (*parts, entry.name)
                 if inner[:2] not in ((".git", "objects"), (".git", "logs")):
                     folders.append((entry.path, rel + os.sep, inner))
             elif rel != _GIT_INDEX:
-                info = entry.stat(follow_symlinks=False)
-                state[rel] = f"{info.st_mode & 0o7777:o}:{file_digest(entry.path, info)}"
+                state[rel] = f"{info.st_mode & 0o7777:o}:{file_digest(entry.path, info)}{other}"
+            elif other:
+                state[rel] = f"index{other}"
     if os.path.isdir(os.path.join(top, ".git")):
-        listed = subprocess.run(["git", "ls-files", "-s"], cwd=top, capture_output=True, check=True).stdout
+        listed = subprocess.run(GIT_ANY_OWNER + ["ls-files", "-s"], cwd=top, capture_output=True, check=True).stdout
         state[".git/index (entries)"] = hashlib.sha256(listed).hexdigest()
     return state
+
+
+def _owner(info: os.stat_result) -> str:
+    return f"{info.st_uid}:{info.st_gid}"
 
 
 def fingerprint(root) -> dict[str, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sglpatch.durable import unlink_if_there, write_durably
 from sglpatch.errors import CorruptState
+from sglpatch.ownership import GIT_FILES, give_to_folder_owner
 from sglpatch.run_mark import RunMark
 from sglpatch.series import check_path_is_safe
 from sglpatch.target import Target
@@ -46,6 +47,8 @@ class CheckoutRecord:
     three_way: bool = False  # applied with --3way onto a base that differs from the pin
     run: RunMark | None = None  # the run writing it, while applying or reverting
     worktree: dict[str, str] = field(default_factory=dict)  # blob of each touched file's bytes before the apply
+    stats: dict[str, list[int]] = field(default_factory=dict)  # [mode, uid, gid] of each touched file before it
+    git_stats: dict[str, list[int]] = field(default_factory=dict)  # the same for HEAD, the index, packed-refs
 
     def with_state(self, state: WriteState) -> CheckoutRecord:
         return replace(self, state=state)
@@ -83,6 +86,14 @@ class CheckoutRecord:
             raise ValueError("worktree is not a map of paths to blob ids")
         for path in worktree:
             check_path_is_safe(path)
+        stats, git_stats = data.get("stats", {}), data.get("git_stats", {})
+        for table in (stats, git_stats):
+            if not isinstance(table, dict) or not all(_is_stat(value) for value in table.values()):
+                raise ValueError("stats is not a map of paths to [mode, uid, gid]")
+        for path in stats:
+            check_path_is_safe(path)
+        if not set(git_stats) <= set(GIT_FILES):
+            raise ValueError("git_stats names a file other than " + ", ".join(GIT_FILES))
         if not isinstance(data.get("three_way", False), bool):
             raise ValueError("three_way is not true or false")
         before, run = data.get("before"), data.get("run")
@@ -100,6 +111,8 @@ class CheckoutRecord:
             three_way=data.get("three_way", False),
             run=RunMark.from_json(run) if run is not None else None,
             worktree=dict(worktree),
+            stats=dict(stats),
+            git_stats=dict(git_stats),
         )
 
     def to_json(self) -> dict:
@@ -117,8 +130,19 @@ class CheckoutRecord:
             "three_way": self.three_way or None,
             "run": self.run.to_json() if self.run else None,
             "worktree": self.worktree or None,
+            "stats": self.stats or None,
+            "git_stats": self.git_stats or None,
         }
         return {k: v for k, v in data.items() if v is not None}
+
+
+def _is_stat(value) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
+        and value[0] <= 0o7777
+    )
 
 
 def state_path(target: Target) -> Path:
@@ -140,6 +164,7 @@ def write_state(target: Target, record: CheckoutRecord) -> None:
     record = replace(record, run=RunMark.current() if record.state in INTERRUPTED else None)
     text = json.dumps(record.to_json(), indent=2) + "\n"
     write_durably(state_path(target), text.encode())
+    give_to_folder_owner(state_path(target))
 
 
 def replace_state(target: Target, record: CheckoutRecord) -> None:

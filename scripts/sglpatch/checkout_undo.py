@@ -5,14 +5,14 @@ from __future__ import annotations
 from sglpatch import hints
 from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.errors import FatalError
-from sglpatch.git import GitFailed
+from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
 from sglpatch.plan import dirty_paths
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target
-from sglpatch.worktree_bytes import give_back_worktree
+from sglpatch.worktree_bytes import give_back_stats, give_back_worktree
 from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState
 
@@ -66,7 +66,7 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
     if half_switched:
         _put_back(target, record)
     elif switching:
-        _, _, err = git.try_run("checkout", "-q", record.previous)
+        _, _, err = git.try_run(*KEEP_SPARSE_AS_IT_IS, "checkout", "-q", record.previous)
         fault_point("checkout: back on the previous branch")
         free_reserve(target)
         _check_switched_back(target, record, err)
@@ -75,6 +75,7 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
     if git.rev_parse(f"refs/heads/{record.branch}") is not None:
         git.run("branch", "-q", "-D", record.branch)
         fault_point("checkout: series branch deleted")
+    give_back_stats(target, record)
     drop_record(target, record)
     fault_point("checkout: state file removed")
 

@@ -23,7 +23,7 @@ from sglpatch.commands import (
 )
 from sglpatch.errors import FatalError
 from sglpatch.git import new_run, require_git, set_verbose
-from sglpatch.output import reader_gone
+from sglpatch.output import one_line, reader_gone
 
 COMMANDS = {
     "apply": (apply, "apply the series to sglang (default: the pinned base in build/sglang)"),
@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):  # a path that is not text (any byte, a C locale) prints as escapes
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command line, for a command that records how it was started
     args.run_command = main  # for a command that runs another one in this process (gpu-leg runs apply)
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         require_git()
         return module.run(args)
     except FatalError as exc:
-        print(f"sglpatch {args.command}: error: {exc}", file=sys.stderr)
+        print(one_line(f"sglpatch {args.command}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # a line printed past say(), its reader gone: end quietly, as git and coreutils do
         reader_gone(sys.stdout)
@@ -80,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         where = f" {exc.filename}" if exc.filename else ""
         recover = hints.recover(getattr(args, "sglang", None))
         after = f"; {recover} says where the target stands" if args.command in WRITE_TARGETS else ""
-        print(f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}){after}", file=sys.stderr)
+        print(
+            one_line(f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}){after}"),
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"sglpatch {args.command}: interrupted", file=sys.stderr)

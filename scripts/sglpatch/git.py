@@ -41,6 +41,13 @@ _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 SGLPATCH_IDENTITY = ("sglpatch", "sglpatch@localhost")
 _IDENT = re.compile(r"^(.*) <([^<>]*)> \d+ [+-]\d{4}$")
 _fallback_said = False
+# Every git we start leaves the user's repository to the user: a `git fetch` (or commit) would otherwise start
+# `git gc --auto` when it is due, which packs refs before it goes to the background and repacks after.
+_NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
+# For apply's and revert's switch of branch: a `git checkout` applies the sparse-checkout patterns to the whole
+# work tree, and where the user set them without applying them (or git left files it could not remove) the
+# switch there and back would delete the files they keep. Without them git writes only what the switch changes.
+KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
 
 
 class GitFailed(FatalError):
@@ -119,7 +126,7 @@ class Git:
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *args],
+                ["git", *_NO_AUTO_GC, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,
@@ -190,15 +197,27 @@ class Git:
         )
 
     def git_dir(self) -> Path:
-        return Path(self.run("rev-parse", "--absolute-git-dir"))
+        return self._path("rev-parse", "--absolute-git-dir")
 
     def common_dir(self) -> Path:
         """Where the objects and the shared refs are: the git dir itself, except in a `git worktree`."""
-        return Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir"))
+        return self._path("rev-parse", "--path-format=absolute", "--git-common-dir")
 
     def toplevel(self) -> Path | None:
-        status, out, _ = self.try_run("rev-parse", "--show-toplevel")
-        return Path(out) if status == 0 else None
+        return self.try_path("rev-parse", "--show-toplevel")[1]
+
+    def try_path(self, *args: str) -> tuple[int, Path | None, str]:
+        """`git ARGS` printing one path: (exit status, the path or None, stderr). The path's bytes are decoded
+        as Python decodes file names (os.fsdecode), so any byte, and a newline, comes back as it is on disk."""
+        status, out, err = self.call(args)
+        path = Path(os.fsdecode(out[:-1] if out.endswith(b"\n") else out)) if status == 0 else None
+        return status, path, err.decode("utf-8", "replace")
+
+    def _path(self, *args: str) -> Path:
+        status, path, err = self.try_path(*args)
+        if path is None:
+            raise GitFailed(shown_command(self.workdir, args), status, err)
+        return path
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         return self.try_run("merge-base", "--is-ancestor", older, newer)[0] == 0

@@ -5,9 +5,11 @@ writes the new content there and renames it over the file. A git killed in betwe
 leaves the lock, and every later git that needs the file refuses ("Unable to create
 ….lock: File exists"). `recover` removes a lock only when it was left by the
 interrupted sglpatch run: the run named in the state file (written before each git
-call) is dead, the lock is younger than that file, and no live process holds it,
-neither with the file open nor as a git process working in the repository. A lock
-of a git that is still running is never removed.
+call) is dead (a zombie its parent has not collected yet counts as dead: an OOM kill
+or a supervisor's kill leaves one until the parent waits for it), the lock is
+younger than that file, and no live process holds it, neither with the file open
+nor as a git process working in the repository. A lock of a git that is still
+running is never removed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point
-from sglpatch.run_mark import RunMark
+from sglpatch.run_mark import RunMark, dead_but_listed
 
 _PROC = Path("/proc")
 
@@ -37,6 +39,19 @@ class GitLock:
 
 # Written only while git holds packed-refs.lock, then renamed over packed-refs: a killed git leaves both.
 _LOCKED_TEMPORARY = ("packed-refs.new",)
+# The files in the git dir that the git commands sglpatch runs write (checkout, fetch, branch, update-ref,
+# read-tree, cherry-pick), besides every ref under refs/. A lock on one of them is a git sglpatch would run
+# into; a lock on anything else (gc.log.lock of a background `git gc --auto`, config.lock) is work git itself
+# lets commands run beside, and so does sglpatch.
+_IN_THE_WAY = {
+    f"{name}.lock"
+    for name in ("index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "CHERRY_PICK_HEAD", "MERGE_MSG", "AUTO_MERGE")
+} | {"packed-refs.lock", *_LOCKED_TEMPORARY}
+# git's housekeeping (what `git gc --auto` and `git maintenance` run, often in the background): such a git
+# locks only refs and packed-refs, and holds each lock open while it has it, so it holds no lock it has not
+# open; any other git working in the repository may be between closing a lock and renaming it.
+_HOUSEKEEPING = {"gc", "maintenance", "repack", "pack-objects", "prune", "prune-packed", "pack-refs", "reflog"}
+_HOUSEKEEPING |= {"commit-graph", "multi-pack-index", "rerere", "worktree", "count-objects"}
 
 
 def lock_files(git_dir: Path, common_dir: Path) -> list[Path]:
@@ -63,8 +78,14 @@ def classify(paths: list[Path], state_file: Path | None, run: RunMark | None, re
         holders = tuple(holding.get(path, ()) + users)
         made = _mtime(path)
         ours = not holders and dead and since is not None and made is not None and made >= since
-        locks.append(GitLock(path, holders, ours))
+        if ours or in_the_way(path, repo):  # another's lock on what sglpatch never writes is not its business
+            locks.append(GitLock(path, holders, ours))
     return tuple(locks)
+
+
+def in_the_way(lock: Path, repo: list[Path]) -> bool:
+    """Whether `lock` locks a file that sglpatch's git calls write: a ref, packed-refs, HEAD, the index."""
+    return lock.name in _IN_THE_WAY or any(folder / "refs" in lock.parents for folder in repo)
 
 
 def remove_own(locks: tuple[GitLock, ...], root: Path) -> None:
@@ -108,7 +129,7 @@ def _live_users(repo: list[Path], locks: list[Path]) -> tuple[tuple[str, ...], d
     users: list[str] = []
     holding: dict[Path, tuple[str, ...]] = {}
     for entry in os.scandir(_PROC):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid() or dead_but_listed(int(entry.name)):
             continue
         proc = Path(entry.path)
         try:
@@ -118,7 +139,7 @@ def _live_users(repo: list[Path], locks: list[Path]) -> tuple[tuple[str, ...], d
         who = f"pid {entry.name} ({_command_line(proc) or name})"
         for lock in _open_files(proc) & wanted.keys():
             holding[wanted[lock]] = holding.get(wanted[lock], ()) + (who,)
-        if name.startswith("git") and _works_in(proc, folders):
+        if name.startswith("git") and _works_in(proc, folders) and _subcommand(proc) not in _HOUSEKEEPING:
             users.append(who)
     return tuple(users), holding
 
@@ -146,8 +167,25 @@ def _works_in(proc: Path, folders: list[str]) -> bool:
 
 
 def _command_line(proc: Path) -> str:
+    return " ".join(_words(proc))[:80]
+
+
+def _words(proc: Path) -> list[str]:
     try:
         words = (proc / "cmdline").read_bytes().split(b"\0")
     except OSError:
-        return ""
-    return " ".join(w.decode(errors="replace") for w in words if w)[:80]
+        return []
+    return [w.decode(errors="replace") for w in words if w]
+
+
+def _subcommand(proc: Path) -> str | None:
+    """The git command a git process runs (`gc` for `git -c x=y gc --auto`), or None."""
+    words = _words(proc)
+    start = next((i + 1 for i, word in enumerate(words) if os.path.basename(word).startswith("git")), len(words))
+    rest = iter(words[start:])
+    for word in rest:
+        if word in ("-c", "-C", "--git-dir", "--work-tree", "--namespace", "--exec-path"):
+            next(rest, None)  # the option's value
+        elif not word.startswith("-"):
+            return word
+    return None

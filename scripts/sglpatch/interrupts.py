@@ -26,6 +26,8 @@ import sys
 import threading
 from contextlib import contextmanager
 
+from sglpatch.output import one_line
+
 _HELD = {signal.SIGINT, signal.SIGTERM}
 _outcome = "nothing was changed"
 
@@ -72,7 +74,7 @@ def write_phase(done: str | None = None):
 
 def _exit_interrupted(command: str, signum: int):
     name = signal.Signals(signum).name
-    print(f"sglpatch {command}: interrupted by {name}; {_outcome}", file=sys.stderr, flush=True)
+    print(one_line(f"sglpatch {command}: interrupted by {name}; {_outcome}"), file=sys.stderr, flush=True)
     raise SystemExit(128 + signum)
 
 

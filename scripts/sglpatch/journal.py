@@ -38,6 +38,7 @@ from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_d
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
+from sglpatch.ownership import give_to_folder_owner, with_executable
 from sglpatch.write_states import WriteState
 
 JOURNAL_DIR = ".sglpatch"
@@ -135,6 +136,7 @@ class Journal:
 
 def _write_journal(journal_dir: Path, journal: Journal) -> None:
     write_durably(journal_dir / JOURNAL_FILE, json.dumps(journal.to_json(), indent=2).encode())
+    give_to_folder_owner(journal_dir / JOURNAL_FILE)
 
 
 def journal_path(package: Path) -> Path:
@@ -176,6 +178,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
     if journal_dir.exists():
         raise FatalError(f"{journal_dir} exists: an earlier run was interrupted; run `sglpatch recover` first")
     _refuse_too_long(package, [c.path for c in changes] + [journal_dir / "originals" / str(len(changes))])
+    refuse_other_owners(package, changes)
     entries = [_entry(package, number, change) for number, change in enumerate(changes)]
     journal = Journal(WriteState.APPLYING, series_digest, patch_names, entries)
     try:
@@ -194,7 +197,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
 def _entry(package: Path, number: int, change: Change) -> JournalEntry:
     existed = change.before is not None
     mode = change.path.stat().st_mode & 0o7777 if existed else NEW_FILE_MODE
-    new_mode = _mode_after(mode, change.executable) if existed else (0o755 if change.executable else NEW_FILE_MODE)
+    new_mode = with_executable(mode, change.executable) if existed else (0o755 if change.executable else NEW_FILE_MODE)
     return JournalEntry(
         path=str(change.path.relative_to(package)),
         before=blob_id(change.before) if existed else "",
@@ -206,16 +209,13 @@ def _entry(package: Path, number: int, change: Change) -> JournalEntry:
     )
 
 
-def _mode_after(mode: int, executable: bool) -> int:
-    """git's executable bit on a file's permission bits: x wherever r is set, or no x at all."""
-    return mode | ((mode & 0o444) >> 2) if executable else mode & ~0o111
-
-
 def _prepare(package: Path, journal: Journal, changes: list[Change]) -> None:
     """Everything that needs free space, before the first file of the package changes: the backups, the
     journal, and each new file's bytes beside its target."""
     journal_dir = package / JOURNAL_DIR
     (journal_dir / "originals").mkdir(parents=True)
+    give_to_folder_owner(journal_dir)
+    give_to_folder_owner(journal_dir / "originals")
     fault_point("journal: folder made")
     for change, entry in zip(changes, journal.files, strict=True):
         if entry.backup:
@@ -226,7 +226,12 @@ def _prepare(package: Path, journal: Journal, changes: list[Change]) -> None:
         if change.after is not None:
             for folder in reversed(entry.created_dirs):
                 (package / folder).mkdir(exist_ok=True)
+                give_to_folder_owner(package / folder)
             write_synced(_tmp_for(change.path), change.after, mode=entry.mode_after)
+            if change.before is not None:
+                _own_like(_tmp_for(change.path), change.path.stat())
+            else:
+                give_to_folder_owner(_tmp_for(change.path))
             fault_point(f"package: {change.path.name} written beside")
     for folder in {change.path.parent for change in changes}:
         if folder.is_dir():
@@ -234,10 +239,28 @@ def _prepare(package: Path, journal: Journal, changes: list[Change]) -> None:
 
 
 def _write_backup(original: Path, backup: Path, data: bytes) -> None:
-    """The original's bytes, mode and times: renamed back over the file, it is the file as it was."""
+    """The original's bytes, mode, owner and times: renamed back over the file, it is the file as it was."""
     write_durably(backup, data, mode=original.stat().st_mode & 0o7777)
     info = original.stat()
+    _own_like(backup, info)
     os.utime(backup, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def _own_like(path: Path, info: os.stat_result) -> None:
+    """Root's file takes the owner in `info`; an ordinary user's is the user's own (apply refused otherwise)."""
+    if os.geteuid() == 0 and (info.st_uid, info.st_gid) != (0, 0):
+        os.chown(path, info.st_uid, info.st_gid)
+
+
+def refuse_other_owners(package: Path, changes: list[Change]) -> None:
+    """Not root: a file another user owns would come back (and be patched) as this user's: refuse, unwritten."""
+    me = os.geteuid()
+    for change in changes:
+        if me != 0 and change.before is not None and (uid := change.path.stat().st_uid) != me:
+            raise FatalError(
+                f"{change.path} is owned by uid {uid}, not by you (uid {me}): a rewritten file would become "
+                "yours; nothing was changed: run as its owner (or as root)"
+            )
 
 
 def _discard_prepared(package: Path, journal: Journal, exc: OSError) -> None:
@@ -391,7 +414,9 @@ def _put_back(package: Path, journal_dir: Path, entry: JournalEntry) -> None:
     elif entry.backup is None:
         remove_durably(path, f"package: {path.name} removed")
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+            give_to_folder_owner(path.parent)
         os.replace(journal_dir / entry.backup, path)
         fsync_dir(path.parent)
         fsync_dir(journal_dir / "originals")

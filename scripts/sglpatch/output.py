@@ -8,7 +8,12 @@ from pathlib import Path
 
 
 def say(message: str) -> None:
-    _write(sys.stdout, message)
+    _write(sys.stdout, one_line(message))
+
+
+def one_line(message: str) -> str:
+    """The message on one line: a line break inside it, which only a path can bring, written as an escape."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def progress(message: str) -> None:

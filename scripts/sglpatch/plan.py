@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from sglpatch import hints
+from sglpatch.output import plural
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.project import default_base_dir
 from sglpatch.series import Patch, Series
@@ -23,6 +25,7 @@ from sglpatch.workspace import ApplyFailure, Workspace
 ALREADY_APPLIED = "applied"
 APPLIES_CLEANLY = "applies cleanly"
 CONFLICTS = "conflicts"
+NOT_TRIED = "not tried"  # after a patch that conflicts: it may need what that one would have added
 
 
 @dataclass
@@ -31,6 +34,12 @@ class PatchState:
     state: str
     failure: ApplyFailure | None = None
     tree: str | None = None  # workspace tree after this patch, when it was applied there
+    after: str | None = None  # NOT_TRIED: the patch that conflicts before it
+
+    def describe(self) -> str:
+        if self.failure:
+            return f"{self.state}  ({self.failure.describe().split(': ', 1)[-1]})"
+        return f"{self.state}  (after {self.after.split('-', 1)[0]}, which conflicts)" if self.after else self.state
 
 
 @dataclass
@@ -41,6 +50,7 @@ class ApplyPlan:
     drift: list[str]
     dirty: list[str] = field(default_factory=list)
     in_the_way: list[str] = field(default_factory=list)  # files the series creates that are there already
+    outside_sparse: list[str] = field(default_factory=list)  # files it touches a sparse checkout leaves out
 
     @property
     def all_applied(self) -> bool:
@@ -53,6 +63,36 @@ class ApplyPlan:
     @property
     def to_apply(self) -> list[PatchState]:
         return [s for s in self.states if s.state == APPLIES_CLEANLY]
+
+    def refusal(self, release: str, three_way: bool) -> str | None:
+        """Why apply would not write this plan (one line), or None when it would: for apply to raise and for
+        status to say."""
+        if self.in_the_way:
+            kind = "untracked or git-ignored file" if self.target.is_git else "file"
+            return (
+                f"{self.target.local_path(self.in_the_way[0])} is there already ({kind}), and the series creates "
+                "it; move it away first (apply would overwrite it, revert delete it); nothing was changed"
+            )
+        if self.outside_sparse:
+            return (
+                f"{self.target.root} is a sparse checkout that leaves out {plural(len(self.outside_sparse), 'file')}"
+                f" the series changes ({', '.join(self.outside_sparse[:3])}); nothing was changed: add their "
+                "folders (`git sparse-checkout add <folder>`) first"
+            )
+        if self.dirty:
+            return (
+                f"files the series touches have uncommitted changes: {', '.join(self.dirty)}; commit or stash them "
+                "first"
+            )
+        if self.drift and not three_way:
+            hint = f"; try {hints.option('--3way', 'THREEWAY=1')}" if self.target.is_git else ""
+            return (
+                f"base differs from the pin (sglang {release}) in {plural(len(self.drift), 'file')}: "
+                f"{', '.join(self.drift)}{hint}"
+            )
+        if self.conflicts:
+            return f"{self.conflicts[0].failure.describe()}; nothing was changed"
+        return None
 
     def close(self) -> None:
         self.workspace.close()
@@ -80,13 +120,24 @@ def make_plan(target: Target, series: Series, pin: Pin, three_way: bool = False)
     try:
         applied = _applied_prefix(workspace, series.patches)
         states = [PatchState(patch, ALREADY_APPLIED) for patch in series.patches[:applied]]
-        states += [_try_patch(workspace, patch, three_way) for patch in series.patches[applied:]]
+        for patch in series.patches[applied:]:
+            blocked = next((s.patch.name for s in states if s.state == CONFLICTS), None)
+            states.append(
+                PatchState(patch, NOT_TRIED, after=blocked) if blocked else _try_patch(workspace, patch, three_way)
+            )
         drift = drifted_files(pin, _base_blobs(target, series, states, list(pin.blobs)))
         dirty = dirty_paths(target, series.touched_paths) if target.is_git else []
+        outside = outside_sparse_checkout(target, series.touched_paths) if target.is_git else []
     except BaseException:
         workspace.close()
         raise
-    return ApplyPlan(target, workspace, states, drift, dirty, files_in_the_way(target, states))
+    return ApplyPlan(target, workspace, states, drift, dirty, files_in_the_way(target, states), outside)
+
+
+def outside_sparse_checkout(target: Target, paths: list[str]) -> list[str]:
+    """The files of `paths` a sparse checkout leaves out of the work tree (git's skip-worktree bit)."""
+    listed = target.git.run("ls-files", "-t", "-z", "--", *paths, strip=False)
+    return [entry[2:] for entry in listed.split("\0") if entry.startswith("S ")]
 
 
 def files_in_the_way(target: Target, states: list[PatchState]) -> list[str]:

@@ -12,6 +12,7 @@ kill there is seen by anyone loading that series, not only in the target.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sglpatch import hints
@@ -141,7 +142,7 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
     _free_room(folder)  # past the commit point there is no roll-back to keep it for
     if plan.files and not (patch_dir / REWRITE_MARKER).exists():
         patch_dir.mkdir(parents=True, exist_ok=True)  # a new line's folder
-        (patch_dir / REWRITE_MARKER).write_text(f"{target.root}\n")
+        (patch_dir / REWRITE_MARKER).write_bytes(os.fsencode(target.root) + b"\n")
         fault_point("rebase install: series folder marked")
     branch = plan.record.branch
     if git.current_branch() != branch:

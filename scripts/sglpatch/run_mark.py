@@ -18,13 +18,25 @@ _PROC = Path("/proc")
 def process_start(pid: int) -> int | None:
     """The start time of process `pid` (clock ticks after boot), or None when there is no such process
     or this system has no /proc to read it from."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name: [state, ppid, ...]; [] when there is none."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
-        return None
+        return []
     # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ")".
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def dead_but_listed(pid: int) -> bool:
+    """A process killed whose parent has not collected it yet (a zombie, or one being torn down): it runs
+    nothing, holds no file open and no lock, yet /proc still lists it under its pid and start time."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in ("Z", "X", "x")
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,8 @@ class RunMark:
         return cls(os.getpid(), process_start(os.getpid()))
 
     def alive(self) -> bool:
+        if dead_but_listed(self.pid):
+            return False
         if self.start is not None and _PROC.is_dir():
             return process_start(self.pid) == self.start
         try:

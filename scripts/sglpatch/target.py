@@ -109,10 +109,10 @@ def open_target(path: str | Path) -> Target:
     root = given.resolve()
     if (root / PACKAGE_PREFIX / "__init__.py").is_file():
         if (root / ".git").exists():
-            status, top, err = Git(root).try_run("rev-parse", "--show-toplevel")
-            if status != 0:
+            status, top, err = Git(root).try_path("rev-parse", "--show-toplevel")
+            if top is None:
                 raise FatalError(_unusable_checkout(root, err))
-            if Path(top).resolve() == root:
+            if top.resolve() == root:
                 return Target(GIT_CHECKOUT, root)
         return _found_inside(root, root / PACKAGE_PREFIX.rstrip("/"))
     if _is_package(root / "sglang"):
@@ -158,20 +158,39 @@ def _is_package(folder: Path) -> bool:
     return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
 
 
+def _open_lock(target: Target) -> int:
+    key = hashlib.sha256(os.fsencode(target.root.resolve())).hexdigest()[:24]
+    lock_dir = cache_dir() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    return os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def working_run(target: Target) -> str | None:
+    """The pid of the sglpatch run working on `target` now (it holds the lock target_lock takes), or None."""
+    fd = _open_lock(target)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _lock_holder(fd)
+    finally:
+        os.close(fd)
+
+
+def busy(target: Target, pid: str) -> str:
+    """Why a run does not start while another one works on `target`."""
+    return f"another sglpatch run is working on {target.root} (pid {pid}); wait for it to finish"
+
+
 @contextmanager
 def target_lock(target: Target):
     """One sglpatch run per target at a time; a second one is refused, not queued."""
-    key = hashlib.sha256(str(target.root.resolve()).encode()).hexdigest()[:24]
-    lock_dir = cache_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(target)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FatalError(
-                f"another sglpatch run is working on {target.root} (pid {_lock_holder(fd)}); wait for it to finish"
-            ) from None
+            raise FatalError(busy(target, _lock_holder(fd))) from None
         mine = f"{os.getpid()}\n".encode()
         os.pwrite(fd, mine, 0)  # over the last holder's pid, then cut to length: the file is never empty
         os.ftruncate(fd, len(mine))

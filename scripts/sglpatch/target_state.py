@@ -45,6 +45,13 @@ _OTHER_OPERATIONS = (
     ("CHERRY_PICK_HEAD", "a `git cherry-pick`"),
     ("REVERT_HEAD", "a `git revert`"),
 )
+# What git leaves for the user's next `git commit`. Switching branches (apply, revert) deletes these files and
+# keeps the staged changes, so the commit they prepare would land on the other branch without its message.
+_PENDING_COMMITS = (
+    ("SQUASH_MSG", "a `git merge --squash`"),
+    ("MERGE_MSG", "a commit git prepared (`git cherry-pick -n`, `git revert -n`, a merge)"),
+    ("AUTO_MERGE", "a commit git prepared (`git cherry-pick -n`, `git revert -n`, a merge)"),
+)
 
 
 @dataclass(frozen=True)
@@ -197,16 +204,22 @@ def _read_checkout(target: Target) -> TargetState:
         found = classify(locks, state_path(target), record.run, repo)
         operation = APPLY if record.state == WriteState.APPLYING else REVERT
         return Interrupted(target=target, leftovers=leftovers, operation=operation, record=record, locks=found)
-    if locks:
-        return Foreign(
-            target=target, leftovers=leftovers, seen=_foreign_lock(target, classify(locks, None, None, repo))
-        )
+    if in_the_way := classify(locks, None, None, repo):
+        return Foreign(target=target, leftovers=leftovers, seen=_foreign_lock(target, in_the_way))
     for name, operation in _OTHER_OPERATIONS:
         if (git_dir / name).exists():
             return Foreign(
                 target=target,
                 leftovers=leftovers,
                 seen=f"{operation} is in progress in {target.root} ({git_dir / name}); finish or abort it first",
+            )
+    for name, operation in _PENDING_COMMITS:
+        if (git_dir / name).exists():
+            return Foreign(
+                target=target,
+                leftovers=leftovers,
+                seen=f"{operation} waits to be committed in {target.root} ({git_dir / name}; a switch of branch "
+                "would drop it); nothing was changed: commit it, or abandon it and delete that file, first",
             )
     leftovers += _stray_reserve(git_dir)  # an interrupted run's own is freed when it is settled
     if record is None:

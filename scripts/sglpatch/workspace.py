@@ -69,9 +69,20 @@ class Workspace:
         tree = target_git.run("rev-parse", f"{rev}^{{tree}}")
         stores = [target_git.common_dir() / "objects", *extra_objects]  # a `git worktree` shares the main objects
         with cls._empty() as ws:
-            (ws.root / ".git" / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
+            ws._borrow(stores)
             ws.git.run("read-tree", tree)
             return ws.keep()
+
+    def _borrow(self, stores: list[Path]) -> None:
+        """Read objects from `stores` too (git's alternates). The file takes a path per line, in git's own
+        quoting: each store is named through a link beside the workspace's objects, so a target's path with
+        a newline, a quote or any byte is never written into it."""
+        objects = self.root / ".git" / "objects"
+        lines = []
+        for number, store in enumerate(stores):
+            (self.root / ".git" / f"borrowed-{number}").symlink_to(store)
+            lines.append(f"../borrowed-{number}\n")  # relative to the objects folder
+        (objects / "info" / "alternates").write_text("".join(lines))
 
     @classmethod
     def from_files(cls, files: dict[str, bytes | None], executables: set[str] = frozenset()) -> "Workspace":

@@ -13,6 +13,8 @@ from __future__ import annotations
 from sglpatch.durable import write_durably
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
+from sglpatch.output import say
+from sglpatch.ownership import give_back
 from sglpatch.target import Target
 from sglpatch.write_check import tree_blobs
 
@@ -35,7 +37,7 @@ def record_worktree(target: Target, paths: list[str]) -> dict[str, str]:
 def give_back_worktree(target: Target, recorded: dict[str, str]) -> list[str]:
     """Rewrite each recorded file whose bytes differ from those recorded; returns those whose bytes are no
     longer in the repository (pruned by `git gc` since the apply): they stay as git wrote them."""
-    lost = []
+    lost, rewritten = [], []
     for path, blob in sorted(recorded.items()):
         local = target.root / path
         if not local.is_file() or local.is_symlink() or blob_id(local.read_bytes()) == blob:
@@ -46,4 +48,34 @@ def give_back_worktree(target: Target, recorded: dict[str, str]) -> list[str]:
         wanted = target.git.run_bytes("cat-file", "blob", blob)
         write_durably(local, wanted, fault_points=False, mode=local.stat().st_mode & 0o7777)
         fault_point(f"checkout: {local.name} as the work tree had it")
+        rewritten.append(path)
+    _restat(target, rewritten)
     return lost
+
+
+def _restat(target: Target, paths: list[str]) -> None:
+    """The index entries of files rewritten behind git's back still hold the size git wrote, and git calls a
+    file whose size differs modified without reading it. Each that git would store as the blob its entry
+    holds (its eol settings applied) is added again: the same blob, the file's new size and times."""
+    if not paths:
+        return
+    git = target.git
+    indexed = _index_blobs(target, paths)
+    cleaned = git.run_with_input(["hash-object", "--stdin-paths"], "".join(f"{p}\n" for p in paths).encode())
+    same = [path for path, blob in zip(paths, cleaned.splitlines(), strict=True) if indexed.get(path) == blob]
+    if same:
+        git.run("update-index", "-q", "--", *same)
+        fault_point("checkout: index entries of the files given back refreshed")
+
+
+def _index_blobs(target: Target, paths: list[str]) -> dict[str, str]:
+    listed = target.git.run("ls-files", "-s", "-z", "--", *paths, strip=False)
+    return {entry.split("\t", 1)[1]: entry.split()[1] for entry in filter(None, listed.split("\0"))}
+
+
+def give_back_stats(target: Target, record) -> None:
+    """The modes and owners `record` (a CheckoutRecord) keeps, after its git commands; a note for any owner this
+    run could not give back."""
+    left = give_back(target, record.stats, record.git_stats, record.base, record.touched)
+    if left:
+        say(f"note: {', '.join(left[:3])} now belong to you: only root can give them back to their owner")

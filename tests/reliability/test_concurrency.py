@@ -16,15 +16,12 @@ from dataclasses import replace
 
 import pytest
 
-from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, default_sigint, make_labs, run_state
 
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {
-        kind: Lab(kind, tmp_path_factory.mktemp(f"conc-{kind}"), base_repo, series_dir)
-        for kind in ("checkout", "package")
-    }
+    return make_labs(tmp_path_factory, base_repo, series_dir, "conc")
 
 
 def _spellings(kind, target):

@@ -34,6 +34,7 @@ from testing.fault_harness import (
     OPERATIONS,
     PRISTINE,
     Lab,
+    make_labs,
     run_full_disk_grid,
 )
 from testing.full_disk import mount_small_disk
@@ -45,7 +46,7 @@ CASES = [pytest.param(*g, marks=NETWORK) if g[0] == "rebase" else g for g in GRI
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {kind: Lab(kind, tmp_path_factory.mktemp(f"enospc-{kind}"), base_repo, series_dir) for kind in KINDS}
+    return make_labs(tmp_path_factory, base_repo, series_dir, "enospc")
 
 
 @pytest.fixture(scope="module")

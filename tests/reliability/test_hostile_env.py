@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, default_sigint, run_state
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, default_sigint, make_labs, run_state
 from testing.hostile import (
     assert_refused,
     assert_state,
@@ -31,10 +31,7 @@ from testing.hostile import (
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {
-        kind: Lab(kind, tmp_path_factory.mktemp(f"env-{kind}"), base_repo, series_dir)
-        for kind in ("checkout", "package")
-    }
+    return make_labs(tmp_path_factory, base_repo, series_dir, "env")
 
 
 # -- item 1: a git checkout that exits 0 without writing the files ----------------------

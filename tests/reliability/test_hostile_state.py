@@ -22,7 +22,7 @@ from sglpatch.git import Git, blob_id
 from sglpatch.pin import load_pin
 from sglpatch.project import default_patch_dir
 from sglpatch.series import PACKAGE_PREFIX
-from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, diff_states, run_state
+from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, diff_states, make_labs, run_state
 from testing.hostile import assert_refused, assert_state, read_only, without_override, writable
 from testing.sglang_trees import OVERLAP, SECOND, make_series, replace_in
 
@@ -31,10 +31,7 @@ APPLY, REVERT = OPERATIONS["apply"], OPERATIONS["revert"]
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {
-        kind: Lab(kind, tmp_path_factory.mktemp(f"state-{kind}"), base_repo, series_dir)
-        for kind in ("checkout", "package")
-    }
+    return make_labs(tmp_path_factory, base_repo, series_dir, "state")
 
 
 def last_line(result: subprocess.CompletedProcess) -> str:
@@ -80,6 +77,24 @@ def test_a_revert_killed_inside_git_checkout_is_finished_by_recover(labs):
     missing = [path for path in touched if (pristine / path).exists() and not (tree.target / path).exists()]
     assert missing, "the kill should have left a series file removed and not yet rewritten"
     result = lab.sglpatch("recover", "--sglang", str(tree.target))
+    assert result.returncode == 0, result.stderr
+    assert "as it was" in last_line(result), result.stdout
+    assert_state(lab, tree, PRISTINE)
+
+
+def test_a_revert_killed_at_gits_index_lock_is_finished_before_the_dead_run_is_reaped(labs):
+    """Issue 36, item 1: the process group of a revert killed while its `git checkout` holds .git/index.lock,
+    and recover run before the dead run is reaped (its parent, a supervisor or a container's first process,
+    has not collected it): /proc still lists its pid and start time. Before: "index.lock was not left by the
+    interrupted sglpatch run", for as long as the zombie stayed."""
+    lab = labs["checkout"]
+    point = point_of(lab.git_trace(REVERT), "git checkout", "(smudge)")
+    tree = lab.fresh(REVERT.start)
+    with lab.cut_in_git(REVERT, tree, point) as killed:
+        assert killed.signal == signal.SIGKILL, killed.describe()
+        assert (tree.target / ".git" / "index.lock").exists()
+        assert json.loads((tree.target / ".git" / "sglpatch-state.json").read_text())["state"] == "reverting"
+        result = lab.sglpatch("recover", "--sglang", str(tree.target))
     assert result.returncode == 0, result.stderr
     assert "as it was" in last_line(result), result.stdout
     assert_state(lab, tree, PRISTINE)

@@ -26,8 +26,8 @@ from testing.fault_harness import (
     GRID_SIGNALS,
     KINDS,
     OPERATIONS,
-    Lab,
     default_sigint,
+    make_labs,
     run_git_grid,
     run_grid,
     run_state,
@@ -39,7 +39,7 @@ NETWORK = pytest.mark.network
 
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, base_repo, series_dir):
-    return {kind: Lab(kind, tmp_path_factory.mktemp(f"lab-{kind}"), base_repo, series_dir) for kind in KINDS}
+    return make_labs(tmp_path_factory, base_repo, series_dir, "lab")
 
 
 @pytest.mark.fault_grid

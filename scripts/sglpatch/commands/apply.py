@@ -9,16 +9,17 @@ from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state,
 from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
-from sglpatch.git import GitFailed, git_reason
+from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
-from sglpatch.output import plural, say
+from sglpatch.output import say
+from sglpatch.ownership import record_stats, refuse_other_owners
 from sglpatch.pin import Pin
 from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
 from sglpatch.series import Series
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target import Target, target_lock
 from sglpatch.target_state import Applied, TargetState
-from sglpatch.worktree_bytes import give_back_worktree, record_worktree
+from sglpatch.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
 from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.write_states import WriteState
 
@@ -77,23 +78,8 @@ def run(args) -> int:
 
 
 def _refuse_unless_ready(plan: ApplyPlan, release: str, three_way: bool) -> None:
-    if plan.in_the_way:
-        kind = "untracked or git-ignored file" if plan.target.is_git else "file"
-        raise FatalError(
-            f"{plan.target.local_path(plan.in_the_way[0])} is there already ({kind}), and the series creates it; "
-            "move it away first (apply would overwrite it, revert delete it); nothing was changed"
-        )
-    if plan.dirty:
-        raise FatalError(
-            f"files the series touches have uncommitted changes: {', '.join(plan.dirty)}; commit or stash them first"
-        )
-    if plan.drift and not three_way:
-        hint = f"; try {hints.option('--3way', 'THREEWAY=1')}" if plan.target.is_git else ""
-        raise FatalError(
-            f"base differs from the pin (sglang {release}) in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}{hint}"
-        )
-    if plan.conflicts:
-        raise FatalError(f"{plan.conflicts[0].failure.describe()}; nothing was changed")
+    if why := plan.refusal(release, three_way):
+        raise FatalError(why)
 
 
 def _recorded_as_applied(state: TargetState, series: Series) -> bool:
@@ -161,10 +147,12 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     touched = sorted({p for s in plan.states for p in s.patch.touched_paths})
     try:
         worktree = record_worktree(plan.target, touched)
+        stats, git_stats = record_stats(plan.target, touched)
     except (GitFailed, OSError) as exc:
         raise FatalError(
             f"{_failure(exc, git.git_dir())}; nothing was changed: {plan.target.root} is as it was"
         ) from None
+    refuse_other_owners(plan.target, stats, git_stats)
     record = CheckoutRecord(
         state=WriteState.APPLYING,
         branch=branch,
@@ -177,6 +165,8 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
         base=head,
         three_way=three_way,
         worktree=worktree,
+        stats=stats,
+        git_stats=git_stats,
     )
     room = room_to_roll_back(plan.target, record.touched)
     try:
@@ -194,7 +184,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     try:
         plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
         fault_point("checkout: branch fetched")
-        status, _, err = git.try_run("checkout", "-q", branch)
+        status, _, err = git.try_run(*KEEP_SPARSE_AS_IT_IS, "checkout", "-q", branch)
         fault_point("checkout: switched to the branch")
         if status != 0 and git.current_branch() != branch:
             raise _SwitchFailed(f"could not make and switch to {branch} ({git_reason(err)})")
@@ -203,6 +193,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
             why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
             cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
             raise _SwitchFailed(f"git switched {plan.target.root} to {branch} but left it unwritten: {cause}")
+        give_back_stats(plan.target, record)
         free_reserve(plan.target)
         write_state(plan.target, record.with_state(WriteState.APPLIED))
     except (_SwitchFailed, GitFailed, OSError) as exc:
@@ -233,6 +224,7 @@ def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> 
             give_back_worktree(target, record.worktree)
             if git.rev_parse(f"refs/heads/{record.branch}") is not None:
                 git.run("branch", "-q", "-D", record.branch)
+            give_back_stats(target, record)
             drop_record(target, record)
     except (GitFailed, OSError) as exc:
         still = [_failure(exc, git.git_dir())]

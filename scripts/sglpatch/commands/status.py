@@ -6,8 +6,9 @@ from sglpatch import journal, target_state
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin, drifted_files
-from sglpatch.plan import CONFLICTS, dirty_paths, make_plan
+from sglpatch.plan import dirty_paths, make_plan
 from sglpatch.series import Series
+from sglpatch.target import busy, working_run
 from sglpatch.target_state import Applied, Interrupted, TargetState
 from sglpatch.write_check import tree_blobs
 
@@ -19,10 +20,13 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     target, line, series, pin = open_with_line(args)
+    working = working_run(target)
     state = target_state.read(target)
     say(f"target: {target.describe()}")
     say(f"line:   {line.name} ({line.directory})" if line else f"series: {series.directory}")
-    if note := state.note():
+    if working:
+        say(f"NOTE:   an sglpatch run (pid {working}) is working on it now: what follows is how it stands meanwhile")
+    elif note := state.note():
         say(f"NOTE:   {note}")
     with make_plan(target, series, pin) as plan:
         recorded = _applied_three_way(state, series) and not plan.all_applied
@@ -32,6 +36,7 @@ def run(args) -> int:
             say(f"state:  {_journal_progress(state)}")
         if recorded:
             _say_recorded(state, series, pin)
+            say(f"apply:  {NOTHING_TO_DO}")
             return 0
         if plan.drift:
             say(
@@ -43,10 +48,25 @@ def run(args) -> int:
             say(f"dirty:  {', '.join(plan.dirty)}")
         width = max(len(s.patch.name) for s in plan.states)
         for patch_state in plan.states:
-            label = {CONFLICTS: "conflicts"}.get(patch_state.state, patch_state.state)
-            detail = f"  ({patch_state.failure.describe().split(': ', 1)[-1]})" if patch_state.failure else ""
-            say(f"  {patch_state.patch.name:<{width}}  {label}{detail}")
+            say(f"  {patch_state.patch.name:<{width}}  {patch_state.describe()}")
+        say(f"apply:  {_what_apply_does(target, working, state, plan, pin)}")
     return 0
+
+
+NOTHING_TO_DO = "nothing to do: the series is in"
+
+
+def _what_apply_does(target, working: str | None, state: TargetState, plan, pin: Pin) -> str:
+    """What `apply` would do now, decided as apply decides: its lock, the target's state, then the plan."""
+    if working:
+        return f"refuses: {busy(target, working)}"
+    if why := state.refusal():
+        return f"refuses: {why}"
+    if plan.all_applied:
+        return NOTHING_TO_DO
+    if why := plan.refusal(pin.release, three_way=False):
+        return f"refuses: {why}"
+    return f"applies {plural(len(plan.to_apply), 'patch')}"
 
 
 def _applied_three_way(state: TargetState, series: Series) -> bool:
