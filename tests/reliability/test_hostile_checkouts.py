@@ -278,7 +278,7 @@ def test_a_target_of_another_user_keeps_its_owners(labs, tmp_path, kind):
     home = tmp_path / "home"
     home.mkdir()
     (home / ".gitconfig").write_text(f"[safe]\n\tdirectory = {tree.target}\n")
-    env = {"HOME": str(home)}
+    env = {"HOME": str(home), "GIT_CONFIG_GLOBAL": str(home / ".gitconfig")}  # the suite's own global config otherwise
     before = run_state(tree)
     applied = lab.sglpatch(*APPLY.argv(tree), **env)
     assert applied.returncode == 0, applied.stderr
