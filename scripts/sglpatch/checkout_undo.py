@@ -9,9 +9,8 @@ from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
-from sglpatch.plan import dirty_paths
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target import Target
+from sglpatch.target import Target, dirty_paths
 from sglpatch.worktree_bytes import give_back_stats, give_back_worktree
 from sglpatch.write_check import checkout_mismatch, move_checkout, tree_blobs
 from sglpatch.write_states import INTERRUPTED, WriteState

@@ -15,6 +15,7 @@ Which line fits a target is decided by its sglang version (`line_for_version`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from sglpatch import hints, project
 from sglpatch.errors import FatalError
 from sglpatch.pin import PIN_FILE, Pin, load_pin
 from sglpatch.series import SERIES_FILE
-from sglpatch.target import Target
 
 UPSTREAM_FILE = "upstream.json"
 TREE_ENV = "SGLPATCH_SGLANG_TREE"
@@ -147,14 +147,14 @@ def line_for_version(version: str, root: Path | None = None) -> Line | None:
     return None
 
 
-def line_for_target(target: Target) -> Line:
-    """The line matching the target's sglang version; a development version in a checkout goes by its
-    nearest release tag. Refuses, listing the lines, when none matches."""
-    version = target.sglang_version()
+def line_for_target(where: Path, version: str | None, nearest_release_tag: Callable[[], str | None]) -> Line:
+    """The line matching a target's sglang version (`version`: what the tree at `where` says it is); a
+    development version in a checkout goes by its nearest release tag, asked for only then. Refuses,
+    listing the lines, when none matches."""
     line = line_for_version(version) if version else None
     tag = None
     if line is None and (version is None or _is_development(version)):
-        tag = target.nearest_release_tag()
+        tag = nearest_release_tag()
         line = line_for_version(tag.removeprefix("v")) if tag else None
     if line is not None:
         return line
@@ -162,7 +162,7 @@ def line_for_target(target: Target) -> Line:
     if tag:
         said += f" (nearest release tag {tag})"
     raise FatalError(
-        f"{target.root} holds {said}, which matches no series line (lines: {names(all_lines())}); "
+        f"{where} holds {said}, which matches no series line (lines: {names(all_lines())}); "
         f"pass {hints.option('--line LINE', 'LINE=<line>')} to choose one"
     )
 

@@ -19,7 +19,7 @@ from sglpatch.output import plural
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.project import default_base_dir
 from sglpatch.series import Patch, Series
-from sglpatch.target import Target
+from sglpatch.target import Target, dirty_paths
 from sglpatch.workspace import ApplyFailure, Workspace
 
 ALREADY_APPLIED = "applied"
@@ -184,11 +184,3 @@ def _base_blobs(target: Target, series: Series, states: list[PatchState], paths:
         for patch in reversed(applied):
             base.apply(patch, reverse=True)
         return base.blobs(paths)
-
-
-def dirty_paths(target: Target, paths: list[str]) -> list[str]:
-    # --no-optional-locks: a check writes nothing (git status would refresh the index, and on a full disk fail)
-    listed = target.git.run(
-        "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False
-    )
-    return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})

@@ -75,7 +75,7 @@ class Target:
     def describe(self) -> str:
         return f"{self.root} ({self.kind})"
 
-    def sglang_version(self) -> str | None:
+    def version(self) -> str | None:
         """The version the tree says it is, read without importing it (None when it does not say).
 
         `version.py` or the generated `_version.py` when either holds a literal `__version__`; else,
@@ -98,6 +98,14 @@ class Target:
             return None
         status, tag, _ = self.git.try_run("describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", "HEAD")
         return tag if status == 0 and tag else None
+
+
+def dirty_paths(target: Target, paths: list[str]) -> list[str]:
+    # --no-optional-locks: a check writes nothing (git status would refresh the index, and on a full disk fail)
+    listed = target.git.run(
+        "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False
+    )
+    return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})
 
 
 def open_target(path: str | Path) -> Target:

@@ -15,8 +15,7 @@ from pathlib import Path
 from sglpatch import hints, journal
 from sglpatch.errors import FatalError
 from sglpatch.git import blob_id
-from sglpatch.plan import dirty_paths
-from sglpatch.target import Target
+from sglpatch.target import Target, dirty_paths
 from sglpatch.write_states import WriteState
 
 

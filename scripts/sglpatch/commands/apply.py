@@ -14,10 +14,10 @@ from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
 from sglpatch.ownership import record_stats, refuse_other_owners
 from sglpatch.pin import Pin
-from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, dirty_paths, make_plan
+from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.series import Series
 from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target import Target, target_lock
+from sglpatch.target import Target, dirty_paths, target_lock
 from sglpatch.target_state import Applied, TargetState
 from sglpatch.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
 from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous

@@ -41,7 +41,9 @@ def chosen_line(args, target: Target | None = None) -> Line | None:
         return None
     if args.line:
         return line_named(args.line)
-    return line_for_target(target) if target is not None else default_line()
+    if target is None:
+        return default_line()
+    return line_for_target(target.root, target.version(), target.nearest_release_tag)
 
 
 def load_line(args, line: Line | None) -> tuple[Series, Pin]:

@@ -19,8 +19,7 @@ from sglpatch.errors import FatalError
 from sglpatch.git_locks import refuse_others, remove_own
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
-from sglpatch.plan import dirty_paths
-from sglpatch.target import target_lock
+from sglpatch.target import dirty_paths, target_lock
 from sglpatch.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
 from sglpatch.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
 from sglpatch.write_states import WriteState

@@ -8,8 +8,7 @@ from sglpatch.commands.common import add_line_option, add_target_option, resolve
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
-from sglpatch.plan import dirty_paths
-from sglpatch.target import target_lock
+from sglpatch.target import dirty_paths, target_lock
 from sglpatch.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
 from sglpatch.write_check import package_mismatch, restore_package
 
