@@ -23,24 +23,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch import hints, rebase_settle, rebase_store
-from sglpatch.checkout_record import CheckoutRecord, read_state
+from sglpatch import hints, rebase_settle
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, GitFailed, disk_full, git_reason
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.prefix_checks import compile_error, import_error
-from sglpatch.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
 from sglpatch.releases import release_commit, release_date, release_of
 from sglpatch.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
 from sglpatch.series_digest import series_digest
 from sglpatch.series_writer import render_series
-from sglpatch.space import RESERVE, make_reserve, room_to_switch_back
-from sglpatch.target import Target
+from sglpatch.target import rebase_store
+from sglpatch.target.checkout_record import CheckoutRecord
+from sglpatch.target.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
+from sglpatch.target.space import RESERVE, make_reserve, room_to_switch_back
+from sglpatch.target.target import Target
+from sglpatch.target.target_state import current_record
+from sglpatch.target.write_states import WriteState
 from sglpatch.wheels import fetch_wheel, file_sha256
-from sglpatch.write_states import WriteState
 
 MERGED = "merged with changes"
 RESOLVED = "conflict, resolved by hand"
@@ -572,7 +574,7 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
         patches=[o.patch for o in state.outcomes if o.kept],
         touched=sorted(touched),
         rebased_onto=state.onto_name,
-        before=read_state(target),
+        before=current_record(target),
     )
 
 

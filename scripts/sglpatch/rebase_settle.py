@@ -16,12 +16,15 @@ import os
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.rebase_store import (
+from sglpatch.series import REWRITE_MARKER
+from sglpatch.series_digest import folder_digest, folder_files, series_digest
+from sglpatch.series_writer import write_series_files
+from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, write_state
+from sglpatch.target.rebase_store import (
     INSTALLING,
     SERIES_REF,
     STAGED_REPORT,
@@ -31,11 +34,8 @@ from sglpatch.rebase_store import (
     remove_state_folder,
     save,
 )
-from sglpatch.series import REWRITE_MARKER
-from sglpatch.series_digest import folder_digest, folder_files, series_digest
-from sglpatch.series_writer import write_series_files
-from sglpatch.space import RESERVE
-from sglpatch.target import Target
+from sglpatch.target.space import RESERVE
+from sglpatch.target.target import Target
 
 
 def finish_or_roll_back(target: Target, folder: Path, state: RebaseState) -> str:

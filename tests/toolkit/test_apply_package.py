@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 
-from sglpatch import journal
 from sglpatch.series import load_series
-from sglpatch.write_states import WriteState
+from sglpatch.target import journal
+from sglpatch.target.write_states import WriteState
 from testing.sglang_trees import BACKEND, NEW_FILE, SECOND
 from testing.tree_bytes import fingerprint
 

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import time
 
-from sglpatch import hints, journal, target_state
-from sglpatch.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
-from sglpatch.checkout_undo import undo_checkout
+from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
-from sglpatch.ownership import record_stats, refuse_other_owners
 from sglpatch.pin import Pin
-from sglpatch.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.series import Series
-from sglpatch.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target import Target, dirty_paths, target_lock
-from sglpatch.target_state import Applied, TargetState
-from sglpatch.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
-from sglpatch.write_check import checkout_mismatch, package_mismatch, restore_previous
-from sglpatch.write_states import WriteState
+from sglpatch.target import journal, target_state
+from sglpatch.target.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
+from sglpatch.target.checkout_undo import undo_checkout
+from sglpatch.target.ownership import record_stats, refuse_other_owners
+from sglpatch.target.plan import ALREADY_APPLIED, ApplyPlan, make_plan
+from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
+from sglpatch.target.target import Target, dirty_paths, target_lock
+from sglpatch.target.target_state import Applied, TargetState
+from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
+from sglpatch.target.write_check import checkout_mismatch, package_mismatch, restore_previous
+from sglpatch.target.write_states import WriteState
 
 
 def add_arguments(parser) -> None:
@@ -247,8 +248,7 @@ def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
         if new != old or (new is not None and (path in executable) != (path in was_executable)):
             changes.append(journal.Change(target.local_path(path), old, new, path in executable))
     names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
-    journal.write_changes(target.root, journal.with_bytecode(changes), digest, names)
-    record = journal.read_journal(target.root)
+    record = journal.write_changes(target.root, journal.with_bytecode(changes), digest, names)
     wrong = package_mismatch(target.root, record, "after")
     if wrong:
         try:

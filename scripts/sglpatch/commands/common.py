@@ -9,7 +9,7 @@ from sglpatch.lines import Line, default_line, line_for_target, line_named
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import default_base_dir
 from sglpatch.series import Series, load_series
-from sglpatch.target import Target, open_target
+from sglpatch.target.target import Target, open_target
 
 # What --sglang and --line mean when left out, for the commands' help (each says its own)
 OWN_BASE = "the line's own base, build/sglang for the default line"

@@ -45,7 +45,7 @@ from sglpatch.project import PROJECT_ROOT
 from sglpatch.replay import history_between, upstream_reason
 from sglpatch.rerun import rerun_comment_lines
 from sglpatch.series import Patch
-from sglpatch.target import open_target
+from sglpatch.target.target import open_target
 
 RECORD_FILE = "sglpatch-prs.json"
 BRANCH_PREFIX = "sglpatch-pr/"

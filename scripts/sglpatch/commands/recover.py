@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import hints, journal, rebase_settle, rebase_store, scratch, target_state
-from sglpatch.checkout_undo import undo_checkout
+from sglpatch import hints, rebase_settle, scratch
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
-from sglpatch.git_locks import refuse_others, remove_own
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
-from sglpatch.target import dirty_paths, target_lock
-from sglpatch.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
-from sglpatch.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
-from sglpatch.write_states import WriteState
+from sglpatch.target import journal, rebase_store, target_state
+from sglpatch.target.checkout_undo import undo_checkout
+from sglpatch.target.git_locks import refuse_others, remove_own
+from sglpatch.target.target import dirty_paths, target_lock
+from sglpatch.target.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
+from sglpatch.target.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
+from sglpatch.target.write_states import WriteState
 
 AS_IT_WAS = "as it was"
 PATCHED = "fully patched"

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from sglpatch import journal, target_state
-from sglpatch.checkout_undo import undo_checkout
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
-from sglpatch.target import dirty_paths, target_lock
-from sglpatch.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
-from sglpatch.write_check import package_mismatch, restore_package
+from sglpatch.target import journal, target_state
+from sglpatch.target.checkout_undo import undo_checkout
+from sglpatch.target.target import dirty_paths, target_lock
+from sglpatch.target.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
+from sglpatch.target.write_check import package_mismatch, restore_package
 
 
 def add_arguments(parser) -> None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from sglpatch import journal, target_state
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin, drifted_files
-from sglpatch.plan import make_plan
 from sglpatch.series import Series
-from sglpatch.target import busy, dirty_paths, working_run
-from sglpatch.target_state import Applied, Interrupted, TargetState
-from sglpatch.write_check import tree_blobs
+from sglpatch.target import journal, target_state
+from sglpatch.target.plan import make_plan
+from sglpatch.target.target import busy, dirty_paths, working_run
+from sglpatch.target.target_state import Applied, Interrupted, TargetState
+from sglpatch.target.write_check import tree_blobs
 
 
 def add_arguments(parser) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from sglpatch import hints, journal
+from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import blob_id
-from sglpatch.target import Target, dirty_paths
-from sglpatch.write_states import WriteState
+from sglpatch.target import journal
+from sglpatch.target.target import Target, dirty_paths
+from sglpatch.target.write_states import WriteState
 
 
 def checkout_mismatch(target: Target, branch: str | None, head: str, touched: list[str]) -> list[str]:

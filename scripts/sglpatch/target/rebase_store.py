@@ -20,12 +20,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.checkout_record import CheckoutRecord
 from sglpatch.durable import write_durably
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import Git
 from sglpatch.run_mark import RunMark
-from sglpatch.target import Target
+from sglpatch.target.checkout_record import CheckoutRecord
+from sglpatch.target.target import Target
 
 STATE_DIR = "sglpatch-rebase"
 DELETING = STATE_DIR + ".deleting"  # the state folder on its way out: never read as a rebase in progress

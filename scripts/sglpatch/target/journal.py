@@ -33,13 +33,13 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch.bytecode import bytecode_of, is_bytecode
 from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
-from sglpatch.ownership import give_to_folder_owner, with_executable
-from sglpatch.write_states import WriteState
+from sglpatch.target.bytecode import bytecode_of, is_bytecode
+from sglpatch.target.ownership import give_to_folder_owner, with_executable
+from sglpatch.target.write_states import WriteState
 
 JOURNAL_DIR = ".sglpatch"
 JOURNAL_FILE = "journal.json"
@@ -172,8 +172,8 @@ def with_bytecode(changes: list[Change]) -> list[Change]:
 # -- apply -------------------------------------------------------------------------------
 
 
-def write_changes(package: Path, changes: list[Change], series_digest: str, patch_names: list[str]) -> None:
-    """Write `changes` into the package: all of them, or (FatalError saying so) none."""
+def write_changes(package: Path, changes: list[Change], series_digest: str, patch_names: list[str]) -> Journal:
+    """Write `changes` into the package: all of them (the journal written), or (FatalError saying so) none."""
     journal_dir = package / JOURNAL_DIR
     if journal_dir.exists():
         raise FatalError(f"{journal_dir} exists: an earlier run was interrupted; run `sglpatch recover` first")
@@ -192,6 +192,7 @@ def write_changes(package: Path, changes: list[Change], series_digest: str, patc
         _write_journal(journal_dir, journal)
     except OSError as exc:
         _roll_back_after(package, exc)
+    return journal
 
 
 def _entry(package: Path, number: int, change: Change) -> JournalEntry:

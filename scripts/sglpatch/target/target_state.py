@@ -26,15 +26,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch import hints, journal, rebase_store
-from sglpatch.checkout_record import STATE_FILE, CheckoutRecord, read_state, state_path
+from sglpatch import hints
 from sglpatch.errors import CorruptState, FatalError
-from sglpatch.git_locks import GitLock, classify, lock_files
-from sglpatch.journal import Journal
-from sglpatch.rebase_store import RebaseState
-from sglpatch.space import RESERVE
-from sglpatch.target import Target
-from sglpatch.write_states import INTERRUPTED, WriteState
+from sglpatch.target import journal, rebase_store
+from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, read_state, state_path
+from sglpatch.target.git_locks import GitLock, classify, lock_files
+from sglpatch.target.journal import Journal
+from sglpatch.target.rebase_store import RebaseState
+from sglpatch.target.space import RESERVE
+from sglpatch.target.target import Target
+from sglpatch.target.write_states import INTERRUPTED, WriteState
 
 APPLY, REVERT = "apply", "revert"
 # What another tool leaves in the git dir while its operation waits for the user.
@@ -176,6 +177,12 @@ def read(target: Target) -> TargetState:
         return _read_checkout(target) if target.is_git else _read_package(target)
     except CorruptState as exc:
         return Foreign(target=target, seen=str(exc))
+
+
+def current_record(target: Target) -> CheckoutRecord | None:
+    """A checkout's record as it is on disk, whatever the state: for a rebase writing the record that replaces
+    it (the old one is kept inside it, `before`)."""
+    return read_state(target)
 
 
 def refuse_unless_settled(state: TargetState) -> None:
