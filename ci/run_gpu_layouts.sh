@@ -162,7 +162,7 @@ if [ "$REHEARSE" = 1 ] && ! "$PY" -c "import torchvision" 2>/dev/null; then
   cat >"$SHIMS/sitecustomize.py" <<PYEOF
 import sys
 sys.path.insert(0, "$REPO/scripts")
-from sglpatch.cpu_standins import install_torchvision_standin  # the CPU tests' stand-in
+from sglpatch.rebase.cpu_standins import install_torchvision_standin  # the CPU tests' stand-in
 
 install_torchvision_standin()
 PYEOF

@@ -176,7 +176,7 @@ class Lab:
     def _build_rebase_ready(self, dest: Path) -> None:
         """A pristine checkout that also holds the next release (tag v0.5.15), as after a `git fetch --tags`."""
         from sglpatch.git import Git
-        from sglpatch.releases import release_commit
+        from sglpatch.rebase.releases import release_commit
 
         self._build_pristine(dest)
         release_commit(ONTO_RELEASE, Git(self.run_at(dest).target))

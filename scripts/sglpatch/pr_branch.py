@@ -19,14 +19,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sglpatch.default_base import drift_from_pin
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.output import say
 from sglpatch.pin import Pin
 from sglpatch.pr_body import Group
-from sglpatch.releases import imported_release
-from sglpatch.replay import Landing, SeriesCommits, carry_patches, describe, history_between, series_commits
+from sglpatch.rebase.default_base import drift_from_pin
+from sglpatch.rebase.releases import imported_release
+from sglpatch.rebase.replay import Landing, SeriesCommits, carry_patches, describe, history_between, series_commits
 from sglpatch.series import Patch
 
 PROJECT_TRAILERS = ("patch-group", "drop-when", "tests", "extends-pr", "upstream-pr", "upstream-marker", "prior-art")

@@ -49,7 +49,7 @@ Stand-ins, and what each one stands for (only GPU-only or CPU-broken
 packages get one):
 
 ``torchvision``
-    ``sglpatch.cpu_standins.install_torchvision_standin`` (the product's, shared with
+    ``sglpatch.rebase.cpu_standins.install_torchvision_standin`` (the product's, shared with
     the rebase import check; its docstring says why): no test may decode images.
 
 Nothing else is faked: ``sgl_kernel``, ``flashinfer`` and ``deep_gemm`` are
@@ -69,7 +69,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglpatch.cpu_standins import install_torchvision_standin
+from sglpatch.rebase.cpu_standins import install_torchvision_standin
 
 SGLANG_TREE_ENV = "SGLPATCH_SGLANG_TREE"
 

@@ -22,7 +22,7 @@ from sglpatch.git import Git, init_repo
 from sglpatch.lines import all_lines, line_for_version
 from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.releases import check_out_release, release_date
+from sglpatch.rebase.releases import check_out_release, release_date
 from sglpatch.wheels import fetch_wheel, file_sha256
 from testing.sglang_trees import SECOND, one_patch_series
 from testing.tree_bytes import fingerprint

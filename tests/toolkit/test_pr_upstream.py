@@ -19,7 +19,7 @@ import pytest
 
 from sglpatch.git import Git, init_repo
 from sglpatch.pr_branch import upstream_message
-from sglpatch.releases import BASE_IDENTITY, imported_release
+from sglpatch.rebase.releases import BASE_IDENTITY, imported_release
 from sglpatch.series import parse_patch
 from testing.pr_series import pr_series
 from testing.sglang_trees import SECOND, as_tester, replace_in, user_clone

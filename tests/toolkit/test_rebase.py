@@ -13,7 +13,7 @@ import pytest
 
 from sglpatch.git import Git, init_repo
 from sglpatch.project import default_patch_dir
-from sglpatch.releases import check_out_release
+from sglpatch.rebase.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir, fetch_wheel
 from testing.sglang_trees import BACKEND, OVERLAP, SECOND, make_series, one_patch_series

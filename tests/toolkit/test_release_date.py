@@ -9,7 +9,7 @@ import pytest
 
 from sglpatch import wheels
 from sglpatch.errors import FatalError
-from sglpatch.releases import release_date
+from sglpatch.rebase.releases import release_date
 from sglpatch.wheels import fetch_wheel
 
 NAME = "sglang-0.5.99-cp311-cp311-manylinux_2_34_x86_64.whl"

@@ -29,14 +29,14 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.commands.common import EVERY_LINE, add_series_options
-from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.lines import TREE_ENV, Line, all_lines, default_line, line_named
 from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.replay import series_commits
+from sglpatch.rebase.default_base import ensure_default_base
+from sglpatch.rebase.replay import series_commits
 from sglpatch.series import Patch, Series, load_series
 
 CHECK_REF = "refs/sglpatch/check/series"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.default_base import ensure_default_base
 from sglpatch.lines import Line, default_line, line_for_target, line_named
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import default_base_dir
+from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.series import Series, load_series
 from sglpatch.target.target import Target, open_target
 

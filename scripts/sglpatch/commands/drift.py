@@ -9,13 +9,13 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch.commands.common import EVERY_LINE, add_series_options, load_line
-from sglpatch.drift import render_json, render_markdown, render_png
 from sglpatch.lines import all_lines, line_named
 from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.releases import published_releases, release_commit, releases_repo
-from sglpatch.replay import carry_series, history_between, series_commits
+from sglpatch.rebase.drift import render_json, render_markdown, render_png
+from sglpatch.rebase.releases import published_releases, release_commit, releases_repo
+from sglpatch.rebase.replay import carry_series, history_between, series_commits
 from sglpatch.series import Series
 from sglpatch.wheels import downloaded_wheels, fetch_wheel
 

@@ -32,7 +32,6 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.commands.common import NEWEST_LINE, add_series_options, add_target_option, base_dir, load_line
-from sglpatch.default_base import ensure_default_base
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, GitFailed, git_reason
 from sglpatch.hygiene import check_hygiene
@@ -42,7 +41,8 @@ from sglpatch.pr_body import Group, render_body
 from sglpatch.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
 from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.replay import history_between, upstream_reason
+from sglpatch.rebase.default_base import ensure_default_base
+from sglpatch.rebase.replay import history_between, upstream_reason
 from sglpatch.rerun import rerun_comment_lines
 from sglpatch.series import Patch
 from sglpatch.target.target import open_target

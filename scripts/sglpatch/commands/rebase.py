@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch import hints, rebase_engine
+from sglpatch import hints
 from sglpatch.commands.common import (
     CHECKOUT,
     add_series_options,
@@ -16,6 +16,7 @@ from sglpatch.commands.common import (
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded
 from sglpatch.project import PROJECT_ROOT
+from sglpatch.rebase import rebase_engine
 from sglpatch.target import rebase_store
 from sglpatch.target.target import target_lock
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import hints, rebase_settle, scratch
+from sglpatch import hints, scratch
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
+from sglpatch.rebase import rebase_settle
 from sglpatch.target import journal, rebase_store, target_state
 from sglpatch.target.checkout_undo import undo_checkout
 from sglpatch.target.git_locks import refuse_others, remove_own

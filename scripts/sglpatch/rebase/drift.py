@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from sglpatch.output import plural
-from sglpatch.replay import Landing, Outcome
+from sglpatch.rebase.replay import Landing, Outcome
 
 COLORS = {
     Landing.CLEAN: "#2e7d32",

@@ -17,7 +17,7 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
 from sglpatch.output import timed
 from sglpatch.pin import Pin, drifted_files
-from sglpatch.releases import check_out_release
+from sglpatch.rebase.releases import check_out_release
 from sglpatch.wheels import fetch_wheel
 
 

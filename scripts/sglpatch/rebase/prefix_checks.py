@@ -17,7 +17,7 @@ from sglpatch.series import PACKAGE_PREFIX
 
 _IMPORT_SCRIPT = """
 import importlib, sys
-from sglpatch.cpu_standins import install_torchvision_standin
+from sglpatch.rebase.cpu_standins import install_torchvision_standin
 install_torchvision_standin()
 sys.path.insert(0, sys.argv[1])
 for name in sys.argv[2:]:
