@@ -9,16 +9,16 @@ import pytest
 
 from sglpatch.cli import main
 from sglpatch.errors import FatalError
-from sglpatch.pr_groups import group_patches
 from sglpatch.project import default_patch_dir
-from sglpatch.rerun import (
+from sglpatch.series import FileDiff, Patch, load_series
+from sglpatch.upstream.pr_groups import group_patches
+from sglpatch.upstream.rerun import (
     default_map_path,
     load_rerun_map,
     local_commands,
     plan_reruns,
     rerun_comment_lines,
 )
-from sglpatch.series import FileDiff, Patch, load_series
 
 TEST_DSA = "test/registered/attention/unittests/dsa/test_dsa.py"
 EAGLE_BETA = "test/registered/spec/eagle/test_eagle_infer_beta.py"

@@ -11,10 +11,10 @@ import pytest
 
 from sglpatch.errors import FatalError
 from sglpatch.lines import all_lines
-from sglpatch.pr_body import MAIN_TEXT_LIMIT, Group, render_body
-from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.series import Series, parse_patch
+from sglpatch.upstream.pr_body import MAIN_TEXT_LIMIT, Group, render_body
+from sglpatch.upstream.pr_groups import load_groups
 
 FIXTURE_PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: Ada Patchwright <ada@example.com>

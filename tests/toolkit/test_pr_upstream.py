@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from sglpatch.git import Git, init_repo
-from sglpatch.pr_branch import upstream_message
 from sglpatch.rebase.releases import BASE_IDENTITY, imported_release
 from sglpatch.series import parse_patch
+from sglpatch.upstream.pr_branch import upstream_message
 from testing.pr_series import pr_series
 from testing.sglang_trees import SECOND, as_tester, replace_in, user_clone
 

@@ -34,18 +34,18 @@ from sglpatch import hints
 from sglpatch.commands.common import NEWEST_LINE, add_series_options, add_target_option, base_dir, load_line
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, GitFailed, git_reason
-from sglpatch.hygiene import check_hygiene
 from sglpatch.lines import Line, line_named, newest_line
 from sglpatch.output import plural, say
-from sglpatch.pr_body import Group, render_body
-from sglpatch.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
-from sglpatch.pr_groups import load_groups
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.replay import history_between, upstream_reason
-from sglpatch.rerun import rerun_comment_lines
 from sglpatch.series import Patch
 from sglpatch.target.target import open_target
+from sglpatch.upstream.hygiene import check_hygiene
+from sglpatch.upstream.pr_body import Group, render_body
+from sglpatch.upstream.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
+from sglpatch.upstream.pr_groups import load_groups
+from sglpatch.upstream.rerun import rerun_comment_lines
 
 RECORD_FILE = "sglpatch-prs.json"
 BRANCH_PREFIX = "sglpatch-pr/"

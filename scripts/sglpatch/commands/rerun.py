@@ -9,9 +9,9 @@ from pathlib import Path
 from sglpatch.commands.common import NEWEST_LINE, add_series_options
 from sglpatch.lines import line_named, newest_line
 from sglpatch.output import say
-from sglpatch.pr_groups import group_patches
-from sglpatch.rerun import load_rerun_map, local_commands, plan_reruns, rerun_comment_lines
 from sglpatch.series import load_series
+from sglpatch.upstream.pr_groups import group_patches
+from sglpatch.upstream.rerun import load_rerun_map, local_commands, plan_reruns, rerun_comment_lines
 
 
 def add_arguments(parser) -> None:

@@ -23,11 +23,11 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.output import say
 from sglpatch.pin import Pin
-from sglpatch.pr_body import Group
 from sglpatch.rebase.default_base import drift_from_pin
 from sglpatch.rebase.releases import imported_release
 from sglpatch.rebase.replay import Landing, SeriesCommits, carry_patches, describe, history_between, series_commits
 from sglpatch.series import Patch
+from sglpatch.upstream.pr_body import Group
 
 PROJECT_TRAILERS = ("patch-group", "drop-when", "tests", "extends-pr", "upstream-pr", "upstream-marker", "prior-art")
 CARRIED_ONLY_PARAGRAPHS = ("Upstream:", "Drop when:")

@@ -20,8 +20,8 @@ import json
 import re
 
 from sglpatch.errors import FatalError
-from sglpatch.pr_body import CHECKLIST, Group
 from sglpatch.series import Patch, Series
+from sglpatch.upstream.pr_body import CHECKLIST, Group
 
 GROUPS_FILE = "pr-groups.json"
 
