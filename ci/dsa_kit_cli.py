@@ -1,8 +1,8 @@
 """The DSA kit driver's command line: run ci/dsa_kit_driver.py under pytest, then write its JSON summary.
 
 The per-test records come from pytest's own junit report (xunit1: the toolkit's one reader,
-sglpatch.ci_summary.tests_from_junit), the environment from the toolkit's one probe
-(sglpatch.gpu_environment), and the paged-MQA layouts from the recorder the tests filled
+sglpatch.gpu.ci_summary.tests_from_junit), the environment from the toolkit's one probe
+(sglpatch.gpu.gpu_environment), and the paged-MQA layouts from the recorder the tests filled
 (ci/dsa_kit_layouts.py): `metadata_layouts` says, per TARGET_VERIFY and DRAFT_EXTEND_V2 test,
 which layout the DSA metadata named (the kit never runs the indexer: no kernel call is seen).
 """
@@ -23,8 +23,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "scripts")]
 import pytest  # noqa: E402
 from dsa_kit_layouts import RECORDER, sm90_rule_constants  # noqa: E402
 
-from sglpatch.ci_summary import count_outcomes, tests_from_junit  # noqa: E402
-from sglpatch.gpu_environment import environment_facts  # noqa: E402
+from sglpatch.gpu.ci_summary import count_outcomes, tests_from_junit  # noqa: E402
+from sglpatch.gpu.gpu_environment import environment_facts  # noqa: E402
 
 DRIVER = HERE / "dsa_kit_driver.py"
 LAYOUT_MODES = ("TARGET_VERIFY", "DRAFT_EXTEND_V2")

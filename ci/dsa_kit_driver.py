@@ -28,7 +28,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "scripts")]  # its sibling modules 
 
 from dsa_kit_layouts import FORCE_PER_TOKEN_ENV, RECORDER, allowed_layouts  # noqa: E402
 
-from sglpatch.gpu_environment import fa3_in_kernel_package  # noqa: E402
+from sglpatch.gpu.gpu_environment import fa3_in_kernel_package  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Case table (shapes follow upstream's test_dsa.py for the same kit entry points)

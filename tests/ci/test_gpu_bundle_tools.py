@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch.ci_summary import kit_metadata_layouts
 from sglpatch.errors import FatalError
+from sglpatch.gpu.ci_summary import kit_metadata_layouts
 from sglpatch.wheels import pip_download
 
 CI = Path(__file__).resolve().parents[2] / "ci"

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sglpatch import ci_summary
+from sglpatch.gpu import ci_summary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,7 +143,7 @@ def test_leg_whose_series_does_not_apply_still_writes_a_failing_summary(tmp_path
 
 
 def test_a_part_that_hangs_is_killed_and_reported(tmp_path):
-    from sglpatch.gpu_leg import Part, run_part
+    from sglpatch.gpu.gpu_leg import Part, run_part
 
     part = Part(
         "stuck", "a part that never ends", ["-c", "import time; print('started', flush=True); time.sleep(60)"], tmp_path
@@ -155,7 +155,7 @@ def test_a_part_that_hangs_is_killed_and_reported(tmp_path):
 
 
 def test_the_series_test_in_sglangs_tree_is_a_required_part_of_a_checkout_leg(tmp_path):
-    from sglpatch.gpu_leg import plan_parts, series_sglang_tests
+    from sglpatch.gpu.gpu_leg import plan_parts, series_sglang_tests
 
     tests = series_sglang_tests(REPO / "patches" / "v0.5.14")
     assert tests == [

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sglpatch import ci_summary
 from sglpatch.cli import main
 from sglpatch.errors import FatalError
+from sglpatch.gpu import ci_summary
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from sglpatch import ci_summary, gpu_leg
+from sglpatch.gpu import ci_summary, gpu_leg
 
 
 def add_arguments(parser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.ci_summary import LEGS, check_leg, gpu_tests_ran, load_expectations, load_leg_summary
+from sglpatch.gpu.ci_summary import LEGS, check_leg, gpu_tests_ran, load_expectations, load_leg_summary
 from sglpatch.output import say
 
 

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglpatch import ci_summary
 from sglpatch.errors import FatalError
+from sglpatch.gpu import ci_summary
 from sglpatch.project import PROJECT_ROOT, default_base_dir, default_patch_dir
 from sglpatch.series import TEST_TREE_PREFIX, load_series, sha256_hex
 
@@ -87,7 +87,7 @@ def part_env(import_root: Path) -> dict:
 
 def probe_environment(python: str, import_root: Path) -> dict:
     env = part_env(import_root)
-    probe = [python, "-m", "sglpatch.gpu_environment"]
+    probe = [python, "-m", "sglpatch.gpu.gpu_environment"]
     try:
         out = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -1,6 +1,6 @@
 """What a GPU run ran on: the one environment probe of the GPU leg and of sglang's DSA kit driver.
 
-Run it under the Python that runs the tests (`python -m sglpatch.gpu_environment` prints the
+Run it under the Python that runs the tests (`python -m sglpatch.gpu.gpu_environment` prints the
 facts as one JSON line): the leg's summary and the kit's summary both report these facts.
 Standard library only at import; torch and deep_gemm are imported inside, and a failure to
 import them is a fact too, never an error.
