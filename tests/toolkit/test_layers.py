@@ -1,4 +1,12 @@
-"""The layers hold: cli -> commands -> core, no command imports another, and no core module imports a command."""
+"""The layers hold: cli -> commands -> capabilities -> core (docs/architecture.md, "The layers").
+
+- the core is the package's top level (`sglpatch/*.py`): it imports no capability and no command (cli.py,
+  the entry, dispatches to the commands);
+- a capability is a sub-package (target/, rebase/, upstream/, gpu/): it imports the core and the capabilities
+  CAPABILITIES lets it, never a command, and never another package's private module (`_name.py`);
+- a command imports anything but another command (what two commands share is commands/common.py);
+- what state a target is in is read in one place, target/target_state.py.
+"""
 
 from __future__ import annotations
 
@@ -9,31 +17,118 @@ import sglpatch
 
 PACKAGE = Path(sglpatch.__file__).resolve().parent
 SHARED_BY_COMMANDS = "sglpatch.commands.common"
+ENTRY = {"cli.py", "__main__.py"}
+# Each capability, and the capabilities it may import (no circle: each imports only those listed before it).
+CAPABILITIES = {
+    "target": set(),
+    "rebase": {"target"},
+    "upstream": {"rebase"},
+    "gpu": set(),
+}
+# The readers of a target's records: only target_state (and the records' own package) call them.
+RECORD_READERS = {"sglpatch.target.checkout_record.read_state", "sglpatch.target.journal.read_journal"}
+# The rebase's own working state (what it replayed, where it stopped) is read by the rebase alone.
+REBASE_STATE_READERS = {"rebase/rebase_engine.py", "commands/rebase.py", "target/target_state.py"}
 
 
 def _imports(path: Path) -> set[str]:
+    """Every module (and `module.name`) `path` imports, relative imports made absolute."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module:
             found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-    return found
+    return {name for name in found if name == "sglpatch" or name.startswith("sglpatch.")}
 
 
-def _command_modules(imports: set[str]) -> set[str]:
-    return {n for n in imports if n.startswith("sglpatch.commands.") and not n.startswith(SHARED_BY_COMMANDS)}
+def _room(name: str) -> str | None:
+    """The sub-package a dotted name lies in (`sglpatch.target.journal` -> target), None for the core."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+
+
+def _rooms(imports: set[str]) -> set[str]:
+    return {room for room in map(_room, imports) if room is not None}
+
+
+def _modules(room: str | None) -> list[Path]:
+    folder = PACKAGE / room if room else PACKAGE
+    return sorted(folder.glob("*.py"))
+
+
+def _where(path: Path) -> str:
+    return str(path.relative_to(PACKAGE))
+
+
+def test_every_sub_package_is_a_command_folder_or_a_capability():
+    sub_packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert sub_packages == {"commands"} | set(CAPABILITIES)
+
+
+def test_each_capability_says_what_it_owns_and_what_it_may_import():
+    for room in CAPABILITIES:
+        doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text())) or ""
+        lines = doc.splitlines()
+        assert len(lines) == 2 and lines[1].startswith("May import:"), f"{room}/__init__.py: {doc!r}"
 
 
 def test_no_command_imports_another_command():
-    commands = sorted((PACKAGE / "commands").glob("*.py"))
+    commands = _modules("commands")
     assert len(commands) >= 10
-    crossing = {path.name: _command_modules(_imports(path)) for path in commands}
-    assert {name: found for name, found in crossing.items() if found} == {}
+    crossing = {_where(path): {n for n in _imports(path) if n.startswith("sglpatch.commands.")} for path in commands}
+    crossing = {where: {n for n in found if not n.startswith(SHARED_BY_COMMANDS)} for where, found in crossing.items()}
+    assert {where: found for where, found in crossing.items() if found} == {}
 
 
-def test_no_core_module_imports_a_command():
-    core = [path for path in PACKAGE.glob("*.py") if path.name != "cli.py"]
+def test_the_core_imports_no_capability_and_no_command():
+    core = [path for path in _modules(None) if path.name not in ENTRY]
     assert len(core) >= 15
-    upward = {path.name: _command_modules(_imports(path)) | ({"sglpatch.commands"} & _imports(path)) for path in core}
-    assert {name: found for name, found in upward.items() if found} == {}
+    upward = {_where(path): _rooms(_imports(path)) for path in core}
+    assert {where: found for where, found in upward.items() if found} == {}
+
+
+def test_a_capability_imports_the_core_and_the_capabilities_below_it():
+    for room, below in CAPABILITIES.items():
+        modules = _modules(room)
+        assert modules, room
+        outside = {_where(path): _rooms(_imports(path)) - {room} - below for path in modules}
+        assert {where: found for where, found in outside.items() if found} == {}, f"{room} may import only {below}"
+
+
+def test_the_capabilities_form_no_circle():
+    order = list(CAPABILITIES)
+    for room, below in CAPABILITIES.items():
+        assert all(order.index(other) < order.index(room) for other in below), room
+
+
+def test_private_modules_stay_in_their_package():
+    private = {}
+    for path in PACKAGE.rglob("*.py"):
+        room = path.parent.name if path.parent != PACKAGE else None
+        for name in _imports(path):
+            parts = name.split(".")
+            if len(parts) > 2 and _room(name) not in (None, room) and parts[2].startswith("_"):
+                private.setdefault(_where(path), set()).add(name)
+    assert private == {}
+
+
+def test_what_state_a_target_is_in_is_read_in_one_place():
+    readers = {}
+    for path in PACKAGE.rglob("*.py"):
+        where, imports = _where(path), _imports(path)
+        if not where.startswith("target/") and imports & RECORD_READERS:
+            readers[where] = imports & RECORD_READERS
+        if where not in REBASE_STATE_READERS and _reads_rebase_state(path):
+            readers[where] = {"rebase_store.load"}
+    assert readers == {}
+
+
+def _reads_rebase_state(path: Path) -> bool:
+    tree = ast.parse(path.read_text(), str(path))
+    called = {
+        f"{node.func.value.id}.{node.func.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+    }
+    return "rebase_store.load" in called or "sglpatch.target.rebase_store.load" in _imports(path)

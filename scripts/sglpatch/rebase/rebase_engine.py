@@ -30,10 +30,10 @@ from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
 from sglpatch.rebase import rebase_settle
-from sglpatch.rebase.prefix_checks import compile_error, import_error
+from sglpatch.rebase._prefix_checks import compile_error, import_error
+from sglpatch.rebase._series_digest import series_digest
 from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
-from sglpatch.rebase.series_digest import series_digest
 from sglpatch.series import Series, load_series
 from sglpatch.series_writer import render_series
 from sglpatch.target import rebase_store

@@ -20,7 +20,7 @@ from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.rebase.series_digest import folder_digest, folder_files, series_digest
+from sglpatch.rebase._series_digest import folder_digest, folder_files, series_digest
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import write_series_files
 from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, write_state

@@ -37,7 +37,7 @@ from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_d
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
-from sglpatch.target.bytecode import bytecode_of, is_bytecode
+from sglpatch.target._bytecode import bytecode_of, is_bytecode
 from sglpatch.target.ownership import give_to_folder_owner, with_executable
 from sglpatch.target.write_states import WriteState
 
