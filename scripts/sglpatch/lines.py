@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from sglpatch import hints, project
 from sglpatch.errors import FatalError
 from sglpatch.pin import PIN_FILE, Pin, load_pin
+from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 from sglpatch.series import SERIES_FILE
 
 UPSTREAM_FILE = "upstream.json"
@@ -35,6 +36,7 @@ class Line:
     name: str  # the pinned tag, e.g. v0.5.14
     directory: Path
     is_default: bool = False
+    project: ProjectKind = DEFAULT_KIND  # what the line patches (every line under patches/ is sglang's)
 
     @property
     def release(self) -> str:
@@ -45,7 +47,7 @@ class Line:
         return self.name.replace(".", "_")
 
     def pin(self) -> Pin:
-        pin = load_pin(self.directory)
+        pin = load_pin(self.directory, self.project)
         if pin.tag != self.name:
             raise FatalError(
                 f"{self.directory / PIN_FILE} pins {pin.tag}, but a line's folder is named after its pin's tag"
@@ -55,7 +57,8 @@ class Line:
     @property
     def default_base(self) -> Path:
         build = project.PROJECT_ROOT / "build"
-        return build / "sglang" if self.is_default else build / f"sglang-{self.name}"
+        name = self.project.name
+        return build / name if self.is_default else build / f"{name}-{self.name}"
 
     @property
     def tests_dir(self) -> Path:
@@ -158,7 +161,8 @@ def line_for_target(where: Path, version: str | None, nearest_release_tag: Calla
         line = line_for_version(tag.removeprefix("v")) if tag else None
     if line is not None:
         return line
-    said = f"sglang {version}" if version else "an sglang that names no version"
+    name = DEFAULT_KIND.name  # the kind of every line under patches/
+    said = f"{name} {version}" if version else f"an {name} that names no version"
     if tag:
         said += f" (nearest release tag {tag})"
     raise FatalError(

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.series import PACKAGE_PREFIX, TEST_TREE_PREFIX
+from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 
 PIN_FILE = "pin.json"
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
-# Files a series may touch: the package, and sglang's test tree (tests a patch adds)
-BLOB_PREFIXES = (PACKAGE_PREFIX, TEST_TREE_PREFIX)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
 
@@ -39,10 +37,11 @@ class Pin:
     date: str
     wheel: Wheel
     blobs: dict[str, str]  # upstream-layout path -> blob id ("" when the file is absent)
+    project: ProjectKind = DEFAULT_KIND  # what is pinned: pin.json names it, and its wheel is the project's
 
     def to_json(self) -> str:
         data = {
-            "sglang": {"release": self.release, "tag": self.tag, "date": self.date},
+            self.project.name: {"release": self.release, "tag": self.tag, "date": self.date},
             "wheel": {
                 "filename": self.wheel.filename,
                 "sha256": self.wheel.sha256,
@@ -54,24 +53,25 @@ class Pin:
         return json.dumps(data, indent=2) + "\n"
 
 
-def parse_pin(text: str, origin: str = PIN_FILE) -> Pin:
+def parse_pin(text: str, origin: str = PIN_FILE, project: ProjectKind = DEFAULT_KIND) -> Pin:
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise FatalError(f"{origin}: corrupt pin: not JSON ({exc})") from None
     try:
-        sglang, wheel, blobs = data["sglang"], data["wheel"], data["blobs"]
+        pinned, wheel, blobs = data[project.name], data["wheel"], data["blobs"]
         pin = Pin(
-            release=_field(sglang, "release", _VERSION),
-            tag=_field(sglang, "tag", re.compile(r"^v\d[\w.]*$")),
-            date=_field(sglang, "date", re.compile(r"^\d{4}-\d{2}-\d{2}$")),
+            release=_field(pinned, "release", _VERSION),
+            tag=_field(pinned, "tag", re.compile(r"^v\d[\w.]*$")),
+            date=_field(pinned, "date", re.compile(r"^\d{4}-\d{2}-\d{2}$")),
             wheel=Wheel(
-                filename=_field(wheel, "filename", re.compile(r"^sglang-[\w.]+-[\w.]+-[\w.]+-[\w.]+\.whl$")),
+                filename=_field(wheel, "filename", _wheel_name(project)),
                 sha256=_field(wheel, "sha256", _SHA256),
                 python_version=_field(wheel, "python_version", re.compile(r"^3\.\d+$")),
                 platform=_field(wheel, "platform", re.compile(r"^[\w.]+$")),
             ),
-            blobs=_blobs(blobs),
+            blobs=_blobs(blobs, project),
+            project=project,
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise FatalError(f"{origin}: corrupt pin: missing or mistyped field {exc}") from None
@@ -87,23 +87,29 @@ def _field(section: dict, key: str, shape: re.Pattern) -> str:
     return value
 
 
-def _blobs(blobs: dict) -> dict[str, str]:
+def _wheel_name(project: ProjectKind) -> re.Pattern:
+    return re.compile(rf"^{re.escape(project.wheel_stem)}-[\w.]+-[\w.]+-[\w.]+-[\w.]+\.whl$")
+
+
+def _blobs(blobs: dict, project: ProjectKind) -> dict[str, str]:
+    """Files a series may touch: the package, and the project's test tree (tests a patch adds)."""
+    prefixes = (project.package_prefix, project.test_prefix)
     if not isinstance(blobs, dict) or not blobs:
         raise ValueError("blobs must be a non-empty object")
     for path, blob in blobs.items():
-        if not isinstance(path, str) or not path.startswith(BLOB_PREFIXES) or ".." in path.split("/"):
-            raise ValueError(f"blob path {path!r} is not under python/sglang/ or test/")
+        if not isinstance(path, str) or not path.startswith(prefixes) or ".." in path.split("/"):
+            raise ValueError(f"blob path {path!r} is not under {prefixes[0]} or {prefixes[1]}")
         if not isinstance(blob, str) or not (blob == "" or _SHA1.match(blob)):
             raise ValueError(f"blob id {blob!r} for {path} is not a git blob id")
     return dict(blobs)
 
 
-def load_pin(patch_dir: Path) -> Pin:
+def load_pin(patch_dir: Path, project: ProjectKind = DEFAULT_KIND) -> Pin:
     path = Path(patch_dir) / PIN_FILE
     if not path.is_file():
         raise FatalError(f"{path}: no pin file")
     try:
-        return parse_pin(path.read_text(encoding="utf-8"), str(path))
+        return parse_pin(path.read_text(encoding="utf-8"), str(path), project)
     except UnicodeDecodeError:
         raise FatalError(f"{path}: corrupt pin: not UTF-8 text") from None
 

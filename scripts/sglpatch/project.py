@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sglpatch.project_kind import DEFAULT_KIND
+
 PROJECT_ROOT = Path(os.environ.get("SGLPATCH_PROJECT", Path(__file__).resolve().parents[2]))
 
 
@@ -25,4 +27,4 @@ def default_patch_dir() -> Path:
 
 
 def default_base_dir() -> Path:
-    return PROJECT_ROOT / "build" / "sglang"
+    return PROJECT_ROOT / "build" / DEFAULT_KIND.name

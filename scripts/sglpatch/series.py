@@ -18,15 +18,17 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
+from sglpatch.project_kind import DEFAULT_KIND
 
 SERIES_FILE = "series"
 SUMS_FILE = "SHA256SUMS"
 # Present while a rebase rewrites the folder; holds the path of the checkout whose `recover` finishes it.
 REWRITE_MARKER = ".sglpatch-rewriting"
-PACKAGE_PREFIX = "python/sglang/"
-# sglang's own test tree (test/registered/...): a patch may add its tests there. A checkout holds
+# A series patches one kind of project (sglang): its package in a checkout, python/sglang/ ...
+PACKAGE_PREFIX = DEFAULT_KIND.package_prefix
+# ... and its own test tree (test/registered/...): a patch may add its tests there. A checkout holds
 # them; a package folder has no test tree, so it gets each patch's package part only.
-TEST_TREE_PREFIX = "test/"
+TEST_TREE_PREFIX = DEFAULT_KIND.test_prefix
 _DIFF_START = re.compile(r"^diff --git ", re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -378,7 +380,7 @@ def check_path_is_safe(path: str) -> None:
     if any(p.lower() == ".git" for p in parts):
         raise ValueError(f"path {path!r} reaches inside .git/")
     if not path.startswith((PACKAGE_PREFIX, TEST_TREE_PREFIX)):
-        raise ValueError(f"path {path!r} is outside {PACKAGE_PREFIX} (and sglang's {TEST_TREE_PREFIX})")
+        raise ValueError(f"path {path!r} is outside {PACKAGE_PREFIX} (and {DEFAULT_KIND.name}'s {TEST_TREE_PREFIX})")
 
 
 def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:

@@ -1,4 +1,5 @@
-"""sglang wheels from PyPI, downloaded once into a cache and verified by sha256.
+"""sglang wheels (a project kind's: `project_kind.py`) from PyPI, downloaded once into a cache and verified
+by sha256.
 
 The cache lives outside the repository's tracked files: $SGLPATCH_CACHE, else
 $XDG_CACHE_HOME/sglpatch, else ~/.cache/sglpatch.
@@ -18,6 +19,7 @@ from pathlib import Path
 from sglpatch.errors import FatalError
 from sglpatch.output import progress, show_path
 from sglpatch.pin import Wheel
+from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 
 _DOWNLOADED: list[str] = []  # the wheels this process downloaded, in order (drift reports how many)
 
@@ -43,7 +45,7 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch_wheel(release: str, wheel: Wheel | None = None) -> Path:
+def fetch_wheel(release: str, wheel: Wheel | None = None, project: ProjectKind = DEFAULT_KIND) -> Path:
     """The cached wheel of `sglang==release`; downloads it on first use.
 
     With `wheel` (the pin's record), the exact file is fetched for its platform
@@ -57,21 +59,22 @@ def fetch_wheel(release: str, wheel: Wheel | None = None) -> Path:
         if cached.is_file() and file_sha256(cached) == wheel.sha256:
             return cached
     else:
-        found = sorted(wheels.glob(f"sglang-{release}-*.whl"))
+        found = sorted(wheels.glob(f"{project.wheel_stem}-{release}-*.whl"))
         if found:
             return found[0]
-    return _download(release, wheel, wheels)
+    return _download(release, wheel, wheels, project)
 
 
-def _download(release: str, wheel: Wheel | None, wheels: Path) -> Path:
+def _download(release: str, wheel: Wheel | None, wheels: Path, project: ProjectKind) -> Path:
     python_version = wheel.python_version if wheel else "3.11"
     platform = wheel.platform if wheel else "manylinux_2_34_x86_64"
-    progress(f"downloading sglang=={release} from PyPI (once; cached in {show_path(wheels)})")
+    wanted = f"{project.wheel}=={release}"
+    progress(f"downloading {wanted} from PyPI (once; cached in {show_path(wheels)})")
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
-        pip_download([f"sglang=={release}"], Path(tmp), python_version, [platform], what=f"sglang=={release}")
-        downloaded = sorted(Path(tmp).glob("sglang-*.whl"))
+        pip_download([wanted], Path(tmp), python_version, [platform], what=wanted)
+        downloaded = sorted(Path(tmp).glob(f"{project.wheel_stem}-*.whl"))
         if len(downloaded) != 1:
-            raise FatalError(f"pip download of sglang=={release} gave {len(downloaded)} wheels, expected 1")
+            raise FatalError(f"pip download of {wanted} gave {len(downloaded)} wheels, expected 1")
         got = downloaded[0]
         if wheel is not None:
             verify_wheel(got, wheel)
@@ -89,30 +92,30 @@ def verify_wheel(path: Path, wheel: Wheel) -> None:
         raise FatalError(f"checksum mismatch for {path.name}: pin says {wheel.sha256[:12]}…, file is {digest[:12]}…")
 
 
-PYPI_JSON = "https://pypi.org/pypi/sglang"
+PYPI_JSON = "https://pypi.org/pypi"
 
 
-def pypi_upload_day(release: str, filename: str) -> str:
-    """The day (YYYY-MM-DD, UTC) PyPI received the wheel `filename` of sglang `release` (the release's
+def pypi_upload_day(release: str, filename: str, project: ProjectKind = DEFAULT_KIND) -> str:
+    """The day (YYYY-MM-DD, UTC) PyPI received the wheel `filename` of `project`'s `release` (the release's
     earliest file when PyPI lists no such name), from PyPI's JSON API; FatalError when PyPI cannot say."""
-    files, why = _pypi_files(release)
+    files, why = _pypi_files(release, f"{PYPI_JSON}/{project.wheel}")
     days = {f.get("filename"): str(f.get("upload_time", ""))[:10] for f in files if isinstance(f, dict)}
     day = days.get(filename) or min((d for d in days.values() if d), default=None)
     if day is None or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
         raise FatalError(
-            f"the wheel of sglang {release} does not say when it was released, and PyPI could not either "
+            f"the wheel of {project.name} {release} does not say when it was released, and PyPI could not either "
             f"({why or 'no upload time listed'}); pin.json needs that date: retry where PyPI is reachable"
         )
     return day
 
 
-def _pypi_files(release: str) -> tuple[list, str]:
+def _pypi_files(release: str, project_url: str) -> tuple[list, str]:
     """The release's files as PyPI's JSON API lists them (its version page, else the project page), and why
     neither answered when the list is empty."""
     why = ""
     for url, pick in (
-        (f"{PYPI_JSON}/{release}/json", lambda data: data.get("urls")),
-        (f"{PYPI_JSON}/json", lambda data: data.get("releases", {}).get(release)),
+        (f"{project_url}/{release}/json", lambda data: data.get("urls")),
+        (f"{project_url}/json", lambda data: data.get("releases", {}).get(release)),
     ):
         try:
             files = pick(pypi_json(url))

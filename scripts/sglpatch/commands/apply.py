@@ -88,7 +88,9 @@ def _recorded_as_applied(state: TargetState, series: Series) -> bool:
     if not (isinstance(state, Applied) and state.record and state.record.three_way and state.in_place):
         return False
     record = state.record
-    return record.series == series.digest() and not dirty_paths(state.target, record.touched or ["python/sglang"])
+    return record.series == series.digest() and not dirty_paths(
+        state.target, state.target.paths_or_package(record.touched)
+    )
 
 
 def _stack_below(state: TargetState) -> CheckoutRecord | None:
@@ -120,7 +122,7 @@ def _plan(target: Target, state: TargetState, series: Series, pin: Pin, args) ->
 def _take_out_an_earlier_series(state: Applied) -> None:
     """build/sglang is the tool's own: revert the series recorded there, unless it has changes of its own."""
     target, record = state.target, state.record
-    edited = dirty_paths(target, record.touched or ["python/sglang"])
+    edited = dirty_paths(target, target.paths_or_package(record.touched))
     if not state.in_place or edited:
         raise FatalError(
             f"{target.root} carries an earlier version of the series and changes of its own; "

@@ -79,7 +79,7 @@ def _recover_checkout(state: TargetState) -> None:
         return
     record = state.record
     if state.in_place:
-        unwritten = dirty_paths(target, record.touched or ["python/sglang"])
+        unwritten = dirty_paths(target, target.paths_or_package(record.touched))
         if unwritten:
             raise FatalError(
                 f"{target.root} is on {record.branch}, but {', '.join(unwritten[:5])} differ from it (a git checkout "

@@ -56,7 +56,7 @@ def _revert_checkout(state: TargetState) -> None:
         raise FatalError(f"{target.root} is not on {record.branch} (the series branch); switch to it or revert by hand")
     if not state.at_head:
         raise FatalError(f"{record.branch} has commits after the series; revert by hand so they are not lost")
-    dirty = dirty_paths(target, record.touched or ["python/sglang"])
+    dirty = dirty_paths(target, target.paths_or_package(record.touched))
     if dirty:
         raise FatalError(
             f"uncommitted changes under the series' files: {', '.join(dirty[:5])}; commit or stash them first"

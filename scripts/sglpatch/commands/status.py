@@ -88,7 +88,7 @@ def _say_recorded(state: Applied, series: Series, pin: Pin) -> None:
         f"pin:    the series was merged 3-way onto {record.base[:12]}, whose base differs from sglang {pin.release}"
         + (f" in {plural(len(drift), 'file')}: {', '.join(drift)}" if drift else " around the patches' lines")
     )
-    dirty = dirty_paths(state.target, record.touched or ["python/sglang"])
+    dirty = dirty_paths(state.target, state.target.paths_or_package(record.touched))
     if dirty:
         say(f"dirty:  {', '.join(dirty)}")
     width = max(len(p.name) for p in series.patches)

@@ -35,12 +35,13 @@ from pathlib import Path
 from sglpatch.errors import FatalError
 from sglpatch.gpu import ci_summary
 from sglpatch.project import PROJECT_ROOT, default_base_dir, default_patch_dir
+from sglpatch.project_kind import SGLANG
 from sglpatch.series import TEST_TREE_PREFIX, load_series, sha256_hex
 
 UPSTREAM_TEST_DSA = "test/registered/attention/unittests/dsa/test_dsa.py"
 KIT_DRIVER = "ci/dsa_kit_driver.py"
 PROJECT_GPU_TESTS = "tests/gpu"
-SCRIPTS_DIR = Path(__file__).resolve().parents[1]
+SCRIPTS_DIR = Path(__file__).resolve().parents[2]  # scripts/, which holds sglpatch/gpu/
 SM_TO_LEG = {"9": "h100", "10": "b200"}
 
 PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-ra", "-o", "junit_family=xunit1"]
@@ -66,9 +67,10 @@ class Part:
 def locate_sglang(path: Path) -> tuple[str, Path]:
     """(kind, import root): a checkout has python/sglang; a package folder is sglang/ itself."""
     path = path.resolve()
-    if (path / "python" / "sglang" / "__init__.py").is_file():
-        return "checkout", path / "python"
-    if path.name == "sglang" and (path / "__init__.py").is_file():
+    package = path / SGLANG.package_prefix
+    if (package / "__init__.py").is_file():
+        return "checkout", package.parent
+    if path.name == SGLANG.package and (path / "__init__.py").is_file():
         return "package", path.parent
     raise FatalError(f"{path}: neither an sglang checkout (python/sglang/) nor an sglang package folder")
 

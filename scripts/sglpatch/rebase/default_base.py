@@ -28,12 +28,12 @@ def ensure_default_base(pin: Pin, dest: Path) -> Path:
         return dest
     if dest.exists():
         raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.apply()} again")
-    wheel_path = fetch_wheel(pin.release, pin.wheel)
+    wheel_path = fetch_wheel(pin.release, pin.wheel, pin.project)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    with timed(f"laid out sglang {pin.release} at {dest}"):
+    with timed(f"laid out {pin.project.name} {pin.release} at {dest}"):
         repo = init_repo(partial)
-        check_out_release(repo, pin.release, wheel_path, date=pin.date)
+        check_out_release(repo, pin.release, wheel_path, date=pin.date, project=pin.project)
         _check_against_pin(repo, pin)
         partial.rename(dest)
     return dest

@@ -1,4 +1,4 @@
-"""sglang releases as git commits, made from their PyPI wheels.
+"""sglang releases (a project kind's: `project_kind.py`) as git commits, made from their PyPI wheels.
 
 A cached bare repo ($SGLPATCH_CACHE/releases.git) holds one parentless commit
 per release, tagged v<release>, with the wheel's `sglang/` at python/sglang/
@@ -27,10 +27,16 @@ from packaging.version import InvalidVersion, Version
 from sglpatch.errors import FatalError
 from sglpatch.git import SGLPATCH_IDENTITY, Git, init_repo
 from sglpatch.output import progress, show_path
-from sglpatch.series import PACKAGE_PREFIX
+from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 from sglpatch.wheels import cache_dir, fetch_wheel, pypi_upload_day
 
-BASE_IDENTITY = {"name": "sglang release (PyPI wheel)", "email": SGLPATCH_IDENTITY[1]}
+
+def import_identity(project: ProjectKind = DEFAULT_KIND) -> dict[str, str]:
+    """Who made a release's import commit: fixed, so that every machine makes the same commit id."""
+    return {"name": f"{project.name} release (PyPI wheel)", "email": SGLPATCH_IDENTITY[1]}
+
+
+BASE_IDENTITY = import_identity()
 IMPORT_TRAILER = "Sglpatch-Import"
 _IMPORT_SUBJECT = re.compile(r"^sglang (v\S+) from PyPI$")
 _RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
@@ -56,6 +62,7 @@ def release_commit(
     *,
     date: str | None = None,
     parent: str | None = None,
+    project: ProjectKind = DEFAULT_KIND,
 ) -> str:
     """Commit id of `release` (tag v<release>) in `repo` (the cached releases repo by default), made on first
     use from its wheel: parentless unless `parent` is given, dated `date` (YYYY-MM-DD, default: the wheel's)."""
@@ -64,18 +71,20 @@ def release_commit(
     existing = repo.rev_parse(f"refs/tags/{tag}")
     if existing:
         return existing
-    wheel_path = wheel_path or fetch_wheel(release)
-    progress(f"importing sglang {release} into {show_path(repo.workdir)}")
+    wheel_path = wheel_path or fetch_wheel(release, project=project)
+    progress(f"importing {project.name} {release} into {show_path(repo.workdir)}")
     with tempfile.TemporaryFile() as stream:
-        _write_fast_import(stream, wheel_path, tag, date, parent)
+        _write_fast_import(stream, wheel_path, tag, date, parent, project)
         stream.seek(0)
         repo.run("fast-import", "--quiet", "--done", stdin=stream)
     return repo.run("rev-parse", f"refs/tags/{tag}^{{commit}}")
 
 
-def check_out_release(repo: Git, release: str, wheel_path: Path, date: str | None = None) -> str:
+def check_out_release(
+    repo: Git, release: str, wheel_path: Path, date: str | None = None, project: ProjectKind = DEFAULT_KIND
+) -> str:
     """`release` committed on top of `repo`'s HEAD (the first commit in a new repo) and checked out there."""
-    commit = release_commit(release, repo, wheel_path, date=date, parent=repo.rev_parse("HEAD"))
+    commit = release_commit(release, repo, wheel_path, date=date, parent=repo.rev_parse("HEAD"), project=project)
     repo.run("reset", "-q", "--hard", commit)
     return commit
 
@@ -101,7 +110,9 @@ def imported_release(git: Git, rev: str) -> str | None:
     return None
 
 
-def _write_fast_import(stream, wheel_path: Path, tag: str, day: str | None, parent: str | None) -> None:
+def _write_fast_import(
+    stream, wheel_path: Path, tag: str, day: str | None, parent: str | None, project: ProjectKind
+) -> None:
     try:
         archive = zipfile.ZipFile(wheel_path)
     except zipfile.BadZipFile:
@@ -110,28 +121,29 @@ def _write_fast_import(stream, wheel_path: Path, tag: str, day: str | None, pare
         # the import commit's own timestamp: the release day where the wheel says it, else the epoch (it is
         # never written as the release's date: that is release_date's job)
         stamp = _epoch(day or _release_day(archive) or "1970-01-01")
-        message = f"sglang {tag} from PyPI\n\nWheel: {wheel_path.name}\n{IMPORT_TRAILER}: pypi-wheel\n".encode()
-        ident = f"{BASE_IDENTITY['name']} <{BASE_IDENTITY['email']}> {stamp} +0000"
+        message = f"{project.name} {tag} from PyPI\n\nWheel: {wheel_path.name}\n{IMPORT_TRAILER}: pypi-wheel\n".encode()
+        identity = import_identity(project)
+        ident = f"{identity['name']} <{identity['email']}> {stamp} +0000"
         stream.write(f"commit refs/tags/{tag}\nauthor {ident}\ncommitter {ident}\n".encode())
         stream.write(b"data %d\n%s\n" % (len(message), message))
         if parent:
             stream.write(f"from {parent}\n".encode())
         stream.write(b"deleteall\n")
-        members = _package_members(archive, wheel_path)
-        for info in members:
+        folder = project.package + "/"  # the package's folder in the wheel, at package_prefix in the commit
+        for info in _package_members(archive, wheel_path, folder):
             data = archive.read(info)
-            path = PACKAGE_PREFIX + info.filename[len("sglang/") :]
+            path = project.package_prefix + info.filename[len(folder) :]
             stream.write(b"M 100644 inline %s\ndata %d\n%s\n" % (path.encode(), len(data), data))
         stream.write(b"\ndone\n")
 
 
-def _package_members(archive: zipfile.ZipFile, wheel_path: Path) -> list[zipfile.ZipInfo]:
-    members = [i for i in archive.infolist() if not i.is_dir() and i.filename.startswith("sglang/")]
+def _package_members(archive: zipfile.ZipFile, wheel_path: Path, folder: str) -> list[zipfile.ZipInfo]:
+    members = [i for i in archive.infolist() if not i.is_dir() and i.filename.startswith(folder)]
     for info in members:
         if any(p in ("", ".", "..") for p in info.filename.split("/")[1:]):
             raise FatalError(f"{wheel_path.name}: unsafe member name {info.filename!r}")
     if not members:
-        raise FatalError(f"{wheel_path.name}: holds no sglang/ package")
+        raise FatalError(f"{wheel_path.name}: holds no {folder} package")
     return members
 
 
@@ -149,22 +161,21 @@ def _epoch(day: str) -> int:
     return int(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp())
 
 
-def release_date(wheel_path: Path, release: str) -> str:
+def release_date(wheel_path: Path, release: str, project: ProjectKind = DEFAULT_KIND) -> str:
     """The day `release` was made (YYYY-MM-DD), for pin.json: setuptools-scm's record in the wheel, else the
     day PyPI received the wheel. Never a made-up date: when neither can be had (offline), FatalError."""
     with zipfile.ZipFile(wheel_path) as archive:
         day = _release_day(archive)
-    return day or pypi_upload_day(release, wheel_path.name)
+    return day or pypi_upload_day(release, wheel_path.name, project)
 
 
-def published_releases(since: str) -> list[str]:
-    """sglang releases on PyPI from `since` on, oldest first (final releases and .postN)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True, check=False
-    )
+def published_releases(since: str, project: ProjectKind = DEFAULT_KIND) -> list[str]:
+    """The project's releases on PyPI from `since` on, oldest first (final releases and .postN)."""
+    listing = ["pip", "index", "versions", project.wheel]
+    result = subprocess.run([sys.executable, "-m", *listing], capture_output=True, text=True, check=False)
     line = next((x for x in result.stdout.splitlines() if x.startswith("Available versions:")), None)
     if result.returncode != 0 or line is None:
-        raise FatalError("could not list sglang releases on PyPI (pip index versions sglang failed)")
+        raise FatalError(f"could not list {project.name} releases on PyPI ({' '.join(listing)} failed)")
     floor = Version(since)
     versions = []
     for raw in line.split(":", 1)[1].split(","):

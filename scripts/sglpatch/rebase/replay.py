@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.series import Patch, Series
+from sglpatch.series import PACKAGE_PREFIX, Patch, Series
 from sglpatch.workspace import Workspace, explain_failure
 
 
@@ -41,7 +41,7 @@ class Landing(StrEnum):
     UPSTREAM = "upstream"
 
 
-_MARKER = re.compile(r"^(?P<text>.+?) in (?P<path>python/sglang/\S*)$")
+_MARKER = re.compile(rf"^(?P<text>.+?) in (?P<path>{re.escape(PACKAGE_PREFIX)}\S*)$")
 
 
 @dataclass

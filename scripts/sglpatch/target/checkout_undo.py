@@ -33,7 +33,7 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
         unchanged = "still fully patched" if was == WriteState.APPLIED else "as the interrupted run left it"
         if switching:
             try:
-                make_reserve(target, room_to_roll_back(target, record.touched or ["python/sglang"]))
+                make_reserve(target, room_to_roll_back(target, target.paths_or_package(record.touched)))
             except FatalError as exc:
                 raise FatalError(f"{exc}; nothing was changed: {target.root} is {unchanged}") from None
         try:
@@ -86,7 +86,7 @@ def _settle_killed_git(target: Target, record: CheckoutRecord, locks: tuple[GitL
     since, and nothing is changed."""
     git = target.git
     refuse_others(locks, target.root)
-    touched = record.touched or ["python/sglang"]
+    touched = target.paths_or_package(record.touched)
     dirty = dirty_paths(target, touched)
     if dirty and (edited := _edited(target, record, dirty)):
         raise FatalError(
@@ -108,7 +108,7 @@ def _edited(target: Target, record: CheckoutRecord, dirty: list[str]) -> list[st
 
 def _put_back(target: Target, record: CheckoutRecord) -> None:
     """The previous branch's files, index and HEAD, without `git checkout` (the index and work tree disagree)."""
-    still = move_checkout(target, record.previous, record.head, record.touched or ["python/sglang"])
+    still = move_checkout(target, record.previous, record.head, target.paths_or_package(record.touched))
     if still:
         raise FatalError(
             f"could not put {target.root} back on {record.previous} after the interrupted run: {still[0]}; "
@@ -126,7 +126,7 @@ def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> No
     git, previous = target.git, record.previous
     is_branch = git.rev_parse(f"refs/heads/{previous}") is not None
     commit = git.rev_parse(f"refs/heads/{previous}" if is_branch else previous) or previous
-    touched = record.touched or ["python/sglang"]
+    touched = target.paths_or_package(record.touched)
     wrong = checkout_mismatch(target, previous if is_branch else None, commit, touched)
     if not wrong:
         return

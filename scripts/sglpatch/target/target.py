@@ -1,9 +1,10 @@
-"""Where the series goes: a git checkout of sglang, or a plain package folder.
+"""Where the series goes: a git checkout of a project with a pin (sglang: `project_kind.py`), or a plain
+package folder of it.
 
-Patches always speak upstream's layout (`python/sglang/...`). A git checkout
-has that layout; a package folder (`site-packages/sglang`, or any folder with
-`__init__.py` and `srt/`) holds what is under `python/sglang/`, so paths are
-mapped by dropping that prefix.
+Patches always speak upstream's layout (`python/sglang/...`, the kind's `package_prefix`). A git
+checkout has that layout; a package folder (`site-packages/sglang`, or any folder with `__init__.py`
+and `srt/`, the kind's `marker`) holds what is under `python/sglang/`, so paths are mapped by
+dropping that prefix.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
+from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 from sglpatch.run_mark import RunMark
-from sglpatch.series import PACKAGE_PREFIX
 from sglpatch.wheels import cache_dir
 
 GIT_CHECKOUT = "git checkout"
@@ -32,7 +33,8 @@ PACKAGE_FOLDER = "package folder"
 @dataclass
 class Target:
     kind: str
-    root: Path  # the repo root for a checkout, the sglang package folder otherwise
+    root: Path  # the repo root for a checkout, the package folder otherwise
+    project: ProjectKind = DEFAULT_KIND
 
     @property
     def is_git(self) -> bool:
@@ -45,9 +47,14 @@ class Target:
     def local_path(self, upstream_path: str) -> Path:
         if self.is_git:
             return self.root / upstream_path
-        if not upstream_path.startswith(PACKAGE_PREFIX):  # sglang's test tree: a checkout's only
+        prefix = self.project.package_prefix
+        if not upstream_path.startswith(prefix):  # the project's test tree: a checkout's only
             raise FatalError(f"{upstream_path} has no place in the package folder {self.root}")
-        return self.root / upstream_path[len(PACKAGE_PREFIX) :]
+        return self.root / upstream_path[len(prefix) :]
+
+    def paths_or_package(self, paths: list[str]) -> list[str]:
+        """`paths` (what a record says a series touched), or the whole package when it names none."""
+        return paths or [self.project.checkout_folder]
 
     def read_files(self, paths: list[str]) -> dict[str, bytes | None]:
         """Current bytes of each path (None when absent), refusing links that leave the target."""
@@ -78,16 +85,16 @@ class Target:
     def version(self) -> str | None:
         """The version the tree says it is, read without importing it (None when it does not say).
 
-        `version.py` or the generated `_version.py` when either holds a literal `__version__`; else,
-        for a package folder, the `sglang-*.dist-info` beside it.
+        `version.py` or the generated `_version.py` (the kind's `version_files`) when either holds a
+        literal `__version__`; else, for a package folder, the `sglang-*.dist-info` beside it.
         """
-        package = self.local_path(PACKAGE_PREFIX + "__init__.py").parent
-        for name in ("version.py", "_version.py"):
+        package = self.local_path(self.project.package_prefix + "__init__.py").parent
+        for name in self.project.version_files:
             path = package / name
             if path.is_file() and (match := _VERSION_LITERAL.search(path.read_text(errors="replace"))):
                 return match.group(1)
         if not self.is_git:
-            for metadata in sorted(package.parent.glob("sglang-*.dist-info/METADATA")):
+            for metadata in sorted(package.parent.glob(f"{self.project.wheel_stem}-*.dist-info/METADATA")):
                 if match := re.search(r"^Version: (\S+)$", metadata.read_text(errors="replace"), re.MULTILINE):
                     return match.group(1)
         return None
@@ -108,27 +115,28 @@ def dirty_paths(target: Target, paths: list[str]) -> list[str]:
     return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})
 
 
-def open_target(path: str | Path) -> Target:
+def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target:
     given = Path(path).expanduser()
     if not given.exists():
         raise FatalError(f"target {given} does not exist")
     if not given.is_dir():
         raise FatalError(f"target {given} is not a folder")
     root = given.resolve()
-    if (root / PACKAGE_PREFIX / "__init__.py").is_file():
+    if (root / project.package_prefix / "__init__.py").is_file():
         if (root / ".git").exists():
             status, top, err = Git(root).try_path("rev-parse", "--show-toplevel")
             if top is None:
                 raise FatalError(_unusable_checkout(root, err))
             if top.resolve() == root:
-                return Target(GIT_CHECKOUT, root)
-        return _found_inside(root, root / PACKAGE_PREFIX.rstrip("/"))
-    if _is_package(root / "sglang"):
-        return _found_inside(root, root / "sglang")
-    if _is_package(root):
-        return Target(PACKAGE_FOLDER, root)
+                return Target(GIT_CHECKOUT, root, project)
+        return _found_inside(root, root / project.checkout_folder, project)
+    if project.is_package(root / project.package):
+        return _found_inside(root, root / project.package, project)
+    if project.is_package(root):
+        return Target(PACKAGE_FOLDER, root, project)
     raise FatalError(
-        f"{given} is not sglang: expected a checkout with python/sglang/ or a package folder with __init__.py and srt/"
+        f"{given} is not {project.name}: expected a checkout with {project.package_prefix} or a package folder "
+        f"with __init__.py and {project.marker}/"
     )
 
 
@@ -143,10 +151,10 @@ def _unusable_checkout(root: Path, stderr: str) -> str:
     return f"{root} has a .git that git cannot use ({git_reason(stderr)}); nothing was changed"
 
 
-def _found_inside(given: Path, package: Path) -> Target:
+def _found_inside(given: Path, package: Path, project: ProjectKind) -> Target:
     """The user named a folder above the package: say which folder will be read and written."""
     say(f"using the package folder {package} (found inside {given})")
-    return Target(PACKAGE_FOLDER, package)
+    return Target(PACKAGE_FOLDER, package, project)
 
 
 def _lock_holder(fd: int, patience_s: float = 1.0) -> str:
@@ -160,10 +168,6 @@ def _lock_holder(fd: int, patience_s: float = 1.0) -> str:
         if time.monotonic() > deadline:
             return "unknown"
         time.sleep(0.01)
-
-
-def _is_package(folder: Path) -> bool:
-    return (folder / "__init__.py").is_file() and (folder / "srt").is_dir()
 
 
 def _open_lock(target: Target) -> int:

@@ -73,7 +73,7 @@ def restore_previous(target: Target, record) -> list[str]:
     git = target.git
     is_branch = git.rev_parse(f"refs/heads/{record.previous}") is not None
     commit = git.rev_parse(f"refs/heads/{record.previous}" if is_branch else record.previous) or record.previous
-    touched = record.touched or ["python/sglang"]
+    touched = target.paths_or_package(record.touched)
     if not checkout_mismatch(target, record.previous if is_branch else None, commit, touched):
         return []
     return move_checkout(target, record.previous, record.head, touched)
