@@ -156,7 +156,7 @@ bench: $(VENV)/.sglang-cpu-stamp ## print timings: apply vs plain git am; the SM
 	$(SGLPATCH) apply
 	$(PY) bench/layout_rule.py
 	@if $(PY) -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
-		$(PY) bench/paged_mqa.py && $(PY) bench/indexer_step.py --grid full && $(PY) bench/sm90_single_read.py --config-json docs/results/sm90_single_read_h200_config.json --out build/bench; else echo "bench/paged_mqa.py, bench/indexer_step.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json, docs/results/indexer_h200.json, docs/results/sm90_single_read_h200.json"; fi
+		$(PY) bench/paged_mqa.py && $(PY) bench/indexer_step.py --grid full && $(PY) bench/studies/sm90_single_read.py --config-json docs/results/sm90_single_read_h200_config.json --out build/bench; else echo "bench/paged_mqa.py, bench/indexer_step.py: no CUDA GPU here; committed H200 results: docs/results/paged_mqa_h200.json, docs/results/indexer_h200.json, docs/results/sm90_single_read_h200.json"; fi
 
 NEXT_N ?= 2,3,4,6
 GRID   ?= full

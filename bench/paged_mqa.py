@@ -162,6 +162,15 @@ def make_batch(seq_lens, next_n, pages, device, gen) -> Batch:
     )
 
 
+def attended_equal(batch, a, b) -> bool:
+    """Whether logits ``a`` and ``b`` (per-token rows) agree bit for bit where each row attends."""
+    import torch
+
+    cols = torch.arange(a.shape[-1], device=a.device)
+    mask = cols[None, :] < batch.ctx_lens[:, None]
+    return bool(torch.equal(a[mask], b[mask]))
+
+
 def layout_args(batch: Batch, layout: str):
     """(q, weights, context_lens, block_table) viewed as the patched indexer does."""
     t = tokens_per_row(layout, batch.next_n)
@@ -434,7 +443,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def add_grid_arguments(parser, next_n: list[int]) -> None:
-    """The kernel grid's options (bench/sm90_single_read.py takes them too): output folder, the cases, timing."""
+    """The kernel grid's options (bench/studies/sm90_single_read.py takes them too): output folder, the cases, timing."""
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--next-n", type=int, nargs="+", default=next_n)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64, 128])

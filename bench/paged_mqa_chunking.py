@@ -38,13 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.odd_split import attended_equal  # noqa: E402
 from bench.paged_mqa import (  # noqa: E402
     DIM,
     HEADS,
     PAGE,
     PAGE_BYTES,
     Batch,
+    attended_equal,
     make_batch,
     make_kv_pool,
     run_facts,

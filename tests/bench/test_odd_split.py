@@ -1,4 +1,4 @@
-"""bench/odd_split.py's rows on CPU: the two calls of the split see exactly per-token's tokens.
+"""bench/studies/odd_split.py's rows on CPU: the two calls of the split see exactly per-token's tokens.
 
 DeepGEMM does not run here; a stand-in computes each row's logits in plain torch from the same
 inputs (q, weights, context lengths, block-table rows), so the split's reassembled logits must equal
@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench import odd_split  # noqa: E402
 from bench.paged_mqa import DIM, HEADS, make_batch, make_kv_pool  # noqa: E402
+from bench.studies import odd_split  # noqa: E402
 from testing.paged_mqa_reference import ReferencePagedMQA  # noqa: E402
 
 

@@ -16,8 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench import paged_mqa_chunking as chunking  # noqa: E402
-from bench.odd_split import attended_equal  # noqa: E402
-from bench.paged_mqa import make_batch, make_kv_pool  # noqa: E402
+from bench.paged_mqa import attended_equal, make_batch, make_kv_pool  # noqa: E402
 from testing.paged_mqa_reference import ReferencePagedMQA  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""CPU check of the single-read kernel's reference (bench/single_read_kernel.py, issue 17).
+"""CPU check of the single-read kernel's reference (bench/studies/single_read_kernel.py, issue 17).
 
 ``reference_logits`` must compute DeepGEMM's paged MQA logits function from the raw index-K cache
 bytes: here against an independent dense formulation (keys gathered per request, einsum), on small
@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from bench import single_read_kernel as sk
+from bench.studies import single_read_kernel as sk
 
 
 def _pool(pages, gen):

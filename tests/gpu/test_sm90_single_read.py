@@ -1,4 +1,4 @@
-"""GPU checks of the single-read paged MQA logits kernel (bench/single_read_kernel.py, issue 17).
+"""GPU checks of the single-read paged MQA logits kernel (bench/studies/single_read_kernel.py, issue 17).
 
 On an SM90 GPU with DeepGEMM: the Triton kernel ``_single_read_kernel`` must give DeepGEMM per-token's
 logits (``fp8_paged_mqa_logits``, one token per row) on every position a token attends to, up to
@@ -35,7 +35,7 @@ torch, deep_gemm = gpu_trees.sm90_kernels_or_skip(
     "triton",
 )
 
-from bench import single_read_kernel as sk  # noqa: E402
+from bench.studies import single_read_kernel as sk  # noqa: E402
 
 REL_TOL = 2e-6  # float32 sums of 64 terms in another order; observed about 1e-7
 

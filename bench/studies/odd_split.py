@@ -30,12 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
 from bench.paged_mqa import (  # noqa: E402
     DIM,
     HEADS,
     add_grid_arguments,
+    attended_equal,
     case_fields,
     finish_panel,
     make_batches,
@@ -82,15 +83,6 @@ def split_to_token_order(batch, pair_logits, tail_logits):
     n, b = batch.next_n, batch.batch_size
     width = pair_logits.shape[-1]
     return torch.cat([pair_logits.view(b, n - 1, width), tail_logits.view(b, 1, width)], dim=1).view(b * n, width)
-
-
-def attended_equal(batch, a, b) -> bool:
-    """Whether logits ``a`` and ``b`` (per-token rows) agree bit for bit where each row attends."""
-    import torch
-
-    cols = torch.arange(a.shape[-1], device=a.device)
-    mask = cols[None, :] < batch.ctx_lens[:, None]
-    return bool(torch.equal(a[mask], b[mask]))
 
 
 class Split:

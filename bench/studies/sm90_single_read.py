@@ -5,7 +5,7 @@ For each (next_n, B, ctx, lengths) this times, in one process and on the same in
 - ``per_token``: DeepGEMM ``fp8_paged_mqa_logits`` with one token per row (sglang v0.5.14's SM90 path;
   the KV of a request is read next_n times);
 - ``paired`` (next_n = 4): DeepGEMM with ``[B*next_n/2, 2]`` rows (the series' patch 2; each page twice);
-- ``single``: the Triton kernel of ``bench/single_read_kernel.py`` (``_single_read_kernel``), which reads
+- ``single``: the Triton kernel of ``bench/studies/single_read_kernel.py`` (``_single_read_kernel``), which reads
   each page once for all next_n tokens of its request.
 
 ``current`` is today's choice of the series' SM90 rule: per-token for next_n = 3, paired for next_n = 4
@@ -34,10 +34,10 @@ import shlex
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench import paged_mqa as pm  # noqa: E402
-from bench import single_read_kernel as sk  # noqa: E402
+from bench.studies import single_read_kernel as sk  # noqa: E402
 
 TOPK = 2048
 NEAR_TIE_REL = 1e-5
@@ -184,7 +184,7 @@ def run_bench(args) -> dict:
                     "lengths": d,
                     "layout": lay,
                     "function": (
-                        "bench.single_read_kernel._single_read_kernel (Triton)"
+                        "bench.studies.single_read_kernel._single_read_kernel (Triton)"
                         if lay == "single"
                         else f"deep_gemm.fp8_paged_mqa_logits ({lay})"
                     ),

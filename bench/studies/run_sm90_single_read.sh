@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the H200 box (the `run` tool's working tree): DeepGEMM from the GPU bundle, then "$@".
-#   bash bench/run_sm90_single_read.sh python3 bench/sm90_single_read.py --out "$OUT"
+#   bash bench/studies/run_sm90_single_read.sh python3 bench/studies/sm90_single_read.py --out "$OUT"
 # Unpacks only sgl-deep-gemm and apache-tvm-ffi from .gpu-bundle/deps.tar.xz (carry .gpu-bundle),
 # restores the bundle's JIT cache, and sets the paths the kernels' JIT needs.
 set -uo pipefail
