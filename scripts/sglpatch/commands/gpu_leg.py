@@ -1,4 +1,4 @@
-"""`sglpatch gpu-leg`: one GPU CI leg (apply, upstream test_dsa.py, sglang's DSA kit, tests/gpu; engine: gpu_leg.py).
+"""`sglpatch gpu-leg`: one GPU CI leg (apply, upstream test_dsa.py, sglang's DSA kit, tests/gpu; engine: gpu/gpu_leg.py).
 
 Exit status: 0 the leg passed its check, 1 it failed (the summary's check.problems say why),
 2 it could not run (one line on stderr).

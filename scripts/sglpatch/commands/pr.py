@@ -4,7 +4,7 @@ On the newest series line (--line to pick another), for each group in its
 pr-groups.json: a group with a patch upstream already has (the line's
 upstream.json records it, or the base has its change or marker) is left out,
 saying why. Each other group's branch is the group's patches carried onto the
-base (pr_branch.py: a clone's `main`, or --onto; a stacked group on top of the
+base (upstream/pr_branch.py: a clone's `main`, or --onto; a stacked group on top of the
 group it depends on), patch by patch as `make rebase` reports them; its touched
 files are checked with sglang's formatters and linters and its PR body is
 written. Everything that can refuse (a conflict, a lint finding, a body that

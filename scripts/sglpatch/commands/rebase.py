@@ -1,4 +1,4 @@
-"""`sglpatch rebase`: carry the series onto a newer sglang in a git checkout (engine: rebase_engine.py)."""
+"""`sglpatch rebase`: carry the series onto a newer sglang in a git checkout (engine: rebase/rebase_engine.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ journal.json exists exactly while the package may differ from how it was, so a
 the package or after its last (`sglpatch recover` removes it).
 
 Bytecode of a rewritten module is removed with it (journaled like a file the
-series deletes; see bytecode.py), and a revert removes what Python compiled from
+series deletes; see _bytecode.py), and a revert removes what Python compiled from
 the patched source meanwhile.
 """
 

@@ -1,7 +1,7 @@
 """Where a rebase in progress stands: .git/sglpatch-rebase/ in the target, read and written here.
 
 `state.json` exists from the first write of a rebase to its last. Its "phase" says
-which way an interrupted rebase goes (rebase_settle.py): "replaying" rolls back,
+which way an interrupted rebase goes (rebase/rebase_settle.py): "replaying" rolls back,
 "installing" (the result is staged under `staged/`) goes forward. A rebase stopped
 for the user (a conflict, a failing check, an error such as a failed download) has
 "stopped" set: only `--continue` or `--abort` settle it. Every file is written
