@@ -12,7 +12,7 @@ On success, patches/ is rewritten against ONTO (new pin), a range-diff of the
 old and new series is written for reviewers, and the checkout records the
 rebased branch like `apply` does (so a revert steps back to where the rebase
 began). Ctrl-C, SIGTERM or a kill roll the rebase back, or, once the result is
-staged, finish it: rebase_settle.py. Its state on disk: rebase_store.py.
+staged, finish it: rebase_settle.py. Its state on disk: target/rebase_store.py.
 """
 
 from __future__ import annotations
