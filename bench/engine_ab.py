@@ -38,6 +38,7 @@ Acceptance length is recorded and is meaningless here: dummy weights accept no d
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -75,6 +76,8 @@ GRIDS = {
         (32, 65536, "ragged"),
     ],
     "targets64k": [(32, 65536, "uniform"), (32, 65536, "ragged")],
+    # What a server sees at its target sizes: 32 x 64k (uniform, ragged) and 64 x 16k.
+    "deploy": [(32, 65536, "uniform"), (32, 65536, "ragged"), (64, 16384, "uniform")],
     "probe": [(8, 4096, "uniform")],
 }
 # Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
@@ -173,7 +176,28 @@ def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
         }
         if part == "draft_extend":
             parts[part]["graph"] = sum(bool(r.get("graph")) for r in chosen) / len(chosen)
+        if part == "step":
+            gap = host_gap_ms(runs, batch_size, skip)
+            if gap is not None:
+                parts[part]["host_gap_ms"] = gap
     return parts
+
+
+def host_gap_ms(runs: list[dict], batch_size: int | None, skip: int) -> float | None:
+    """Median host time from the end of one decode step's Python call to the start of the next:
+    the scheduler's own work between steps (batch bookkeeping, output processing)."""
+    gaps = []
+    for run in runs:
+        steps = sorted(
+            (
+                r
+                for r in run.get("steps", [])
+                if r["part"] == "step" and (batch_size is None or r["batch_size"] == batch_size)
+            ),
+            key=lambda r: r["t"],
+        )[skip:]
+        gaps += [(b["t"] - a["t"]) * 1000.0 - a["host_ms"] for a, b in zip(steps, steps[1:], strict=False)]
+    return statistics.median(gaps) if gaps else None
 
 
 def _part(parts: dict, part: str, what: str) -> float | None:
@@ -183,6 +207,51 @@ def _part(parts: dict, part: str, what: str) -> float | None:
 def tpot_ms(runs: list[dict]) -> float | None:
     values = [o["tpot_ms"] for run in runs for o in run["outputs"] if o.get("tpot_ms") is not None]
     return statistics.median(values) if values else None
+
+
+def tokens_per_s(runs: list[dict]) -> float | None:
+    values = [run["tokens_per_s"] for run in runs if run.get("tokens_per_s")]
+    return statistics.median(values) if values else None
+
+
+NEAR_TIE = 0.05  # top-1 minus top-2 logit below this: a flip there is rounding, not a different answer
+
+
+def compare_positions(reference: dict, candidate: dict, batch_size: int) -> dict | None:
+    """The target's verdict at every verify position of two greedy runs, forward by forward (the
+    probe's positions records at ``batch_size``, in launch order): how many positions, how many
+    with the same argmax, how many rows with bit-identical logits (their sums), and each argmax
+    difference with both margins; a difference where either margin is below ``NEAR_TIE`` counts
+    as a near-tie."""
+
+    def forwards(run):
+        return sorted((r for r in run.get("positions", []) if r["batch_size"] == batch_size), key=lambda r: r["t"])
+
+    ref, cand = forwards(reference), forwards(candidate)
+    if not ref or not cand:
+        return None
+    positions = same = same_logits = near_ties = 0
+    differences = []
+    for step, (a, b) in enumerate(zip(ref, cand, strict=False)):
+        for row, (ia, ib) in enumerate(zip(a["argmax"], b["argmax"], strict=False)):
+            positions += 1
+            same_logits += a["logit_sum"][row] == b["logit_sum"][row]
+            if ia == ib:
+                same += 1
+                continue
+            tie = min(a["margin"][row], b["margin"][row]) < NEAR_TIE
+            near_ties += tie
+            differences.append(
+                {"forward": step, "row": row, "margins": [a["margin"][row], b["margin"][row]], "near_tie": tie}
+            )
+    return {
+        "forwards": [len(ref), len(cand)],
+        "positions": positions,
+        "identical": same / positions if positions else None,
+        "logits_identical": same_logits / positions if positions else None,
+        "near_ties": near_ties,
+        "differences": differences[:16],
+    }
 
 
 def layouts_seen(runs: list[dict], batch_size: int) -> list[str]:
@@ -254,93 +323,116 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def case_row(case: Case, next_n: int, runs: dict, profiles: dict, skip: int, labels: dict | None = None) -> dict:
-    """One JSON row from the runs of both engines (``runs[label]``: that engine's runs, in order)."""
+def _engine_summary(runs: list[dict], batch_size: int, skip: int) -> dict:
+    return {
+        "verify_step_us": verify_step_us(runs, batch_size, skip),
+        "tpot_ms": tpot_ms(runs),
+        "tokens_per_s": tokens_per_s(runs),
+        "step_interval_ms": step_interval_ms(runs, batch_size, skip),
+        "layouts": layouts_seen(runs, batch_size),
+        "parts": step_parts(runs, batch_size, skip),
+    }
+
+
+def _floor(first: list[dict], second: list[dict], bs: int, skip: int) -> dict:
+    """The ratios two sets of pristine runs give (what a pure re-run moves)."""
+    return {
+        "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
+        "tpot": ratio(tpot_ms(first), tpot_ms(second)),
+        "step_interval": ratio(step_interval_ms(first, bs, skip), step_interval_ms(second, bs, skip)),
+        "step_gpu": ratio(
+            _part(step_parts(first, bs, skip), "step", "gpu_ms"),
+            _part(step_parts(second, bs, skip), "step", "gpu_ms"),
+        ),
+        "tokens_per_s": ratio(tokens_per_s(second), tokens_per_s(first)),
+    }
+
+
+def case_row(
+    case: Case,
+    next_n: int,
+    runs: dict,
+    profiles: dict,
+    skip: int,
+    labels: dict | None = None,
+    greedy: dict | None = None,
+    acceptance: float | None = None,
+) -> dict:
+    """One JSON row from the runs of the engines (``runs[label]``: that engine's timed runs, in
+    order; ``pristine_b``, where it ran, is a second pristine process). ``greedy[label]``: one
+    greedy run per engine with every verify position recorded (the accuracy runs, untimed);
+    ``acceptance``: the simulated acceptance length the timed runs ran with (None: greedy)."""
     p_runs, x_runs = runs["pristine"], runs["patched"]
-    p_us, x_us = verify_step_us(p_runs, case.batch_size, skip), verify_step_us(x_runs, case.batch_size, skip)
-    p_tpot, x_tpot = tpot_ms(p_runs), tpot_ms(x_runs)
-    p_step, x_step = step_interval_ms(p_runs, case.batch_size, skip), step_interval_ms(x_runs, case.batch_size, skip)
-    p_parts, x_parts = step_parts(p_runs, case.batch_size, skip), step_parts(x_runs, case.batch_size, skip)
-    aa = None
-    if len(p_runs) >= 2:
-        # pristine's runs in two halves of the ABBA order: the ratio a pure re-run gives
-        first, second = p_runs[::2], p_runs[1::2]
-        bs = case.batch_size
-        aa = {
-            "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
-            "tpot": ratio(tpot_ms(first), tpot_ms(second)),
-            "step_interval": ratio(step_interval_ms(first, bs, skip), step_interval_ms(second, bs, skip)),
-            "step_gpu": ratio(
-                _part(step_parts(first, bs, skip), "step", "gpu_ms"),
-                _part(step_parts(second, bs, skip), "step", "gpu_ms"),
-            ),
-        }
+    bs = case.batch_size
+    pristine, patched = _engine_summary(p_runs, bs, skip), _engine_summary(x_runs, bs, skip)
+    aa = _floor(p_runs[::2], p_runs[1::2], bs, skip) if len(p_runs) >= 2 else None
+    aa_processes = _floor(p_runs, runs["pristine_b"], bs, skip) if runs.get("pristine_b") else None
+    # Simulated acceptance overwrites the emitted tokens: identity comes from the greedy runs then.
+    outputs_of = {label: [r["outputs"] for r in rs] for label, rs in runs.items()}
+    if acceptance and greedy:
+        outputs_of = {label: [run["outputs"]] for label, run in greedy.items()}
     identical, divergences = [], []
-    for x_run in x_runs:
-        fraction, div = compare_outputs(p_runs[0]["outputs"], x_run["outputs"])
+    for candidate in outputs_of["patched"]:
+        fraction, div = compare_outputs(outputs_of["pristine"][0], candidate)
         identical.append(fraction)
         divergences += div
-    p_repeat = [compare_outputs(p_runs[0]["outputs"], r["outputs"])[0] for r in p_runs[1:]]
+    repeats = outputs_of["pristine"][1:] + outputs_of.get("pristine_b", [])
+    p_repeat = [compare_outputs(outputs_of["pristine"][0], o)[0] for o in repeats]
     accept = [
         o["meta"].get("spec_accept_length")
         for r in p_runs + x_runs
         for o in r["outputs"]
         if o["meta"].get("spec_accept_length") is not None
     ]
+    positions = processes_positions = None
+    if greedy and "pristine" in greedy and "patched" in greedy:
+        positions = compare_positions(greedy["pristine"], greedy["patched"], bs)
+        if "pristine_b" in greedy:
+            processes_positions = compare_positions(greedy["pristine"], greedy["pristine_b"], bs)
+    floor = aa_processes or aa or {}
     return {
         **(labels or {}),
         "next_n": next_n,
-        "batch_size": case.batch_size,
+        "batch_size": bs,
         "ctx": case.ctx,
         "lengths": case.lengths,
         "new_tokens": case.new_tokens,
+        "simulated_acceptance": acceptance,
         "cuda_graph": all(
-            r.get("graph")
-            for run in p_runs + x_runs
-            for r in run.get("verify", [])
-            if r["batch_size"] == case.batch_size
+            r.get("graph") for run in p_runs + x_runs for r in run.get("verify", []) if r["batch_size"] == bs
         ),
-        "pristine": {
-            "verify_step_us": p_us,
-            "tpot_ms": p_tpot,
-            "step_interval_ms": p_step,
-            "layouts": layouts_seen(p_runs, case.batch_size),
-            "parts": p_parts,
-        },
-        "patched": {
-            "verify_step_us": x_us,
-            "tpot_ms": x_tpot,
-            "step_interval_ms": x_step,
-            "layouts": layouts_seen(x_runs, case.batch_size),
-            "parts": x_parts,
-        },
-        "speedup_verify": ratio(p_us, x_us),
-        "speedup_tpot": ratio(p_tpot, x_tpot),
-        "speedup_step_interval": ratio(p_step, x_step),
+        "pristine": pristine,
+        "patched": patched,
+        "speedup_verify": ratio(pristine["verify_step_us"], patched["verify_step_us"]),
+        "speedup_tpot": ratio(pristine["tpot_ms"], patched["tpot_ms"]),
+        "speedup_tokens_per_s": ratio(patched["tokens_per_s"], pristine["tokens_per_s"]),
+        "speedup_step_interval": ratio(pristine["step_interval_ms"], patched["step_interval_ms"]),
         # pristine over patched, per part of the decode step (GPU events, host wall time)
         "speedup_parts": {
             part: {
-                what: ratio(_part(p_parts, part, f"{what}_ms"), _part(x_parts, part, f"{what}_ms"))
+                what: ratio(_part(pristine["parts"], part, f"{what}_ms"), _part(patched["parts"], part, f"{what}_ms"))
                 for what in ("gpu", "host")
             }
             for part in STEP_PARTS
-            if part in p_parts and part in x_parts
+            if part in pristine["parts"] and part in patched["parts"]
         },
         "aa_noise": aa,
+        # the floor that covers what the A/B has: two engine processes (where a second pristine ran)
+        "aa_noise_processes": aa_processes,
+        "aa_noise_tpot": floor.get("tpot"),
+        "aa_noise_kind": "two processes" if aa_processes else "one process, its runs in two halves",
         "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
         "tokens_identical": min(identical) if identical else None,
         "pristine_repeat_identical": min(p_repeat) if p_repeat else None,
         "divergences": divergences[:16],
+        "verify_positions": positions,
+        "verify_positions_identical": (positions or {}).get("identical"),
+        "verify_positions_two_pristine": processes_positions,
         "verify_samples": {
-            label: sum(
-                1
-                for run in rs
-                for r in run.get("verify", [])
-                if r["batch_size"] == case.batch_size and not r["profiled"]
-            )
+            label: sum(1 for run in rs for r in run.get("verify", []) if r["batch_size"] == bs and not r["profiled"])
             for label, rs in runs.items()
         },
-        "accept_length_meaningless": statistics.median(accept) if accept else None,
+        "accept_length": statistics.median(accept) if accept else None,
     }
 
 
@@ -365,9 +457,18 @@ class EngineProcess:
     """A bench/engine_worker.py process (in a session of its own, so its sglang children go with it)."""
 
     def __init__(
-        self, label: str, tree: Path, spec: dict, workdir: Path, extra_path: list[str], env: dict, script: Path
+        self,
+        label: str,
+        tree: Path,
+        spec: dict,
+        workdir: Path,
+        extra_path: list[str],
+        env: dict,
+        script: Path,
+        cpus: list[int] | None = None,
     ):
         self.label = label
+        self.cpus = cpus
         self.probe_dir = workdir / f"probe-{label}"
         self.probe_dir.mkdir(parents=True, exist_ok=True)
         spec = {**spec, "probe_dir": str(self.probe_dir)}
@@ -391,6 +492,8 @@ class EngineProcess:
             pass_fds=(write_fd,),
             start_new_session=True,
             text=True,
+            # the engine and every process it starts run on their own cores only
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
@@ -473,6 +576,43 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def cpu_groups(cpus: list[int], engines: int) -> list[list[int]] | None:
+    """Disjoint, equal sets of cores, one per engine, the last core left to the driver; None where
+    there are too few cores for two each."""
+    cpus = sorted(cpus)
+    per_engine = (len(cpus) - 1) // engines
+    if per_engine < 2:
+        return None
+    return [cpus[i * per_engine : (i + 1) * per_engine] for i in range(engines)]
+
+
+def start_order(labels: tuple, block: int) -> list[str]:
+    """Which engine starts first moves round with each block (a next_n, or an engine restart)."""
+    k = block % len(labels)
+    return list(labels[k:] + labels[:k])
+
+
+def run_order(labels: tuple, reps: int) -> list[str]:
+    """Timed runs per case: with two engines ABBA...; with three, every permutation in turn, so each
+    engine takes each place in the order equally often over six repeats."""
+    if len(labels) == 2:
+        a, b = labels
+        return [x for rep in range(reps) for x in ((a, b) if rep % 2 == 0 else (b, a))]
+    orders = list(itertools.permutations(labels))
+    return [x for rep in range(reps) for x in orders[rep % len(orders)]]
+
+
+def parse_acceptance(text: str) -> dict[int, float]:
+    """``4:3,6:4`` -> {4: 3.0, 6: 4.0}: the simulated acceptance length per next_n."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        next_n, _, length = item.partition(":")
+        out[int(next_n)] = float(length)
+        if not 1 <= out[int(next_n)] <= int(next_n):
+            raise ValueError(f"acceptance {item!r}: the length must lie in 1..next_n")
+    return out
+
+
 def engine_args(model_dir: Path, next_n: int, max_bs: int, overrides: dict) -> dict:
     args = {
         "model_path": str(model_dir),
@@ -482,11 +622,10 @@ def engine_args(model_dir: Path, next_n: int, max_bs: int, overrides: dict) -> d
         "speculative_num_steps": next_n - 1,
         "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": next_n,
-        # The bundle carries no FA3 (README of docs/gpu-bundle.md): FlashMLA sparse for both phases,
-        # which reads a bf16 KV cache. The indexer's own index-K cache is FP8 either way.
-        "kv_cache_dtype": "bfloat16",
-        "dsa_prefill_backend": "flashmla_sparse",
-        "dsa_decode_backend": "flashmla_sparse",
+        # The bundle carries no FA3 (README of docs/gpu-bundle.md): FlashMLA for both phases, sparse
+        # on a bf16 KV cache (the default here), FlashMLA-KV on an FP8 one (``--kv-cache``). The
+        # indexer's own index-K cache is FP8 either way.
+        **KV_CACHES["bfloat16"],
         "cuda_graph_max_bs_decode": max_bs,
         "cuda_graph_bs_decode": [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if b <= max_bs],
         "max_running_requests": max_bs,
@@ -524,6 +663,15 @@ class Bench:
     notes: list = field(default_factory=list)
     seed_case: dict | None = None
     block_s: list = field(default_factory=list)  # wall time of each next_n block run so far
+    labels: tuple = ("pristine", "patched")  # ("pristine", "pristine_b", "patched"): a two-process A/A
+    acceptance: dict = field(default_factory=dict)  # next_n -> simulated acceptance of the timed runs
+    pin_cpus: bool = False
+    cpus: list = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
+    blocks_started: int = 0
+
+    @property
+    def row_labels(self) -> dict:
+        return row_labels(self.meta)
 
     def save(self) -> None:
         doc = {
@@ -540,34 +688,42 @@ class Bench:
     def left_s(self) -> float:
         return self.deadline - time.time()
 
-    def start_pair(self, model_dir: Path, next_n: int, tag: str) -> dict:
-        max_bs = 64
+    def start_engines(self, model_dir: Path, next_n: int, tag: str, labels: tuple | None = None) -> dict:
+        """The engines of a block, one after another (each starts once the one before has its KV
+        pool, so its memory profile is honest); which starts first moves round block by block."""
+        labels = labels or self.labels
         spec = {
-            "engine": engine_args(model_dir, next_n, max_bs, self.engine_overrides),
+            "engine": engine_args(model_dir, next_n, 64, self.engine_overrides),
             "vocab_size": engine_model.VOCAB_SIZE,
         }
-        first = EngineProcess(
-            f"{tag}-pristine", self.trees["pristine"], spec, self.workdir, self.extra_path, self.env, self.worker_script
-        )
-        second_spec = {**spec, "start_after": str(first.probe_dir / "pool_ready")}
-        second = EngineProcess(
-            f"{tag}-patched",
-            self.trees["patched"],
-            second_spec,
-            self.workdir,
-            self.extra_path,
-            self.env,
-            self.worker_script,
-        )
-        pair = {"pristine": first, "patched": second}
+        order = start_order(labels, self.blocks_started)
+        self.blocks_started += 1
+        groups = cpu_groups(self.cpus, len(labels)) if self.pin_cpus else None
+        engines, previous = {}, None
+        for i, label in enumerate(order):
+            engine_spec = {**spec, "start_after": str(previous.probe_dir / "pool_ready")} if previous else spec
+            tree = self.trees["patched" if label == "patched" else "pristine"]
+            previous = engines[label] = EngineProcess(
+                f"{tag}-{label}",
+                tree,
+                engine_spec,
+                self.workdir,
+                self.extra_path,
+                self.env,
+                self.worker_script,
+                cpus=groups[i] if groups else None,
+            )
         try:
-            for label, engine in pair.items():
+            for i, label in enumerate(order):
+                engine = engines[label]
                 started = engine.wait_ready(timeout_s=max(60.0, min(600.0, self.left_s())))
                 self.engines.append(
                     {
                         "tag": tag,
                         "label": label,
                         "next_n": next_n,
+                        "started": i + 1,
+                        "cpus": engine.cpus,
                         **{k: started[k] for k in ("import_s", "start_s", "info")},
                     }
                 )
@@ -575,15 +731,15 @@ class Bench:
                     f"{engine.label}: ready (import {started['import_s']:.0f} s, engine start {started['start_s']:.0f} s)"
                 )
         except Exception:
-            for engine in pair.values():
+            for engine in engines.values():
                 engine.stop()
             raise
-        return pair
+        return {label: engines[label] for label in labels}
 
     def run_next_n(self, next_n: int, cases: list) -> None:
         t_block = time.time()
         model_dir = engine_model.write_model(self.workdir / f"model-{self.layers}l", self.layers)
-        pair = self.start_pair(model_dir, next_n, f"n{next_n}")
+        pair = self.start_engines(model_dir, next_n, f"n{next_n}")
         try:
             warm = [{"prompt": list(WARMUP_PROMPT), "max_new_tokens": 16}] * 8
             for engine in pair.values():
@@ -611,15 +767,27 @@ class Bench:
             self.block_s.append(time.time() - t_block)
 
     def run_case(self, pair: dict, next_n: int, case: Case) -> None:
-        runs = {"pristine": [], "patched": []}
-        order = []
-        for rep in range(self.reps):
-            order += ["pristine", "patched"] if rep % 2 == 0 else ["patched", "pristine"]
-        for label in order:
-            runs[label].append(pair[label].call({"op": "generate", "requests": case.requests()}))
+        acceptance = self.acceptance.get(next_n)
+        timed_mode = {"simulate_acc_len": acceptance} if acceptance else {}
+        runs = {label: [] for label in pair}
+        for label in run_order(tuple(pair), self.reps):
+            runs[label].append(pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode}))
+        # one greedy run per engine, untimed, with the target's verdict at every verify position
+        greedy = {
+            label: engine.call(
+                {
+                    "op": "generate",
+                    "requests": case.requests(),
+                    "probe_window": False,
+                    "mode": {"record_positions": True},
+                }
+            )
+            for label, engine in pair.items()
+        }
         profiles = {}
         if case.batch_size * case.ctx >= self.profile_from:
-            for label, engine in pair.items():
+            for label in ("pristine", "patched"):
+                engine = pair[label]
                 tag = f"n{next_n}-{case.name}"
                 engine.call({"op": "profile", "tag": tag, "steps": 3})
                 engine.call(
@@ -627,23 +795,31 @@ class Bench:
                         "op": "generate",
                         "requests": [dict(r, max_new_tokens=6) for r in case.requests()],
                         "probe_window": False,
+                        "mode": timed_mode,
                     }
                 )
                 profiles[label] = engine.call({"op": "read_profile", "tag": tag})["profile"]
-        row = case_row(case, next_n, runs, profiles, self.skip, row_labels(self.meta))
+        row = case_row(case, next_n, runs, profiles, self.skip, self.row_labels, greedy, acceptance)
         if row["divergences"] and self.margins:
             row["margins"] = self.divergence_margins(pair, case, row["divergences"])
         self.rows.append(row)
         self.save()
+        p, x = row["pristine"], row["patched"]
+        aa = row["aa_noise_processes"] or row["aa_noise"] or {}
         log(
-            f"n={next_n} {case.name}: verify {fmt(row['pristine']['verify_step_us'])} -> {fmt(row['patched']['verify_step_us'])} us "
-            f"({fmt(row['speedup_verify'], 3)}x), TPOT {fmt(row['pristine']['tpot_ms'], 2)} -> {fmt(row['patched']['tpot_ms'], 2)} ms "
-            f"({fmt(row['speedup_tpot'], 3)}x), step {fmt(row['pristine']['step_interval_ms'], 2)} -> {fmt(row['patched']['step_interval_ms'], 2)} ms, "
-            f"draft-extend GPU {fmt(_part(row['pristine']['parts'], 'draft_extend', 'gpu_ms'), 2)} -> {fmt(_part(row['patched']['parts'], 'draft_extend', 'gpu_ms'), 2)} ms, "
-            f"host {fmt(_part(row['pristine']['parts'], 'draft_extend', 'host_ms'), 2)} -> {fmt(_part(row['patched']['parts'], 'draft_extend', 'host_ms'), 2)} ms "
-            f"(graph {fmt(_part(row['patched']['parts'], 'draft_extend', 'graph'), 2)}), step GPU {fmt(_part(row['pristine']['parts'], 'step', 'gpu_ms'), 2)} -> {fmt(_part(row['patched']['parts'], 'step', 'gpu_ms'), 2)} ms, "
-            f"A/A verify {fmt((row['aa_noise'] or {}).get('verify'), 3)} step {fmt((row['aa_noise'] or {}).get('step_interval'), 3)}, identical {row['tokens_identical']}, "
-            f"patched rows {row['patched']['layouts']}"
+            f"n={next_n} {case.name} (acceptance {acceptance or 'greedy'}): verify {fmt(p['verify_step_us'])} -> "
+            f"{fmt(x['verify_step_us'])} us ({fmt(row['speedup_verify'], 3)}x, A/A {fmt(aa.get('verify'), 3)}), "
+            f"TPOT {fmt(p['tpot_ms'], 2)} -> {fmt(x['tpot_ms'], 2)} ms ({fmt(row['speedup_tpot'], 3)}x, "
+            f"A/A {fmt(aa.get('tpot'), 3)} {row['aa_noise_kind']}), tokens/s {fmt(p['tokens_per_s'])} -> "
+            f"{fmt(x['tokens_per_s'])}, step GPU {fmt(_part(p['parts'], 'step', 'gpu_ms'), 2)} -> "
+            f"{fmt(_part(x['parts'], 'step', 'gpu_ms'), 2)} ms (A/A {fmt(aa.get('step_gpu'), 3)}), "
+            f"draft {fmt(_part(p['parts'], 'draft', 'gpu_ms'), 2)} -> {fmt(_part(x['parts'], 'draft', 'gpu_ms'), 2)}, "
+            f"verify part {fmt(_part(p['parts'], 'verify', 'gpu_ms'), 2)} -> {fmt(_part(x['parts'], 'verify', 'gpu_ms'), 2)}, "
+            f"draft-extend {fmt(_part(p['parts'], 'draft_extend', 'gpu_ms'), 2)} -> "
+            f"{fmt(_part(x['parts'], 'draft_extend', 'gpu_ms'), 2)} ms GPU, host gap "
+            f"{fmt(_part(p['parts'], 'step', 'host_gap_ms'), 2)} -> {fmt(_part(x['parts'], 'step', 'host_gap_ms'), 2)} ms; "
+            f"identical {row['tokens_identical']}, verify positions identical {row['verify_positions_identical']}, "
+            f"patched rows {x['layouts']}"
         )
 
     def divergence_margins(self, pair: dict, case: Case, divergences: list) -> list:
@@ -670,7 +846,7 @@ class Bench:
         model_dir = engine_model.write_model(
             self.workdir / f"model-{self.layers}l-share", self.layers, index_share=True
         )
-        pair = self.start_pair(model_dir, next_n, f"seed-n{next_n}")
+        pair = self.start_engines(model_dir, next_n, f"seed-n{next_n}", ("pristine", "patched"))
         try:
             rng = random.Random("seed-case")
             requests = [
@@ -713,7 +889,25 @@ def row_labels(meta: dict) -> dict:
         "line": meta["line"],
         "parallel": meta.get("parallel", "tp1"),
         "sgl_kernel_version_check_skipped": (meta.get("env") or {}).get(VERSION_GATE_SKIPPED) == "1",
+        "kv_cache_dtype": (meta.get("engine_args") or {}).get("kv_cache_dtype"),
+        "layers": (meta.get("model") or {}).get("num_hidden_layers"),
     }
+
+
+# The KV cache a DSA deployment serves with, and the backends that read it on SM90 (sglang's own
+# Hopper default for an FP8 KV cache).
+KV_CACHES = {
+    "bfloat16": {
+        "kv_cache_dtype": "bfloat16",
+        "dsa_prefill_backend": "flashmla_sparse",
+        "dsa_decode_backend": "flashmla_sparse",
+    },
+    "fp8_e4m3": {
+        "kv_cache_dtype": "fp8_e4m3",
+        "dsa_prefill_backend": "flashmla_kv",
+        "dsa_decode_backend": "flashmla_kv",
+    },
+}
 
 
 def parallel_label(overrides: dict) -> str:
@@ -761,6 +955,19 @@ def main(argv=None) -> int:
         metavar="K=JSON",
         help="an sglang.Engine argument for both engines (e.g. tp_size=2, enable_dp_attention=true)",
     )
+    ap.add_argument(
+        "--kv-cache", default="bfloat16", choices=sorted(KV_CACHES), help="the KV cache and the DSA backends reading it"
+    )
+    ap.add_argument(
+        "--acceptance",
+        default="",
+        metavar="N:LEN,...",
+        help="timed runs with sglang's SGLANG_SIMULATE_ACC_LEN at LEN for next_n N (e.g. 4:3,6:4); greedy otherwise",
+    )
+    ap.add_argument(
+        "--two-process-aa", action="store_true", help="a second pristine engine process: the A/A floor of two processes"
+    )
+    ap.add_argument("--pin-cpus", action="store_true", help="each engine's processes on cores of their own")
     ap.add_argument("--series-record", type=Path, help="ci/apply_series.py's record of what the patched tree carries")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--workdir", type=Path)
@@ -769,7 +976,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     env = dict(item.split("=", 1) for item in args.env)
-    overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.engine_arg)}
+    overrides = {
+        **KV_CACHES[args.kv_cache],
+        **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.engine_arg)},
+    }
+    acceptance = parse_acceptance(args.acceptance)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -782,6 +993,9 @@ def main(argv=None) -> int:
         "parallel": parallel_label(overrides),
         "series": json.loads(args.series_record.read_text()) if args.series_record else None,
         "grid": args.grid,
+        "engines": ["pristine", "pristine_b", "patched"] if args.two_process_aa else ["pristine", "patched"],
+        "acceptance": {str(k): v for k, v in acceptance.items()},
+        "pinned_cpus": args.pin_cpus,
         "reps": args.reps,
         "skip_steps": args.skip,
         "new_tokens": args.new_tokens,
@@ -805,6 +1019,9 @@ def main(argv=None) -> int:
         meta=meta,
         worker_script=args.worker_script,
         engine_overrides=overrides,
+        labels=("pristine", "pristine_b", "patched") if args.two_process_aa else ("pristine", "patched"),
+        acceptance=acceptance,
+        pin_cpus=args.pin_cpus,
     )
     bench.save()
     status = 0

@@ -5,10 +5,13 @@ The process imports sglang from the tree first on its PYTHONPATH (pristine or pa
 per line on stdin, answering each with one JSON line on the file descriptor named by
 ``--reply-fd`` (sglang writes its logs to stdout/stderr, which stay free):
 
-- ``{"op": "generate", "requests": [...], "probe_window": true}``: every request at once (or after
-  its ``delay_s``), streamed, greedy; each answer gives the output ids, the time of every
-  streamed chunk with the completion-token count at that point, sglang's meta_info, and the
-  probe's verify-forward and decode-step-part records that fall in the window;
+- ``{"op": "generate", "requests": [...], "probe_window": true, "mode": {...}}``: every request at
+  once (or after its ``delay_s``), streamed, greedy; each answer gives the output ids, the time of
+  every streamed chunk with the completion-token count at that point, sglang's meta_info, the
+  output tokens per second of the whole run, and the probe's verify-forward and decode-step-part
+  records that fall in the window. ``mode`` (bench/engine_probe: ``simulate_acc_len``,
+  ``record_positions``) is handed to the scheduler's probe before the first request; with
+  ``record_positions`` the answer also carries the per-position verify records;
 - ``{"op": "profile", "tag": T, "steps": K}``: the next K verify forwards run under the profiler;
 - ``{"op": "info"}``: the resolved server arguments that matter here;
 - ``{"op": "shutdown"}``.
@@ -53,6 +56,20 @@ def chunk_times_to_tpot_ms(chunks: list[list[float]]) -> float | None:
     return (t1 - t0) * 1000.0 / (n1 - n0)
 
 
+def tokens_per_s(outputs: list[dict], t_start: float, t_end: float) -> float | None:
+    """Output tokens of every request over the run's wall time (its prefill, served from the radix
+    cache, included)."""
+    tokens = sum(int(o["meta"].get("completion_tokens") or len(o["output_ids"])) for o in outputs)
+    return tokens / (t_end - t_start) if t_end > t_start else None
+
+
+def write_mode(probe_dir: Path, mode: dict) -> None:
+    """What the scheduler's probe applies from its next verify forward on (a new file each time)."""
+    tmp = probe_dir / ".mode.json.tmp"
+    tmp.write_text(json.dumps(mode))
+    os.replace(tmp, probe_dir / "mode.json")
+
+
 class EngineWorker:
     def __init__(self, engine_args: dict, probe_dir: Path, vocab_size: int):
         import sglang
@@ -86,14 +103,23 @@ class EngineWorker:
         )
         return {k: _jsonable(info.get(k)) for k in keep if k in info}
 
-    def generate(self, requests: list[dict], probe_window: bool = True) -> dict:
+    def generate(self, requests: list[dict], probe_window: bool = True, mode: dict | None = None) -> dict:
+        mode = mode or {}
+        write_mode(self.probe_dir, mode)
         t_start = time.time()
         outputs = self.engine.loop.run_until_complete(self._generate_all(requests))
         t_end = time.time()
-        answer = {"t_start": t_start, "t_end": t_end, "outputs": outputs}
+        answer = {
+            "t_start": t_start,
+            "t_end": t_end,
+            "outputs": outputs,
+            "tokens_per_s": tokens_per_s(outputs, t_start, t_end),
+        }
         if probe_window:
             answer["verify"] = self._probe_records("verify.jsonl", t_start, t_end)
             answer["steps"] = self._probe_records("steps.jsonl", t_start, t_end)
+        if mode.get("record_positions"):
+            answer["positions"] = self._probe_records("positions.jsonl", t_start, t_end)
         answer["draft_loops"] = self._read_json("draft_loops.json")
         return answer
 
@@ -219,7 +245,7 @@ def serve(args, make_worker=None) -> int:
         try:
             op = cmd["op"]
             if op == "generate":
-                answer(worker.generate(cmd["requests"], cmd.get("probe_window", True)))
+                answer(worker.generate(cmd["requests"], cmd.get("probe_window", True), cmd.get("mode")))
             elif op == "profile":
                 answer(worker.profile(cmd["tag"], cmd["steps"]))
             elif op == "read_profile":

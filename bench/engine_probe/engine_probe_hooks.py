@@ -14,6 +14,12 @@ own import order is untouched):
   each run inside ``torch.profiler`` (CUDA activity only, synchronised before and after, so
   only that forward's kernels are in it); the kernel totals go to ``DIR/profile-<tag>.json``.
   Profiled forwards are marked in verify.jsonl and left out of the timings.
+- what a run asks for (``DIR/mode.json``, written by bench/engine_worker.py before a run; read
+  at the first verify forward after it changes): ``simulate_acc_len`` sets sglang's own
+  ``SGLANG_SIMULATE_ACC_LEN`` benchmark switch for the scheduler (every verify accepts that many
+  tokens; null: off), and ``record_positions`` writes, per verify forward, the target's argmax, its
+  top-1 minus top-2 logit margin and the row's logit sum for every next_n position of every
+  request to ``DIR/positions.jsonl`` (this waits for the GPU: accuracy runs only, never timed ones).
 - ``ModelRunner.alloc_memory_pool``: ``DIR/pool_ready`` once the target model's KV pool exists
   (a second engine on the same GPU starts after it, so its memory profile sees this one's pool).
 - ``EagleDraftWorker.draft`` (EAGLE v2): per draft loop, whether the batch carried a
@@ -42,6 +48,9 @@ from pathlib import Path
 
 STEPS_FILE = "steps.jsonl"
 VERIFY_FILE = "verify.jsonl"
+POSITIONS_FILE = "positions.jsonl"
+MODE_FILE = "mode.json"
+SPEC_UTILS = "sglang.srt.speculative.spec_utils"  # where sglang's verify reads SIMULATE_ACC_LEN each call
 # The timed parts of a decode step (see the module docstring), in the order a step runs them.
 STEP_PARTS = ("step", "draft", "verify", "draft_extend")
 
@@ -109,6 +118,50 @@ class Probe:
         self.profile_steps = []
         self.draft_extend_replays = 0
         self._thread = None
+        self.mode = {}
+        self._mode_stamp = None
+        self._env_acc_len = None
+        self._positions = None
+
+    # -- what a run asks for --------------------------------------------------------------
+    def apply_mode(self) -> dict:
+        """Re-read ``mode.json`` when it changed and set sglang's acceptance switch from it."""
+        path = self.folder / MODE_FILE
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return self.mode
+        stamp = (stat.st_ino, stat.st_mtime_ns)  # the worker replaces the file: a new inode each time
+        if stamp == self._mode_stamp:
+            return self.mode
+        self._mode_stamp = stamp
+        self.mode = json.loads(path.read_text())
+        spec_utils = sys.modules.get(SPEC_UTILS)
+        if spec_utils is not None:
+            if self._env_acc_len is None:
+                self._env_acc_len = spec_utils.SIMULATE_ACC_LEN
+            wanted = self.mode.get("simulate_acc_len")
+            spec_utils.SIMULATE_ACC_LEN = float(wanted) if wanted else self._env_acc_len
+        return self.mode
+
+    def record_positions(self, output, batch_size: int, wall: float) -> None:
+        """The target's verdict at every verify position (waits for the GPU)."""
+        import torch
+
+        logits = getattr(getattr(output, "logits_output", output), "next_token_logits", None)
+        if logits is None:
+            return
+        top = torch.topk(logits.float(), 2, dim=-1)
+        record = {
+            "t": wall,
+            "batch_size": batch_size,
+            "argmax": top.indices[:, 0].tolist(),
+            "margin": [round(m, 5) for m in (top.values[:, 0] - top.values[:, 1]).tolist()],
+            "logit_sum": logits.double().sum(dim=-1).tolist(),
+        }
+        if self._positions is None:
+            self._positions = open(self.folder / POSITIONS_FILE, "a", buffering=1)
+        self._positions.write(json.dumps(record) + "\n")
 
     # -- verify timing --------------------------------------------------------------------
     def start_flusher(self, device) -> None:
@@ -204,6 +257,7 @@ def _hook_model_runner(module) -> None:
         if getattr(self, "is_draft_worker", False) or not forward_batch.forward_mode.is_target_verify():
             return forward(self, forward_batch, *args, **kwargs)
         _probe.start_flusher(torch.cuda.current_device())
+        mode = _probe.apply_mode()
         profiled = _probe.profile_requested()
         prof = None
         if profiled:
@@ -228,6 +282,8 @@ def _hook_model_runner(module) -> None:
             prof.__exit__(None, None, None)
             _probe.record_profile_step(prof, start.elapsed_time(end), record["batch_size"])
         _probe.pending.append((VERIFY_FILE, record, start, end))
+        if mode.get("record_positions"):
+            _probe.record_positions(output, record["batch_size"], wall)
         return output
 
     runner_class.forward = timed_forward

@@ -31,17 +31,17 @@ import torch  # noqa: E402
 
 torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
 
-from bench.engine_ab import engine_args  # noqa: E402
+from bench.engine_ab import KV_CACHES, engine_args  # noqa: E402
 
 
-def main(model_dir: str, next_n: int) -> dict:
+def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16") -> dict:
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.models.deepseek_nextn import DeepseekV3ForCausalLMNextN
     from sglang.srt.models.deepseek_v2 import DeepseekV32ForCausalLM
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-    args = ServerArgs(**engine_args(Path(model_dir), next_n, 64, {"device": "cpu"}))
+    args = ServerArgs(**engine_args(Path(model_dir), next_n, 64, {**KV_CACHES[kv_cache], "device": "cpu"}))
     set_global_server_args_for_scheduler(args)
     cpu_sglang.init_single_rank_parallel()
     model_config = ModelConfig.from_server_args(args)
@@ -98,4 +98,4 @@ def main(model_dir: str, next_n: int) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], int(sys.argv[2])), default=str))
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4]), default=str))

@@ -6,7 +6,9 @@ profile requests, rows and the JSON. What it answers is synthetic and says so (`
 output ids derived from the prompt (the "patched" tree diverges where its tree folder's name
 asks for it), one verify record per output token with a GPU time that depends on the tree, and
 per output token the decode step's parts (the patched tree's draft-extend replays a graph and
-takes a quarter of pristine's eager GPU and host time).
+takes a quarter of pristine's eager GPU and host time). A run's ``mode`` is honoured as sglang's
+probe would: a simulated acceptance length emits that many tokens (all id 100) per step, and
+``record_positions`` answers one positions record per step with every next_n position.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ class StandInEngine:
         print('  File "threading.py", line 359 in wait\n' * 30, flush=True)
         os._exit(134)
 
-    def generate(self, requests, probe_window=True) -> dict:
+    def generate(self, requests, probe_window=True, mode=None) -> dict:
+        mode = mode or {}
+        acceptance = int(mode.get("simulate_acc_len") or 1)
         t_start = time.time()
         outputs, verify = [], []
         bs = len(requests)
@@ -56,7 +60,11 @@ class StandInEngine:
             ids = [(pool_index * 7 + length + k) % 1000 for k in range(r["max_new_tokens"])]
             if self.patched and self.probe_dir.parent.parent.name == "diverge" and pool_index == 0 and len(ids) > 3:
                 ids[3] += 1
-            chunks = [[t_start + 0.001 * k, k + 1] for k in range(len(ids))]
+            if acceptance > 1:
+                ids = [100] * len(ids)
+            chunks = [
+                [t_start + 0.001 * k, min(len(ids), (k + 1) * acceptance)] for k in range(-(-len(ids) // acceptance))
+            ]
             out = {
                 "output_ids": ids,
                 "chunks": chunks,
@@ -68,7 +76,7 @@ class StandInEngine:
             outputs.append(out)
         ctx = max(r["prompt"][1] for r in requests)
         gpu_ms = bs * ctx * (0.5e-6 if self.patched else 1e-6)
-        steps = max(r["max_new_tokens"] for r in requests)
+        steps = -(-max(r["max_new_tokens"] for r in requests) // acceptance)
         parts = []
         for k in range(steps):
             extend = {"gpu_ms": 4.0, "host_ms": 6.0} if not self.patched else {"gpu_ms": 1.0, "host_ms": 1.5}
@@ -111,12 +119,49 @@ class StandInEngine:
             (self.probe_dir / f"profile-{self.profile_tag}.json").write_text(json.dumps(profile))
             self.profile_tag = None
         time.sleep(0.01)
-        answer = {"t_start": t_start, "t_end": time.time() + 1, "outputs": outputs, "stand_in": True}
+        t_end = time.time() + 1
+        answer = {
+            "t_start": t_start,
+            "t_end": t_end,
+            "outputs": outputs,
+            "stand_in": True,
+            "tokens_per_s": engine_worker.tokens_per_s(outputs, t_start, t_end),
+        }
+        if mode.get("record_positions"):
+            answer["positions"] = self.positions(outputs, bs, t_start)
         if probe_window:
             answer["verify"] = verify
             answer["steps"] = parts
         answer["draft_loops"] = {"loops": steps, "seeded": steps - 1 if self.patched else 0, "index_share": True}
         return answer
+
+    def positions(self, outputs, bs, t_start) -> list[dict]:
+        """Per step, every request's next_n positions: the emitted token at position 0, then draft
+        positions; the "diverge" run's patched tree flips request 0's last position at step 3 (a
+        near-tie: its margin is tiny)."""
+        records = []
+        for k in range(max(len(o["output_ids"]) for o in outputs)):
+            argmax, margin = [], []
+            for i, o in enumerate(outputs):
+                token = o["output_ids"][min(k, len(o["output_ids"]) - 1)]
+                for j in range(self.next_n):
+                    flip = (
+                        self.patched
+                        and self.probe_dir.parent.parent.name == "diverge"
+                        and (i, k, j) == (0, 3, self.next_n - 1)
+                    )
+                    argmax.append(token + j + flip)
+                    margin.append(0.01 if (i, k, j) == (0, 3, self.next_n - 1) else 1.5)
+            records.append(
+                {
+                    "t": t_start + 1e-4 * k,
+                    "batch_size": bs,
+                    "argmax": argmax,
+                    "margin": margin,
+                    "logit_sum": [float(a) for a in argmax],
+                }
+            )
+        return records
 
     def profile(self, tag, steps) -> dict:
         self.profile_tag = tag

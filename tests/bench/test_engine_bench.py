@@ -63,6 +63,23 @@ def test_sglang_resolves_the_engine_arguments_with_its_defaults(cpu_check):
     assert cpu_check["dsa_index_topk"] == 2048
 
 
+def test_sglang_takes_the_fp8_kv_cache_with_its_hopper_backends(tmp_path):
+    model = engine_model.write_model(tmp_path / "model", 1)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "bench" / "engine_cpu_check.py"), str(model), "4", "fp8_e4m3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    args = json.loads(out.stdout.strip().splitlines()[-1])["server_args"]
+    assert (args["kv_cache_dtype"], args["dsa_prefill_backend"], args["dsa_decode_backend"]) == (
+        "fp8_e4m3",
+        "flashmla_kv",
+        "flashmla_kv",
+    )
+
+
 def test_sglang_builds_v32_layers_and_a_moe_nextn_from_the_config(cpu_check):
     target, draft = cpu_check["target"], cpu_check["draft"]
     assert target["class"] == "DeepseekV32ForCausalLM" and target["layers"] == 4
@@ -544,3 +561,87 @@ def test_probe_wraps_the_methods_sglang_has(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "[]"  # every one of them wrapped
+
+
+# -- what a user's server gains: accepted drafts, every verify position, a two-process floor ------------
+def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
+    status, doc = _bench(
+        tmp_path,
+        "three",
+        "--two-process-aa",
+        "--acceptance",
+        "2:2,4:3",
+        "--kv-cache",
+        "fp8_e4m3",
+        "--pin-cpus",
+        "--new-tokens",
+        "24",
+    )
+    assert status == 0, doc["notes"]
+    assert doc["meta"]["engines"] == ["pristine", "pristine_b", "patched"]
+    assert doc["meta"]["engine_args"]["dsa_decode_backend"] == "flashmla_kv"
+    for row in doc["rows"]:
+        assert row["simulated_acceptance"] == {2: 2.0, 4: 3.0}[row["next_n"]]
+        assert (row["kv_cache_dtype"], row["layers"]) == ("fp8_e4m3", 4)
+        assert row["aa_noise_kind"] == "two processes"
+        assert row["aa_noise_processes"]["verify"] == pytest.approx(1.0)
+        assert row["aa_noise_tpot"] == pytest.approx(1.0)
+        # tokens come from the greedy runs (the simulated ones emit id 100 only), every position compared
+        assert row["tokens_identical"] == 1.0 and row["verify_positions_identical"] == 1.0
+        assert row["verify_positions"]["positions"] == row["batch_size"] * row["next_n"] * 24
+        assert row["verify_positions_two_pristine"]["identical"] == 1.0
+        steps = 24 // row["simulated_acceptance"]  # per timed run, two runs per engine
+        assert row["verify_samples"] == dict.fromkeys(("pristine", "pristine_b", "patched"), 2 * steps)
+        assert row["pristine"]["tokens_per_s"] and row["patched"]["parts"]["step"]["host_gap_ms"] is not None
+    blocks = [[e["label"] for e in doc["engines"] if e["tag"] == f"n{n}"] for n in (2, 4)]
+    assert blocks == [["pristine", "pristine_b", "patched"], ["pristine_b", "patched", "pristine"]]
+
+
+def test_a_verify_position_that_flips_is_counted_with_its_margins(tmp_path):
+    status, doc = _bench(tmp_path, "diverge", "--next-n", "2", "--acceptance", "2:2")
+    positions = doc["rows"][0]["verify_positions"]
+    assert positions["identical"] < 1.0 and positions["near_ties"] == 1
+    # the diverging emitted token (position 0 of request 0) and the stand-in's flipped near-tie after it
+    assert positions["differences"] == [
+        {"forward": 3, "row": 0, "margins": [1.5, 1.5], "near_tie": False},
+        {"forward": 3, "row": 1, "margins": [0.01, 0.01], "near_tie": True},
+    ]
+
+
+def test_run_and_start_orders_and_the_cores_each_engine_gets():
+    three = ("pristine", "pristine_b", "patched")
+    order = engine_ab.run_order(three, 6)
+    for label in three:  # each engine takes each place in the order twice over six repeats
+        assert [order[i::3].count(label) for i in range(3)] == [2, 2, 2]
+    assert engine_ab.run_order(("a", "b"), 3) == ["a", "b", "b", "a", "a", "b"]
+    assert [engine_ab.start_order(three, k)[0] for k in range(4)] == ["pristine", "pristine_b", "patched", "pristine"]
+    assert engine_ab.cpu_groups(list(range(16)), 3) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
+    assert engine_ab.cpu_groups([0, 1], 3) is None
+    assert engine_ab.parse_acceptance("4:3,6:4.5") == {4: 3.0, 6: 4.5}
+    with pytest.raises(ValueError, match="1..next_n"):
+        engine_ab.parse_acceptance("4:5")
+
+
+def test_host_gap_is_the_time_between_step_calls():
+    steps = [{"t": t, "part": "step", "batch_size": 4, "host_ms": 6.0} for t in (0.0, 0.010, 0.021, 0.030)]
+    assert engine_ab.host_gap_ms([{"steps": steps}], 4, 0) == pytest.approx(4.0)
+    assert engine_ab.host_gap_ms([{"steps": steps}], 8, 0) is None
+
+
+def test_probe_applies_a_runs_mode_and_records_every_position(tmp_path, monkeypatch):
+    import torch
+
+    spec_utils = types.SimpleNamespace(SIMULATE_ACC_LEN=-1.0)
+    monkeypatch.setitem(sys.modules, engine_probe_hooks.SPEC_UTILS, spec_utils)
+    probe = engine_probe_hooks.Probe(tmp_path)
+    assert probe.apply_mode() == {} and spec_utils.SIMULATE_ACC_LEN == -1.0
+    engine_worker.write_mode(tmp_path, {"simulate_acc_len": 3.0})
+    assert probe.apply_mode() == {"simulate_acc_len": 3.0} and spec_utils.SIMULATE_ACC_LEN == 3.0
+    engine_worker.write_mode(tmp_path, {"record_positions": True})
+    probe.apply_mode()
+    assert spec_utils.SIMULATE_ACC_LEN == -1.0  # back to what the environment said
+    logits = torch.tensor([[0.0, 2.0, 1.5], [3.0, 0.0, 0.0]])
+    output = types.SimpleNamespace(logits_output=types.SimpleNamespace(next_token_logits=logits))
+    probe.record_positions(output, 1, 5.0)
+    [record] = [json.loads(line) for line in (tmp_path / engine_probe_hooks.POSITIONS_FILE).read_text().splitlines()]
+    assert record == {"t": 5.0, "batch_size": 1, "argmax": [1, 0], "margin": [0.5, 3.0], "logit_sum": [3.5, 3.0]}
