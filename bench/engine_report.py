@@ -10,7 +10,10 @@ A/A floor beside it, the step interval (the engine's time per output token with 
 and streamed TPOT with their ratios, the indexer's share of the verify forward in each tree, and
 the fraction of requests whose output tokens are identical; for runs that timed the parts of the
 decode step, a second table: the whole step's and draft-extend's GPU time, draft-extend's host time
-and how many of its passes replayed a CUDA graph, pristine -> patched.
+and how many of its passes replayed a CUDA graph, pristine -> patched; for runs with accepted drafts
+(sglang's simulated acceptance) or a second pristine process, a third: TPOT and output tokens/s
+with the two-process A/A floor, each part of the step, the host gap between steps, and how many
+verify positions (every next_n position of every request, greedy) gave the same argmax.
 """
 
 from __future__ import annotations
@@ -126,6 +129,9 @@ def markdown(doc: dict) -> str:
                 f"{_f((ratios.get('draft_extend') or {}).get('host'), 3)} | {_pair(p, x, 'draft_extend', 'graph')} | "
                 f"{_pair(p, x, 'verify', 'gpu_ms')} |"
             )
+    served = [r for r in doc["rows"] if r.get("simulated_acceptance") or r.get("aa_noise_processes")]
+    if served:
+        out += ["", *served_table(served)]
     seeds = [run for run in doc["runs"] if run.get("seed_case")]
     for run in seeds:
         s = run["seed_case"]
@@ -143,6 +149,36 @@ def markdown(doc: dict) -> str:
                 f"{_host(parts['patched'])}; its graph share: {_pair(parts['pristine'], parts['patched'], 'draft_extend', 'graph')}."
             )
     return "\n".join(out) + "\n"
+
+
+def served_table(rows: list[dict]) -> list[str]:
+    """What a user's server sees: TPOT with accepted drafts beside the floor of two pristine processes."""
+    out = [
+        "What a server sees (accepted drafts: sglang's SGLANG_SIMULATE_ACC_LEN in the timed runs; A/A: two "
+        "pristine engine processes; GPU ms per step; positions: greedy runs, every next_n position):",
+        "",
+        "| run | line | KV | layers | next_n | accepted | requests | ctx | lengths | TPOT ms pristine -> patched | x | "
+        "A/A | tokens/s pristine -> patched | x | step GPU ms | x | A/A | draft | verify | draft-extend | "
+        "host gap ms | tokens identical | verify positions identical (near-ties) |",
+        "|" + "---|" * 23,
+    ]
+    for r in rows:
+        p, x = r["pristine"], r["patched"]
+        aa = r.get("aa_noise_processes") or {}
+        positions = r.get("verify_positions") or {}
+        out.append(
+            f"| {_run_name(r['run'])} | {r['line']} | {r.get('kv_cache_dtype')} | {r.get('layers')} | {r['next_n']} | "
+            f"{_f(r.get('simulated_acceptance'), 1) if r.get('simulated_acceptance') else 'greedy'} | {r['batch_size']} | "
+            f"{r['ctx'] // 1024}k | {r['lengths']} | {_f(p['tpot_ms'], 2)} -> {_f(x['tpot_ms'], 2)} | "
+            f"{_f(r['speedup_tpot'], 3)} | {_f(aa.get('tpot'), 3)} | {_f(p.get('tokens_per_s'))} -> "
+            f"{_f(x.get('tokens_per_s'))} | {_f(r.get('speedup_tokens_per_s'), 3)} | "
+            f"{_pair(p['parts'], x['parts'], 'step', 'gpu_ms')} | {_f((r['speedup_parts'].get('step') or {}).get('gpu'), 3)} | "
+            f"{_f(aa.get('step_gpu'), 3)} | {_pair(p['parts'], x['parts'], 'draft', 'gpu_ms')} | "
+            f"{_pair(p['parts'], x['parts'], 'verify', 'gpu_ms')} | {_pair(p['parts'], x['parts'], 'draft_extend', 'gpu_ms')} | "
+            f"{_pair(p['parts'], x['parts'], 'step', 'host_gap_ms')} | {r['tokens_identical']} | "
+            f"{_f(positions.get('identical'), 4)} of {positions.get('positions', '-')} ({positions.get('near_ties', '-')}) |"
+        )
+    return out
 
 
 def _run_name(file: str) -> str:
@@ -169,41 +205,45 @@ def plot(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = sorted({(r["line"], r["next_n"]) for r in doc["rows"]})
-    lines = sorted({line for line, _ in series})
-    next_ns = sorted({n for _, n in series})
+    series = sorted({(r["line"], r["next_n"], r.get("kv_cache_dtype") or "bfloat16") for r in doc["rows"]})
+    lines = sorted({(line, kv) for line, _, kv in series})
+    next_ns = sorted({n for _, n, _ in series})
     # the newest run of each case: later runs (file order) measured the series as it is now
-    newest = {(r["line"], r["next_n"], r["ctx"], r["batch_size"], r["lengths"]): r for r in doc["rows"]}
+    newest = {
+        (r["line"], r["next_n"], r["ctx"], r["batch_size"], r["lengths"], r.get("kv_cache_dtype")): r
+        for r in doc["rows"]
+    }
     rows = [r for r in newest.values() if r.get("speedup_verify")]
     cases = sorted({(r["ctx"], r["batch_size"], r["lengths"]) for r in rows})
     labels = [f"{bs}x{ctx // 1024}k{'r' if lengths == 'ragged' else ''}" for ctx, bs, lengths in cases]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    panels = (
+    panels = [
         ("speedup_verify", "verify", "verify forward (GPU time)"),
-        ("speedup_step_interval", "step_interval", "step interval (time per output token)"),
-    )
+        ("speedup_step_interval", "step_interval", "step interval"),
+    ]
+    if any(r.get("simulated_acceptance") for r in rows):
+        panels.append(("speedup_tpot", "tpot", "TPOT, accepted drafts"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2))
     for ax, (key, aa_key, title) in zip(axes, panels, strict=True):
-        for line, n in series:
+        for line, n, kv in series:
             points = [
                 (cases.index((r["ctx"], r["batch_size"], r["lengths"])), r)
                 for r in rows
-                if (r["line"], r["next_n"]) == (line, n) and r.get(key)
+                if (r["line"], r["next_n"], r.get("kv_cache_dtype") or "bfloat16") == (line, n, kv) and r.get(key)
             ]
             if not points:
                 continue
             points.sort(key=lambda point: point[0])
             xs = [x for x, _ in points]
-            style = dict(color=f"C{next_ns.index(n)}", ls=("-", "--", ":")[lines.index(line) % 3])
-            ax.plot(xs, [r[key] for _, r in points], marker="o", **style, label=f"{line} next_n {n}")
-            ax.scatter(
-                xs, [(r.get("aa_noise") or {}).get(aa_key) or float("nan") for _, r in points], marker="x", color="grey"
-            )
+            style = dict(color=f"C{next_ns.index(n)}", ls=("-", "--", ":", "-.")[lines.index((line, kv)) % 4])
+            ax.plot(xs, [r[key] for _, r in points], marker="o", **style, label=f"{line} {kv} KV next_n {n}")
+            floors = [(r.get("aa_noise_processes") or r.get("aa_noise") or {}).get(aa_key) for _, r in points]
+            ax.scatter(xs, [f or float("nan") for f in floors], marker="x", color="grey")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(range(len(labels)), labels, rotation=60)
         ax.set_title(f"pristine / patched: {title}")
-        ax.set_xlabel("requests x context (r: ragged), newest run per case; x: A/A (pristine vs pristine)")
+        ax.set_xlabel("requests x context (r: ragged), newest run per case; x: A/A floor")
         ax.legend(fontsize="small", ncol=2)
-    fig.suptitle("sglang Engine, MTP (EAGLE topk 1), CUDA graphs, overlap scheduler; H200; 4 DSA layers, dummy weights")
+    fig.suptitle("sglang Engine, MTP (EAGLE topk 1), CUDA graphs, overlap scheduler; H200; DSA layers, dummy weights")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

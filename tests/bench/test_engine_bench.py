@@ -645,3 +645,18 @@ def test_probe_applies_a_runs_mode_and_records_every_position(tmp_path, monkeypa
     probe.record_positions(output, 1, 5.0)
     [record] = [json.loads(line) for line in (tmp_path / engine_probe_hooks.POSITIONS_FILE).read_text().splitlines()]
     assert record == {"t": 5.0, "batch_size": 1, "argmax": [1, 0], "margin": [0.5, 3.0], "logit_sum": [3.5, 3.0]}
+
+
+def test_report_shows_what_a_server_sees_beside_the_two_process_floor(tmp_path):
+    from bench import engine_report
+
+    _bench(tmp_path, "served", "--next-n", "4", "--two-process-aa", "--acceptance", "4:3", "--new-tokens", "24")
+    run_file = tmp_path / "served" / "engine.json"
+    text = engine_report.markdown(engine_report.combined(engine_report.load_runs([run_file])))
+    served = [line for line in text.splitlines() if line.startswith("| engine | v0.5.14 | bfloat16 | 4 | 4 | 3.0 |")]
+    assert len(served) == len(engine_ab.GRIDS["targets"])
+    assert all(
+        " | 1.000 | " in line and line.endswith("| 1.0 | 1.0000 of " + line.split(" of ")[-1]) for line in served
+    )
+    engine_report.plot(engine_report.combined(engine_report.load_runs([run_file])), tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
