@@ -51,7 +51,7 @@ endif
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: bench-engine engine-report
+.PHONY: bench-engine bench-tpot engine-report
 .PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
 help: ## list the targets
@@ -163,8 +163,11 @@ GRID   ?= full
 bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR SEED=N (the IndexShare case at next_n N) SGLANG_TESTS=GLOB (first the series' tests in sglang's tree matching GLOB)
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) $(if $(SGLANG_TESTS),--sglang-tests $(call q,$(SGLANG_TESTS)),) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID)) $(if $(SEED),--seed-case $(call q,$(SEED)),)
 
-engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json
-	$(PY) bench/engine_report.py docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
+bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts beside a two-process A/A (docs/engine-benchmark.md); NEXT_N=4 LINE= OUT=DIR GRID=targets64k|deploy
+	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) -- --next-n $(call q,$(if $(filter command line,$(origin NEXT_N)),$(NEXT_N),4)) --grid $(call q,$(if $(filter command line,$(origin GRID)),$(GRID),targets64k)) --two-process-aa --pin-cpus --kv-cache fp8_e4m3 --acceptance 4:3,6:4 --reps 6 --new-tokens 96 --engine-arg max_total_tokens=2900000 --engine-arg sleep_on_idle=true
+
+engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_{run,v0_5_23_run,tpot_}*.json
+	$(PY) bench/engine_report.py docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json docs/results/engine_h200_tpot_*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
 	$(PY) -m ruff check scripts tests testing bench
