@@ -228,7 +228,9 @@ def plot(doc: dict, path: Path) -> None:
             points = [
                 (cases.index((r["ctx"], r["batch_size"], r["lengths"])), r)
                 for r in rows
-                if (r["line"], r["next_n"], r.get("kv_cache_dtype") or "bfloat16") == (line, n, kv) and r.get(key)
+                if (r["line"], r["next_n"], r.get("kv_cache_dtype") or "bfloat16") == (line, n, kv)
+                and r.get(key)
+                and (key != "speedup_tpot" or r.get("simulated_acceptance"))
             ]
             if not points:
                 continue
