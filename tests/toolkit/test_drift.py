@@ -23,6 +23,25 @@ def report(tmp_path_factory):
     return out
 
 
+def test_the_table_is_printed_as_the_file_has_it(tmp_path, capsys):
+    """stdout shows the markdown line by line (a line break escaped into one line is only for a path)."""
+    from sglpatch import cli
+
+    assert cli.main(["drift", "--line", "v0.5.14", "--releases", "0.5.15", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    written = (tmp_path / "v0.5.14" / "drift.md").read_text().splitlines()
+    start = printed.index(written[0])
+    assert printed[start : start + len(written)] == written and "| patch | 0.5.15 |" in printed
+
+
+def test_a_line_break_in_a_conflicting_file_name_stays_inside_its_cell():
+    from sglpatch.rebase.drift import cell_text
+    from sglpatch.rebase.replay import Landing, Outcome
+
+    outcome = Outcome(patch=None, kind=Landing.CONFLICT, files=["python/sglang/odd\nname.py"])
+    assert cell_text(outcome) == "conflict: odd\\nname.py"
+
+
 def test_the_expected_truth_for_the_real_releases(report):
     """#29787 (in 0.5.15) is upstream's version of patches 3-4; nothing upstream runs SM90 native."""
     data = json.loads((report / "v0.5.14" / "drift.json").read_text())["releases"]

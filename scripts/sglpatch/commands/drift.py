@@ -79,6 +79,7 @@ def _drift(series: Series, pin: Pin, args, out: Path) -> int:
     (out / "drift.md").write_text(markdown)
     (out / "drift.json").write_text(render_json(matrix, seconds, command))
     render_png(matrix, out / "drift.png", f"series pinned at sglang {pin.release}: drift across releases")
-    say(markdown)
+    for line in markdown.rstrip("\n").split("\n"):
+        say(line)
     say(f"wrote {out / 'drift.md'}, drift.json and drift.png")
     return 0

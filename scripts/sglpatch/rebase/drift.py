@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sglpatch.output import plural
+from sglpatch.output import one_line, plural
 from sglpatch.rebase.replay import Landing, Outcome
 
 COLORS = {
@@ -24,7 +24,7 @@ LEGEND = {
 
 def cell_text(outcome: Outcome) -> str:
     if outcome.kind == Landing.CONFLICT:
-        return "conflict: " + ", ".join(Path(f).name for f in outcome.files)
+        return "conflict: " + ", ".join(one_line(Path(f).name) for f in outcome.files)
     return outcome.kind
 
 
