@@ -148,24 +148,29 @@ def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | No
 STEP_PARTS = ("step", "draft", "verify", "draft_extend")
 
 
+def part_records(run: dict, part: str, batch_size: int | None, skip: int) -> list[dict]:
+    """One run's records of one part of the decode step at ``batch_size`` (None: every batch
+    size), in launch order, the first ``skip`` left out."""
+    records = sorted(
+        (
+            r
+            for r in run.get("steps", [])
+            if r["part"] == part and (batch_size is None or r["batch_size"] == batch_size)
+        ),
+        key=lambda r: r["t"],
+    )
+    return records[skip:]
+
+
 def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
     """Per part of the decode step (bench/engine_probe's steps records): median GPU and host time,
     the first ``skip`` of each run left out, at ``batch_size`` (None: every batch size, for the
     IndexShare case whose batches merge and shrink); for draft-extend also the fraction of them
-    that replayed a CUDA graph."""
+    that replayed a CUDA graph; for the whole step also the host gap between steps."""
     parts = {}
     for part in STEP_PARTS:
-        chosen = []
-        for run in runs:
-            records = sorted(
-                (
-                    r
-                    for r in run.get("steps", [])
-                    if r["part"] == part and (batch_size is None or r["batch_size"] == batch_size)
-                ),
-                key=lambda r: r["t"],
-            )
-            chosen += records[skip:]
+        per_run = [part_records(run, part, batch_size, skip) for run in runs]
+        chosen = [r for records in per_run for r in records]
         if not chosen:
             continue
         parts[part] = {
@@ -177,7 +182,7 @@ def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
         if part == "draft_extend":
             parts[part]["graph"] = sum(bool(r.get("graph")) for r in chosen) / len(chosen)
         if part == "step":
-            gap = host_gap_ms(runs, batch_size, skip)
+            gap = _median_host_gap(per_run)
             if gap is not None:
                 parts[part]["host_gap_ms"] = gap
     return parts
@@ -186,17 +191,15 @@ def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
 def host_gap_ms(runs: list[dict], batch_size: int | None, skip: int) -> float | None:
     """Median host time from the end of one decode step's Python call to the start of the next:
     the scheduler's own work between steps (batch bookkeeping, output processing)."""
-    gaps = []
-    for run in runs:
-        steps = sorted(
-            (
-                r
-                for r in run.get("steps", [])
-                if r["part"] == "step" and (batch_size is None or r["batch_size"] == batch_size)
-            ),
-            key=lambda r: r["t"],
-        )[skip:]
-        gaps += [(b["t"] - a["t"]) * 1000.0 - a["host_ms"] for a, b in zip(steps, steps[1:], strict=False)]
+    return _median_host_gap([part_records(run, "step", batch_size, skip) for run in runs])
+
+
+def _median_host_gap(steps_per_run: list[list[dict]]) -> float | None:
+    gaps = [
+        (b["t"] - a["t"]) * 1000.0 - a["host_ms"]
+        for steps in steps_per_run
+        for a, b in zip(steps, steps[1:], strict=False)
+    ]
     return statistics.median(gaps) if gaps else None
 
 
@@ -981,6 +984,7 @@ def main(argv=None) -> int:
         **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.engine_arg)},
     }
     acceptance = parse_acceptance(args.acceptance)
+    labels = ("pristine", "pristine_b", "patched") if args.two_process_aa else ("pristine", "patched")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -993,7 +997,7 @@ def main(argv=None) -> int:
         "parallel": parallel_label(overrides),
         "series": json.loads(args.series_record.read_text()) if args.series_record else None,
         "grid": args.grid,
-        "engines": ["pristine", "pristine_b", "patched"] if args.two_process_aa else ["pristine", "patched"],
+        "engines": list(labels),
         "acceptance": {str(k): v for k, v in acceptance.items()},
         "pinned_cpus": args.pin_cpus,
         "reps": args.reps,
@@ -1019,7 +1023,7 @@ def main(argv=None) -> int:
         meta=meta,
         worker_script=args.worker_script,
         engine_overrides=overrides,
-        labels=("pristine", "pristine_b", "patched") if args.two_process_aa else ("pristine", "patched"),
+        labels=labels,
         acceptance=acceptance,
         pin_cpus=args.pin_cpus,
     )
