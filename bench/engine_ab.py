@@ -38,6 +38,7 @@ Acceptance length is recorded and is meaningless here: dummy weights accept no d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -212,6 +213,19 @@ def tpot_ms(runs: list[dict]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def tpot_ms_per_run(runs: list[dict]) -> list[float]:
+    """Each run's own TPOT (the median over its requests), in run order."""
+    return [t for t in (tpot_ms([run]) for run in runs) if t is not None]
+
+
+def mean_tpot_ms(runs: list[dict]) -> float | None:
+    """The mean of the runs' own TPOTs: where whole runs fall into a fast or a slow mode (the host's
+    speed moves run by run), the median over every request picks one mode; the mean weighs both as
+    often as they came."""
+    values = tpot_ms_per_run(runs)
+    return statistics.fmean(values) if values else None
+
+
 def tokens_per_s(runs: list[dict]) -> float | None:
     values = [run["tokens_per_s"] for run in runs if run.get("tokens_per_s")]
     return statistics.median(values) if values else None
@@ -330,6 +344,9 @@ def _engine_summary(runs: list[dict], batch_size: int, skip: int) -> dict:
     return {
         "verify_step_us": verify_step_us(runs, batch_size, skip),
         "tpot_ms": tpot_ms(runs),
+        "tpot_ms_mean_of_runs": mean_tpot_ms(runs),
+        "tpot_ms_runs": tpot_ms_per_run(runs),
+        "cpus_runs": [run.get("cpus") for run in runs],
         "tokens_per_s": tokens_per_s(runs),
         "step_interval_ms": step_interval_ms(runs, batch_size, skip),
         "layouts": layouts_seen(runs, batch_size),
@@ -342,6 +359,7 @@ def _floor(first: list[dict], second: list[dict], bs: int, skip: int) -> dict:
     return {
         "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
         "tpot": ratio(tpot_ms(first), tpot_ms(second)),
+        "tpot_mean_of_runs": ratio(mean_tpot_ms(first), mean_tpot_ms(second)),
         "step_interval": ratio(step_interval_ms(first, bs, skip), step_interval_ms(second, bs, skip)),
         "step_gpu": ratio(
             _part(step_parts(first, bs, skip), "step", "gpu_ms"),
@@ -408,6 +426,7 @@ def case_row(
         "patched": patched,
         "speedup_verify": ratio(pristine["verify_step_us"], patched["verify_step_us"]),
         "speedup_tpot": ratio(pristine["tpot_ms"], patched["tpot_ms"]),
+        "speedup_tpot_mean_of_runs": ratio(pristine["tpot_ms_mean_of_runs"], patched["tpot_ms_mean_of_runs"]),
         "speedup_tokens_per_s": ratio(patched["tokens_per_s"], pristine["tokens_per_s"]),
         "speedup_step_interval": ratio(pristine["step_interval_ms"], patched["step_interval_ms"]),
         # pristine over patched, per part of the decode step (GPU events, host wall time)
@@ -423,6 +442,7 @@ def case_row(
         # the floor that covers what the A/B has: two engine processes (where a second pristine ran)
         "aa_noise_processes": aa_processes,
         "aa_noise_tpot": floor.get("tpot"),
+        "aa_noise_tpot_mean_of_runs": floor.get("tpot_mean_of_runs"),
         "aa_noise_kind": "two processes" if aa_processes else "one process, its runs in two halves",
         "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
         "tokens_identical": min(identical) if identical else None,
@@ -500,6 +520,15 @@ class EngineProcess:
         )
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
+        self.pinned = cpus
+
+    def pin(self, cpus: list[int]) -> None:
+        """Every thread of the engine's processes onto ``cpus`` from now on."""
+        for pid in process_tree(self.proc.pid):
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                with contextlib.suppress(OSError, ValueError):
+                    os.sched_setaffinity(int(task.name), cpus)
+        self.pinned = cpus
         self.started = None
 
     def read_reply(self, timeout_s: float) -> dict:
@@ -579,9 +608,35 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def cpu_groups(cpus: list[int], engines: int) -> list[list[int]] | None:
+def process_tree(root: int, proc: Path = Path("/proc")) -> list[int]:
+    """``root`` and every process below it (from each process's parent in /proc/PID/stat)."""
+    children: dict[int, list[int]] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def cpu_groups(cpus: list[int], engines: int, core_of: dict[int, tuple] | None = None) -> list[list[int]] | None:
     """Disjoint, equal sets of cores, one per engine, the last core left to the driver; None where
-    there are too few cores for two each."""
+    there are too few cores for two each. With ``core_of`` (logical CPU -> physical core) whole
+    physical cores are dealt out, so that no two engines share one through its SMT siblings."""
+    if core_of:
+        by_core: dict[tuple, list[int]] = {}
+        for cpu in sorted(cpus):
+            by_core.setdefault(core_of.get(cpu, (cpu,)), []).append(cpu)
+        cores = sorted(by_core.values())
+        per_engine = (len(cores) - 1) // engines
+        if per_engine >= 1 and sum(map(len, cores[:per_engine])) >= 2:
+            return [
+                sorted(c for core in cores[i * per_engine : (i + 1) * per_engine] for c in core) for i in range(engines)
+            ]
     cpus = sorted(cpus)
     per_engine = (len(cpus) - 1) // engines
     if per_engine < 2:
@@ -589,10 +644,31 @@ def cpu_groups(cpus: list[int], engines: int) -> list[list[int]] | None:
     return [cpus[i * per_engine : (i + 1) * per_engine] for i in range(engines)]
 
 
+def physical_cores(cpus: list[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> dict[int, tuple]:
+    """Logical CPU -> (package, core) from sysfs; empty where the topology cannot be read."""
+    out = {}
+    for cpu in cpus:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            out[cpu] = (
+                int((topology / "physical_package_id").read_text()),
+                int((topology / "core_id").read_text()),
+            )
+        except (OSError, ValueError):
+            return {}
+    return out
+
+
 def start_order(labels: tuple, block: int) -> list[str]:
     """Which engine starts first moves round with each block (a next_n, or an engine restart)."""
     k = block % len(labels)
     return list(labels[k:] + labels[:k])
+
+
+def cores_for_rep(labels: tuple, groups: list[list[int]], rep: int) -> dict[str, list[int]]:
+    """The core groups go round the engines rep by rep: a slower set of cores (a VM's vCPUs are not
+    alike) weighs on every engine alike, not on whichever engine it was dealt at start."""
+    return {label: groups[(k + rep) % len(groups)] for k, label in enumerate(labels)}
 
 
 def run_order(labels: tuple, reps: int) -> list[str]:
@@ -701,7 +777,7 @@ class Bench:
         }
         order = start_order(labels, self.blocks_started)
         self.blocks_started += 1
-        groups = cpu_groups(self.cpus, len(labels)) if self.pin_cpus else None
+        groups = cpu_groups(self.cpus, len(labels), physical_cores(self.cpus)) if self.pin_cpus else None
         engines, previous = {}, None
         for i, label in enumerate(order):
             engine_spec = {**spec, "start_after": str(previous.probe_dir / "pool_ready")} if previous else spec
@@ -773,8 +849,18 @@ class Bench:
         acceptance = self.acceptance.get(next_n)
         timed_mode = {"simulate_acc_len": acceptance} if acceptance else {}
         runs = {label: [] for label in pair}
-        for label in run_order(tuple(pair), self.reps):
-            runs[label].append(pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode}))
+        labels = tuple(pair)
+        groups = [pair[label].cpus for label in labels]
+        order = run_order(labels, self.reps)
+        for i, label in enumerate(order):
+            if i % len(labels) == 0 and all(groups):
+                for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
+                    pair[other].pin(cpus)
+            run = pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode})
+            runs[label].append({**run, "cpus": pair[label].pinned})
+        for label in labels:
+            if pair[label].cpus:
+                pair[label].pin(pair[label].cpus)
         # one greedy run per engine, untimed, with the target's verdict at every verify position
         greedy = {
             label: engine.call(
@@ -813,7 +899,9 @@ class Bench:
             f"n={next_n} {case.name} (acceptance {acceptance or 'greedy'}): verify {fmt(p['verify_step_us'])} -> "
             f"{fmt(x['verify_step_us'])} us ({fmt(row['speedup_verify'], 3)}x, A/A {fmt(aa.get('verify'), 3)}), "
             f"TPOT {fmt(p['tpot_ms'], 2)} -> {fmt(x['tpot_ms'], 2)} ms ({fmt(row['speedup_tpot'], 3)}x, "
-            f"A/A {fmt(aa.get('tpot'), 3)} {row['aa_noise_kind']}), tokens/s {fmt(p['tokens_per_s'])} -> "
+            f"A/A {fmt(aa.get('tpot'), 3)} {row['aa_noise_kind']}; mean of runs "
+            f"{fmt(row['speedup_tpot_mean_of_runs'], 3)}x, A/A {fmt(aa.get('tpot_mean_of_runs'), 3)}), "
+            f"tokens/s {fmt(p['tokens_per_s'])} -> "
             f"{fmt(x['tokens_per_s'])}, step GPU {fmt(_part(p['parts'], 'step', 'gpu_ms'), 2)} -> "
             f"{fmt(_part(x['parts'], 'step', 'gpu_ms'), 2)} ms (A/A {fmt(aa.get('step_gpu'), 3)}), "
             f"draft {fmt(_part(p['parts'], 'draft', 'gpu_ms'), 2)} -> {fmt(_part(x['parts'], 'draft', 'gpu_ms'), 2)}, "
@@ -1000,6 +1088,9 @@ def main(argv=None) -> int:
         "engines": list(labels),
         "acceptance": {str(k): v for k, v in acceptance.items()},
         "pinned_cpus": args.pin_cpus,
+        "physical_cores": {
+            str(cpu): list(core) for cpu, core in physical_cores(sorted(os.sched_getaffinity(0))).items()
+        },
         "reps": args.reps,
         "skip_steps": args.skip,
         "new_tokens": args.new_tokens,

@@ -12,11 +12,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -593,6 +597,7 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
         steps = 24 // row["simulated_acceptance"]  # per timed run, two runs per engine
         assert row["verify_samples"] == dict.fromkeys(("pristine", "pristine_b", "patched"), 2 * steps)
         assert row["pristine"]["tokens_per_s"] and row["patched"]["parts"]["step"]["host_gap_ms"] is not None
+        assert len(row["patched"]["cpus_runs"]) == 2
     blocks = [[e["label"] for e in doc["engines"] if e["tag"] == f"n{n}"] for n in (2, 4)]
     assert blocks == [["pristine", "pristine_b", "patched"], ["pristine_b", "patched", "pristine"]]
 
@@ -617,6 +622,11 @@ def test_run_and_start_orders_and_the_cores_each_engine_gets():
     assert [engine_ab.start_order(three, k)[0] for k in range(4)] == ["pristine", "pristine_b", "patched", "pristine"]
     assert engine_ab.cpu_groups(list(range(16)), 3) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
     assert engine_ab.cpu_groups([0, 1], 3) is None
+    groups = [[0, 1], [2, 3], [4, 5]]
+    dealt = [engine_ab.cores_for_rep(three, groups, rep) for rep in range(3)]
+    assert dealt[0] == {"pristine": [0, 1], "pristine_b": [2, 3], "patched": [4, 5]}
+    for label in three:  # every engine on every group once in three reps
+        assert sorted(d[label] for d in dealt) == groups
     assert engine_ab.parse_acceptance("4:3,6:4.5") == {4: 3.0, 6: 4.5}
     with pytest.raises(ValueError, match="1..next_n"):
         engine_ab.parse_acceptance("4:5")
@@ -660,3 +670,58 @@ def test_report_shows_what_a_server_sees_beside_the_two_process_floor(tmp_path):
     )
     engine_report.plot(engine_report.combined(engine_report.load_runs([run_file])), tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_core_groups_keep_smt_siblings_together(tmp_path):
+    # 8 physical cores, two threads each, numbered as Linux usually does: cpu N and N+8 share a core.
+    core_of = {cpu: (0, cpu % 8) for cpu in range(16)}
+    groups = engine_ab.cpu_groups(list(range(16)), 3, core_of)
+    assert groups == [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13]]
+    cores = [{core_of[c] for c in g} for g in groups]
+    assert not (cores[0] & cores[1]) and not (cores[1] & cores[2])
+    for cpu, (package, core) in core_of.items():
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(f"{package}\n")
+        (topology / "core_id").write_text(f"{core}\n")
+    assert engine_ab.physical_cores(list(range(16)), tmp_path) == core_of
+    assert engine_ab.physical_cores([99], tmp_path) == {}
+    # one thread per core: the plain split
+    assert engine_ab.cpu_groups(list(range(16)), 3, {c: (0, c) for c in range(16)})[0] == [0, 1, 2, 3, 4]
+
+
+def test_mean_of_runs_weighs_a_bimodal_host_as_often_as_it_came():
+    def run(tpot):
+        return {"outputs": [{"tpot_ms": tpot}, {"tpot_ms": tpot}]}
+
+    pristine = [run(3.0), run(3.0), run(4.0), run(4.0), run(4.0)]
+    patched = [run(3.0), run(3.0), run(3.0), run(4.0), run(4.0)]
+    assert engine_ab.tpot_ms(pristine) == 4.0 and engine_ab.tpot_ms(patched) == 3.0
+    assert engine_ab.tpot_ms_per_run(pristine) == [3.0, 3.0, 4.0, 4.0, 4.0]
+    assert engine_ab.mean_tpot_ms(pristine) == pytest.approx(3.6)
+    assert engine_ab.mean_tpot_ms(patched) == pytest.approx(3.4)
+    assert engine_ab.mean_tpot_ms([]) is None
+
+
+def test_an_engine_is_moved_to_other_cores_with_its_children():
+    grandchild = "import time; time.sleep(30)"
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"]
+    )
+    try:
+        deadline = time.time() + 10
+        while len(engine_ab.process_tree(child.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        tree = engine_ab.process_tree(child.pid)
+        assert tree[0] == child.pid and len(tree) == 2
+        cpus = sorted(os.sched_getaffinity(0))[:1]
+        engine = engine_ab.EngineProcess.__new__(engine_ab.EngineProcess)
+        engine.proc = child
+        engine.pin(cpus)
+        assert engine.pinned == cpus
+        assert all(sorted(os.sched_getaffinity(pid)) == cpus for pid in tree)
+    finally:
+        for pid in engine_ab.process_tree(child.pid)[::-1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        child.wait()
