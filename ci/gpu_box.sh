@@ -84,6 +84,8 @@ use_bundle_env() {
   # and its JIT kernels and flashinfer's build under ~/.cache unless told: all of them into WORK/jit too,
   # or a saved cache misses them and every engine start compiles them again
   export SGLANG_DG_CACHE_DIR="$JIT/deep_gemm" TVM_FFI_CACHE_DIR="$JIT/tvm-ffi" FLASHINFER_WORKSPACE_BASE="$JIT/flashinfer"
+  # sglang 0.5.23 builds its JIT kernels under SGLANG_JIT_CACHE_DIR (default ~/.cache/sglang/jit), not tvm-ffi's
+  export SGLANG_CACHE_DIR="$JIT/sglang" SGLANG_JIT_CACHE_DIR="$JIT/sglang-jit"
   mkdir -p "$JIT"
   if [ -f "$bundle/jit-cache.tar.gz" ]; then
     tar -xzf "$bundle/jit-cache.tar.gz" -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"

@@ -1,0 +1,179 @@
+"""Why a TPOT ratio moved where the code did not: each timed run's host mode, from an engine run's
+probe records (issue 32).
+
+On the H200 (a KVM guest with 16 vCPUs) the draft loop of sglang 0.5.23's engine ran in one of
+two modes per timed run, in every engine alike: about 1.85 ms of GPU time, or 2.4-3.3 ms, with its
+host time following (about 1.1-1.3 against 1.4-1.9 ms). The loop is a CUDA graph whose GPU time
+includes the waits for the host's launches around it, so a slow host shows as GPU time. A median
+over all of a case's runs then depends on how many runs each engine spent in each mode.
+
+This reads the ``steps.jsonl`` records each engine's probe wrote (the ``probe-<tag>-<label>/``
+folders of a run's ``engine_logs*.tar.gz``) and prints, per engine: every timed run's median draft
+GPU time, its mode, its step GPU time and step interval; how many runs fell in each mode; and the
+engines' ratios within each mode, which the mode mix does not move. A run is "fast" where its
+median draft GPU time is below ``--fast-below`` (2.0 ms, set from the first v0.5.23 call's runs and
+applied unchanged to the second). It expects one case per batch size in an archive (both v0.5.23
+calls ran one); runs of two cases at one batch size would be read as one engine's runs. No GPU is
+needed.
+
+    python bench/studies/host_modes.py docs/results/engine_h200_tpot_v0_5_23_run2_engines.tar.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tarfile
+from pathlib import PurePosixPath
+
+LABELS = ("pristine", "pristine_b", "patched")
+RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart
+
+
+def read_steps(archive: str) -> dict[str, list[dict]]:
+    """Engine label -> its probe's step records, from a run's engine logs archive."""
+    out: dict[str, list[dict]] = {}
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            path = PurePosixPath(member.name)
+            if path.name != "steps.jsonl" or not path.parent.name.startswith("probe-"):
+                continue
+            label = path.parent.name.split("-", 2)[2]
+            text = tar.extractfile(member).read().decode()
+            out[label] = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return out
+
+
+def split_runs(records: list[dict], part: str, batch_size: int) -> list[list[dict]]:
+    """One part's records at one batch size, in time order, cut into runs where time jumps."""
+    chosen = sorted((r for r in records if r["part"] == part and r["batch_size"] == batch_size), key=lambda r: r["t"])
+    runs: list[list[dict]] = []
+    for record in chosen:
+        if not runs or record["t"] - runs[-1][-1]["t"] > RUN_GAP_S:
+            runs.append([])
+        runs[-1].append(record)
+    return runs
+
+
+def run_summaries(records: list[dict], batch_size: int, skip: int, min_steps: int) -> list[dict]:
+    """Per timed run: median draft GPU and host time, step GPU time and step interval (ms). Runs
+    shorter than ``min_steps`` (warm-up, profiling) and the first ``skip`` steps of each are left out."""
+    drafts = split_runs(records, "draft", batch_size)
+    steps = split_runs(records, "step", batch_size)
+    out = []
+    for draft, step in zip(drafts, steps, strict=False):
+        draft, step = draft[skip:], step[skip:]
+        if len(step) < min_steps:
+            continue
+        starts = [r["t"] for r in step]
+        out.append(
+            {
+                "t": starts[0],
+                "draft_gpu_ms": statistics.median(r["gpu_ms"] for r in draft),
+                "draft_host_ms": statistics.median(r["host_ms"] for r in draft),
+                "step_gpu_ms": statistics.median(r["gpu_ms"] for r in step),
+                "step_interval_ms": statistics.median(
+                    (b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)
+                ),
+            }
+        )
+    return out
+
+
+def by_mode(runs: list[dict], fast_below: float) -> dict[str, list[dict]]:
+    modes: dict[str, list[dict]] = {"fast": [], "slow": []}
+    for run in runs:
+        modes["fast" if run["draft_gpu_ms"] < fast_below else "slow"].append(run)
+    return modes
+
+
+def study(archive: str, batch_size: int, skip: int, min_steps: int, fast_below: float, drop_last: int) -> dict:
+    engines = read_steps(archive)
+    result: dict = {"archive": archive, "batch_size": batch_size, "fast_below_ms": fast_below, "engines": {}}
+    for label in LABELS:
+        if label not in engines:
+            continue
+        runs = run_summaries(engines[label], batch_size, skip, min_steps)
+        runs = runs[: len(runs) - drop_last] if drop_last else runs
+        modes = by_mode(runs, fast_below)
+        result["engines"][label] = {
+            "runs": runs,
+            "fast_runs": len(modes["fast"]),
+            "slow_runs": len(modes["slow"]),
+            "median_by_mode": {
+                mode: {
+                    what: statistics.median(r[what] for r in chosen)
+                    for what in ("draft_gpu_ms", "step_gpu_ms", "step_interval_ms")
+                }
+                for mode, chosen in modes.items()
+                if chosen
+            },
+        }
+    result["within_mode_ratios"] = within_mode_ratios(result["engines"])
+    return result
+
+
+def within_mode_ratios(engines: dict) -> dict:
+    """pristine over each other engine, per mode: what the other engine gains where both ran alike."""
+    out: dict = {}
+    base = engines.get("pristine", {}).get("median_by_mode", {})
+    for label in ("pristine_b", "patched"):
+        other = engines.get(label, {}).get("median_by_mode", {})
+        for mode in ("fast", "slow"):
+            if mode in base and mode in other:
+                out.setdefault(label, {})[mode] = {
+                    what: base[mode][what] / other[mode][what] for what in ("step_gpu_ms", "step_interval_ms")
+                }
+    return out
+
+
+def print_study(result: dict) -> None:
+    print(
+        f"{result['archive']}: {result['batch_size']} requests; a run is fast below {result['fast_below_ms']} ms of draft GPU time"
+    )
+    for label, engine in result["engines"].items():
+        draft = " ".join(f"{r['draft_gpu_ms']:.2f}" for r in engine["runs"])
+        print(
+            f"  {label:10s} {engine['fast_runs']:2d} fast, {engine['slow_runs']:2d} slow; draft GPU ms per run: {draft}"
+        )
+        for mode, medians in engine["median_by_mode"].items():
+            print(
+                f"  {'':10s} {mode}: draft {medians['draft_gpu_ms']:.2f}, step GPU {medians['step_gpu_ms']:.2f}, "
+                f"step interval {medians['step_interval_ms']:.2f} ms"
+            )
+    for label, modes in result["within_mode_ratios"].items():
+        for mode, ratios in modes.items():
+            print(
+                f"  pristine / {label}, {mode} runs: step GPU {ratios['step_gpu_ms']:.3f}x, "
+                f"step interval {ratios['step_interval_ms']:.3f}x"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("archives", nargs="+", help="engine_logs*.tar.gz of engine_ab runs")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--skip", type=int, default=2, help="steps left out at the start of each run (engine_ab's --skip)")
+    ap.add_argument("--min-steps", type=int, default=20, help="shorter runs are warm-up or profiling, not timed runs")
+    ap.add_argument(
+        "--drop-last", type=int, default=1, help="runs left out at the end of each engine (the untimed greedy run)"
+    )
+    ap.add_argument("--fast-below", type=float, default=2.0)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+    results = [
+        study(archive, args.batch_size, args.skip, args.min_steps, args.fast_below, args.drop_last)
+        for archive in args.archives
+    ]
+    for result in results:
+        print_study(result)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""bench/studies/host_modes.py on a hand-made engine archive: runs split where time jumps, each
+run's mode from its draft loop, and the ratios within a mode that the mode mix does not move."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.studies import host_modes  # noqa: E402
+
+
+def _run(t0: float, draft_ms: float, step_ms: float, steps: int = 24) -> list[dict]:
+    records = []
+    for i in range(steps):
+        t = t0 + i * step_ms / 1000.0
+        records.append({"t": t, "part": "step", "batch_size": 32, "host_ms": 4.0, "gpu_ms": step_ms})
+        records.append({"t": t, "part": "draft", "batch_size": 32, "host_ms": 1.2, "gpu_ms": draft_ms})
+    return records
+
+
+def _archive(tmp_path: Path, engines: dict[str, list[dict]]) -> str:
+    path = tmp_path / "engines.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for label, records in engines.items():
+            data = "\n".join(json.dumps(r) for r in records).encode()
+            info = tarfile.TarInfo(f"./probe-n4-{label}/steps.jsonl")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_modes_are_counted_and_compared_within_themselves(tmp_path):
+    def engine(modes, fast_step, slow_step, greedy_at):
+        records = []
+        for k, fast in enumerate(modes):
+            records += _run(10.0 * k, 1.85 if fast else 3.0, fast_step if fast else slow_step)
+        return records + _run(greedy_at, 3.0, 9.0, steps=60)  # the greedy run, left out
+
+    archive = _archive(
+        tmp_path,
+        {
+            "pristine": engine([True, True, False, False], 6.8, 8.0, 100.0),
+            "patched": engine([True, False, False, False], 6.6, 7.8, 200.0),
+        },
+    )
+    result = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, drop_last=1)
+    pristine, patched = result["engines"]["pristine"], result["engines"]["patched"]
+    assert (pristine["fast_runs"], pristine["slow_runs"]) == (2, 2)
+    assert (patched["fast_runs"], patched["slow_runs"]) == (1, 3)
+    # the medians over all runs would favour pristine (more fast runs); within each mode patched is faster
+    ratios = result["within_mode_ratios"]["patched"]
+    assert ratios["fast"]["step_gpu_ms"] == pytest.approx(6.8 / 6.6)
+    assert ratios["slow"]["step_interval_ms"] == pytest.approx(8.0 / 7.8)
+    host_modes.print_study(result)
