@@ -12,11 +12,12 @@ folders of a run's ``engine_logs*.tar.gz``) and prints, per engine: every timed 
 GPU time, its mode, its step GPU time and step interval; how many runs fell in each mode; and the
 engines' ratios within each mode, which the mode mix does not move. A run is "fast" where its
 median draft GPU time is below ``--fast-below`` (2.0 ms, set from the first v0.5.23 call's runs and
-applied unchanged to the second). It expects one case per batch size in an archive (both v0.5.23
-calls ran one); runs of two cases at one batch size would be read as one engine's runs. No GPU is
-needed.
+applied unchanged to the second). Each engine ran, case after case, ``--reps`` timed runs and one
+untimed greedy run (engine_ab's order), so its runs are cut into cases of ``reps + 1`` and the
+greedy run of each is left out; warm-up and profiling runs are shorter than ``--min-steps``. No GPU
+is needed.
 
-    python bench/studies/host_modes.py docs/results/engine_h200_tpot_v0_5_23_run2_engines.tar.gz
+    python bench/studies/host_modes.py --reps 16 docs/results/engine_h200_tpot_v0_5_23_run2_engines.tar.gz
 """
 
 from __future__ import annotations
@@ -89,14 +90,32 @@ def by_mode(runs: list[dict], fast_below: float) -> dict[str, list[dict]]:
     return modes
 
 
-def study(archive: str, batch_size: int, skip: int, min_steps: int, fast_below: float, drop_last: int) -> dict:
+def timed_runs_per_case(runs: list[dict], reps: int) -> list[list[dict]]:
+    """An engine's runs at one batch size, cut into its cases: ``reps`` timed runs, then the greedy one."""
+    return [runs[i : i + reps] for i in range(0, len(runs), reps + 1)]
+
+
+def study(archive: str, batch_size: int, skip: int, min_steps: int, fast_below: float, reps: int) -> list[dict]:
+    """One result per case at ``batch_size`` in the archive, in the order the cases ran."""
     engines = read_steps(archive)
-    result: dict = {"archive": archive, "batch_size": batch_size, "fast_below_ms": fast_below, "engines": {}}
-    for label in LABELS:
-        if label not in engines:
-            continue
-        runs = run_summaries(engines[label], batch_size, skip, min_steps)
-        runs = runs[: len(runs) - drop_last] if drop_last else runs
+    per_case = {
+        label: timed_runs_per_case(run_summaries(engines[label], batch_size, skip, min_steps), reps)
+        for label in LABELS
+        if label in engines
+    }
+    return [
+        case_result(
+            f"{archive} (case {k + 1} at {batch_size} requests)",
+            {label: cases[k] for label, cases in per_case.items() if k < len(cases)},
+            fast_below,
+        )
+        for k in range(max((len(cases) for cases in per_case.values()), default=0))
+    ]
+
+
+def case_result(name: str, runs_of: dict[str, list[dict]], fast_below: float) -> dict:
+    result: dict = {"case": name, "fast_below_ms": fast_below, "engines": {}}
+    for label, runs in runs_of.items():
         modes = by_mode(runs, fast_below)
         result["engines"][label] = {
             "runs": runs,
@@ -130,9 +149,7 @@ def within_mode_ratios(engines: dict) -> dict:
 
 
 def print_study(result: dict) -> None:
-    print(
-        f"{result['archive']}: {result['batch_size']} requests; a run is fast below {result['fast_below_ms']} ms of draft GPU time"
-    )
+    print(f"{result['case']}: a run is fast below {result['fast_below_ms']} ms of draft GPU time")
     for label, engine in result["engines"].items():
         draft = " ".join(f"{r['draft_gpu_ms']:.2f}" for r in engine["runs"])
         print(
@@ -156,16 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("archives", nargs="+", help="engine_logs*.tar.gz of engine_ab runs")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--skip", type=int, default=2, help="steps left out at the start of each run (engine_ab's --skip)")
-    ap.add_argument("--min-steps", type=int, default=20, help="shorter runs are warm-up or profiling, not timed runs")
-    ap.add_argument(
-        "--drop-last", type=int, default=1, help="runs left out at the end of each engine (the untimed greedy run)"
-    )
+    ap.add_argument("--min-steps", type=int, default=15, help="shorter runs are warm-up or profiling, not timed runs")
+    ap.add_argument("--reps", type=int, required=True, help="timed runs per engine per case (the run's --reps)")
     ap.add_argument("--fast-below", type=float, default=2.0)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     results = [
-        study(archive, args.batch_size, args.skip, args.min_steps, args.fast_below, args.drop_last)
+        result
         for archive in args.archives
+        for result in study(archive, args.batch_size, args.skip, args.min_steps, args.fast_below, args.reps)
     ]
     for result in results:
         print_study(result)

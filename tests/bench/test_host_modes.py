@@ -50,7 +50,7 @@ def test_modes_are_counted_and_compared_within_themselves(tmp_path):
             "patched": engine([True, False, False, False], 6.6, 7.8, 200.0),
         },
     )
-    result = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, drop_last=1)
+    (result,) = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=4)
     pristine, patched = result["engines"]["pristine"], result["engines"]["patched"]
     assert (pristine["fast_runs"], pristine["slow_runs"]) == (2, 2)
     assert (patched["fast_runs"], patched["slow_runs"]) == (1, 3)
@@ -59,3 +59,14 @@ def test_modes_are_counted_and_compared_within_themselves(tmp_path):
     assert ratios["fast"]["step_gpu_ms"] == pytest.approx(6.8 / 6.6)
     assert ratios["slow"]["step_interval_ms"] == pytest.approx(8.0 / 7.8)
     host_modes.print_study(result)
+
+
+def test_two_cases_at_one_batch_size_are_told_apart(tmp_path):
+    records = []
+    for case, draft in enumerate((1.85, 3.0)):
+        for k in range(3):  # two timed runs, then the greedy one
+            records += _run(100.0 * case + 10.0 * k, draft if k < 2 else 9.0, 7.0)
+    archive = _archive(tmp_path, {"pristine": records})
+    first, second = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=2)
+    assert (first["engines"]["pristine"]["fast_runs"], first["engines"]["pristine"]["slow_runs"]) == (2, 0)
+    assert second["engines"]["pristine"]["slow_runs"] == 2
