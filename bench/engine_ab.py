@@ -521,6 +521,7 @@ class EngineProcess:
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
         self.pinned = cpus
+        self.started = None
 
     def pin(self, cpus: list[int]) -> None:
         """Every thread of the engine's processes onto ``cpus`` from now on."""
@@ -529,7 +530,6 @@ class EngineProcess:
                 with contextlib.suppress(OSError, ValueError):
                     os.sched_setaffinity(int(task.name), cpus)
         self.pinned = cpus
-        self.started = None
 
     def read_reply(self, timeout_s: float) -> dict:
         import select
