@@ -71,34 +71,39 @@ unpack_bundle() {
   for a in deps sgl-kernel sglang; do extract_archive "$bundle/$a.tar.xz" "$work" || exit 3; done
 }
 
-# use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under WORK/jit,
-# restored from BUNDLE/jit-cache.tar.gz when an earlier run saved one. Sets JIT.
+# use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under JIT_ROOT/jit
+# (SGLPATCH_JIT_ROOT, default /tmp/sglpatch-jit), restored from BUNDLE/jit-cache.tar.gz when an earlier
+# run saved one. JIT_ROOT is not under WORK, which every run rebuilds: a second call on a box still
+# warm finds the kernels the first one compiled, whether or not they were carried. Sets JIT and JIT_ROOT.
 use_bundle_env() {
   local bundle="$1" work="$2"
   export PYTHONPATH="$work/pkgs:$work/site${PYTHONPATH:+:$PYTHONPATH}"
   export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-  JIT="$work/jit"
+  JIT_ROOT="${SGLPATCH_JIT_ROOT:-/tmp/sglpatch-jit}"
+  JIT="$JIT_ROOT/jit"
   export DG_JIT_CACHE_DIR="$JIT/deep_gemm" TRITON_CACHE_DIR="$JIT/triton"
   export TORCHINDUCTOR_CACHE_DIR="$JIT/inductor" XDG_CACHE_HOME="$JIT/xdg"
   # sglang sets DeepGEMM's DG_JIT_CACHE_DIR from its own SGLANG_DG_CACHE_DIR (default ~/.cache/deep_gemm),
-  # and its JIT kernels and flashinfer's build under ~/.cache unless told: all of them into WORK/jit too,
+  # and its JIT kernels and flashinfer's build under ~/.cache unless told: all of them into JIT too,
   # or a saved cache misses them and every engine start compiles them again
   export SGLANG_DG_CACHE_DIR="$JIT/deep_gemm" TVM_FFI_CACHE_DIR="$JIT/tvm-ffi" FLASHINFER_WORKSPACE_BASE="$JIT/flashinfer"
   # sglang 0.5.23 builds its JIT kernels under SGLANG_JIT_CACHE_DIR (default ~/.cache/sglang/jit), not tvm-ffi's
   export SGLANG_CACHE_DIR="$JIT/sglang" SGLANG_JIT_CACHE_DIR="$JIT/sglang-jit"
   mkdir -p "$JIT"
   if [ -f "$bundle/jit-cache.tar.gz" ]; then
-    tar -xzf "$bundle/jit-cache.tar.gz" -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+    tar -xzf "$bundle/jit-cache.tar.gz" -C "$JIT_ROOT" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
   elif ls "$bundle"/jit-cache.tar.gz.part-* >/dev/null 2>&1; then
-    cat "$bundle"/jit-cache.tar.gz.part-* | tar -xz -C "$work" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+    cat "$bundle"/jit-cache.tar.gz.part-* | tar -xz -C "$JIT_ROOT" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+  else
+    say "JIT caches: $(du -sh "$JIT" | cut -f1) already on this box"
   fi
 }
 
-# save_jit_cache WORK OUTDIR: WORK/jit as OUTDIR/jit-cache.tar.gz, in 15 MiB parts (.part-aa, ...) when
-# larger (the run tool brings back files of at most 16 MiB); use_bundle_env restores either form.
+# save_jit_cache OUTDIR: JIT (use_bundle_env) as OUTDIR/jit-cache.tar.gz, in 15 MiB parts (.part-aa, ...)
+# when larger (the run tool brings back files of at most 16 MiB); use_bundle_env restores either form.
 save_jit_cache() {
-  local work="$1" outdir="$2"
-  tar -czf "$outdir/jit-cache.tar.gz" -C "$work" jit 2>/dev/null || return 0
+  local outdir="$1"
+  tar -czf "$outdir/jit-cache.tar.gz" -C "$JIT_ROOT" jit 2>/dev/null || return 0
   if [ "$(stat -c %s "$outdir/jit-cache.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
     split -b 15m "$outdir/jit-cache.tar.gz" "$outdir/jit-cache.tar.gz.part-" && rm "$outdir/jit-cache.tar.gz"
   fi

@@ -117,7 +117,6 @@ say "kit finished, pytest exit $rc"
 
 # 5. JIT caches for the next box -------------------------------------------------------------
 if [ "$SAVE_JIT" = 1 ]; then
-  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit 2>/dev/null
-  say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1) (from $(du -sh "$JIT" | cut -f1))"
+  save_jit_cache "$OUTDIR"
 fi
 exit $rc

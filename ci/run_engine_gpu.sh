@@ -65,5 +65,5 @@ rc=$?
 trap - TERM INT
 say "engine_ab exit $rc"
 save_engine_logs
-[ "$SAVE_JIT" = 1 ] && save_jit_cache "$WORK" "$OUTDIR"
+[ "$SAVE_JIT" = 1 ] && save_jit_cache "$OUTDIR"
 exit $rc

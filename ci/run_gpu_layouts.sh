@@ -150,7 +150,7 @@ if [ "$REHEARSE" = 1 ]; then
   export DG_JIT_CACHE_DIR="$JIT/deep_gemm" TRITON_CACHE_DIR="$JIT/triton"
 else
   part unpack 120 trees_from_bundle
-  use_bundle_env "$BUNDLE" "$WORK"  # the unpacked deps first on PYTHONPATH; JIT caches in WORK/jit
+  use_bundle_env "$BUNDLE" "$WORK"  # the unpacked deps first on PYTHONPATH; JIT caches in JIT_ROOT/jit
 fi
 for line in "${LINES[@]}"; do part "apply-$line" 60 apply_line "$line"; done
 
@@ -256,8 +256,8 @@ else  # no hold-out rows to judge: the parts' exit statuses are the verdict
   ! cut -f2 "$PARTS" | grep -qv '^0$'
   report_rc=$?
 fi
-if [ "$SAVE_JIT" = 1 ] && [ -d "$WORK/jit" ]; then
-  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$WORK" jit && say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
+if [ "$SAVE_JIT" = 1 ] && [ -d "$JIT" ]; then
+  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$(dirname "$JIT")" jit && say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
 fi
 say "done in $(( $(date +%s) - T0 )) s; files: $(ls "$OUTDIR" | tr '\n' ' ')"
 exit $report_rc

@@ -46,5 +46,5 @@ say "pytest (grid $GRID)"
 rc=$?
 say "pytest exit $rc"
 
-[ "$SAVE_JIT" = 1 ] && save_jit_cache "$WORK" "$OUTDIR"
+[ "$SAVE_JIT" = 1 ] && save_jit_cache "$OUTDIR"
 exit $rc
