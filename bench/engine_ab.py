@@ -189,13 +189,9 @@ def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
     return parts
 
 
-def host_gap_ms(runs: list[dict], batch_size: int | None, skip: int) -> float | None:
+def _median_host_gap(steps_per_run: list[list[dict]]) -> float | None:
     """Median host time from the end of one decode step's Python call to the start of the next:
     the scheduler's own work between steps (batch bookkeeping, output processing)."""
-    return _median_host_gap([part_records(run, "step", batch_size, skip) for run in runs])
-
-
-def _median_host_gap(steps_per_run: list[list[dict]]) -> float | None:
     gaps = [
         (b["t"] - a["t"]) * 1000.0 - a["host_ms"]
         for steps in steps_per_run
@@ -213,16 +209,17 @@ def tpot_ms(runs: list[dict]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def tpot_ms_per_run(runs: list[dict]) -> list[float]:
-    """Each run's own TPOT (the median over its requests), in run order."""
-    return [t for t in (tpot_ms([run]) for run in runs) if t is not None]
+def tpot_ms_per_run(runs: list[dict]) -> list[float | None]:
+    """Each run's own TPOT (the median over its requests; None for a run without one), in run order,
+    so that it lines up with the run's other records (its cores)."""
+    return [tpot_ms([run]) for run in runs]
 
 
 def mean_tpot_ms(runs: list[dict]) -> float | None:
     """The mean of the runs' own TPOTs: where whole runs fall into a fast or a slow mode (the host's
     speed moves run by run), the median over every request picks one mode; the mean weighs both as
     often as they came."""
-    values = tpot_ms_per_run(runs)
+    values = [t for t in tpot_ms_per_run(runs) if t is not None]
     return statistics.fmean(values) if values else None
 
 
@@ -627,21 +624,20 @@ def cpu_groups(cpus: list[int], engines: int, core_of: dict[int, tuple] | None =
     """Disjoint, equal sets of cores, one per engine, the last core left to the driver; None where
     there are too few cores for two each. With ``core_of`` (logical CPU -> physical core) whole
     physical cores are dealt out, so that no two engines share one through its SMT siblings."""
-    if core_of:
-        by_core: dict[tuple, list[int]] = {}
-        for cpu in sorted(cpus):
-            by_core.setdefault(core_of.get(cpu, (cpu,)), []).append(cpu)
-        cores = sorted(by_core.values())
-        per_engine = (len(cores) - 1) // engines
-        if per_engine >= 1 and sum(map(len, cores[:per_engine])) >= 2:
-            return [
-                sorted(c for core in cores[i * per_engine : (i + 1) * per_engine] for c in core) for i in range(engines)
-            ]
-    cpus = sorted(cpus)
-    per_engine = (len(cpus) - 1) // engines
-    if per_engine < 2:
+    by_core: dict[tuple, list[int]] = {}
+    for cpu in sorted(cpus):
+        by_core.setdefault((core_of or {}).get(cpu, (cpu,)), []).append(cpu)
+    return _deal(sorted(by_core.values()), engines) or _deal([[cpu] for cpu in sorted(cpus)], engines)
+
+
+def _deal(units: list[list[int]], engines: int) -> list[list[int]] | None:
+    """``units`` (cores, each its CPUs) in equal runs, one per engine, the last unit left over."""
+    per_engine = (len(units) - 1) // engines
+    if per_engine < 1 or sum(map(len, units[:per_engine])) < 2:
         return None
-    return [cpus[i * per_engine : (i + 1) * per_engine] for i in range(engines)]
+    return [
+        sorted(cpu for unit in units[i * per_engine : (i + 1) * per_engine] for cpu in unit) for i in range(engines)
+    ]
 
 
 def physical_cores(cpus: list[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> dict[int, tuple]:

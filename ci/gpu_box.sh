@@ -99,11 +99,12 @@ use_bundle_env() {
   fi
 }
 
-# save_jit_cache OUTDIR: JIT (use_bundle_env) as OUTDIR/jit-cache.tar.gz, in 15 MiB parts (.part-aa, ...)
-# when larger (the run tool brings back files of at most 16 MiB); use_bundle_env restores either form.
+# save_jit_cache OUTDIR: JIT (use_bundle_env's, or a folder named jit a runner set itself) as
+# OUTDIR/jit-cache.tar.gz, in 15 MiB parts (.part-aa, ...) when larger (the run tool brings back
+# files of at most 16 MiB); use_bundle_env restores either form.
 save_jit_cache() {
   local outdir="$1"
-  tar -czf "$outdir/jit-cache.tar.gz" -C "$JIT_ROOT" jit 2>/dev/null || return 0
+  tar -czf "$outdir/jit-cache.tar.gz" -C "$(dirname "$JIT")" jit 2>/dev/null || return 0
   if [ "$(stat -c %s "$outdir/jit-cache.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
     split -b 15m "$outdir/jit-cache.tar.gz" "$outdir/jit-cache.tar.gz.part-" && rm "$outdir/jit-cache.tar.gz"
   fi

@@ -257,7 +257,7 @@ else  # no hold-out rows to judge: the parts' exit statuses are the verdict
   report_rc=$?
 fi
 if [ "$SAVE_JIT" = 1 ] && [ -d "$JIT" ]; then
-  tar -czf "$OUTDIR/jit-cache.tar.gz" -C "$(dirname "$JIT")" jit && say "saved JIT caches: $(du -sh "$OUTDIR/jit-cache.tar.gz" | cut -f1)"
+  save_jit_cache "$OUTDIR"
 fi
 say "done in $(( $(date +%s) - T0 )) s; files: $(ls "$OUTDIR" | tr '\n' ' ')"
 exit $report_rc

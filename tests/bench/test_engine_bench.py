@@ -633,9 +633,11 @@ def test_run_and_start_orders_and_the_cores_each_engine_gets():
 
 
 def test_host_gap_is_the_time_between_step_calls():
-    steps = [{"t": t, "part": "step", "batch_size": 4, "host_ms": 6.0} for t in (0.0, 0.010, 0.021, 0.030)]
-    assert engine_ab.host_gap_ms([{"steps": steps}], 4, 0) == pytest.approx(4.0)
-    assert engine_ab.host_gap_ms([{"steps": steps}], 8, 0) is None
+    steps = [
+        {"t": t, "part": "step", "batch_size": 4, "host_ms": 6.0, "gpu_ms": 7.0} for t in (0.0, 0.010, 0.021, 0.030)
+    ]
+    assert engine_ab.step_parts([{"steps": steps}], 4, 0)["step"]["host_gap_ms"] == pytest.approx(4.0)
+    assert "step" not in engine_ab.step_parts([{"steps": steps}], 8, 0)
 
 
 def test_probe_applies_a_runs_mode_and_records_every_position(tmp_path, monkeypatch):
@@ -701,6 +703,9 @@ def test_mean_of_runs_weighs_a_bimodal_host_as_often_as_it_came():
     assert engine_ab.mean_tpot_ms(pristine) == pytest.approx(3.6)
     assert engine_ab.mean_tpot_ms(patched) == pytest.approx(3.4)
     assert engine_ab.mean_tpot_ms([]) is None
+    # a run without a TPOT keeps its place beside the run's cores, and the mean leaves it out
+    assert engine_ab.tpot_ms_per_run([run(3.0), {"outputs": []}, run(4.0)]) == [3.0, None, 4.0]
+    assert engine_ab.mean_tpot_ms([run(3.0), {"outputs": []}, run(4.0)]) == pytest.approx(3.5)
 
 
 def test_an_engine_is_moved_to_other_cores_with_its_children():
