@@ -80,6 +80,8 @@ GRIDS = {
     # What a server sees at its target sizes: 32 x 64k (uniform, ragged) and 64 x 16k.
     "deploy": [(32, 65536, "uniform"), (32, 65536, "ragged"), (64, 16384, "uniform")],
     "probe": [(8, 4096, "uniform")],
+    # The ends of the 1-64 request range at 4k and 64k, beside the targets' 32 x 64k.
+    "sizes": [(1, 4096, "uniform"), (16, 4096, "uniform"), (1, 65536, "uniform"), (16, 65536, "uniform")],
 }
 # Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
 # logits, the Triton single-read kernel of the v0.5.14 line's patch 5, the top-k transforms).
@@ -677,6 +679,11 @@ def run_order(labels: tuple, reps: int) -> list[str]:
     return [x for rep in range(reps) for x in orders[rep % len(orders)]]
 
 
+def _ints(text: str) -> list[int]:
+    """``2,3,4`` -> [2, 3, 4]; an empty text is an empty list."""
+    return [int(item) for item in text.split(",") if item]
+
+
 def parse_acceptance(text: str) -> dict[int, float]:
     """``4:3,6:4`` -> {4: 3.0, 6: 4.0}: the simulated acceptance length per next_n."""
     out = {}
@@ -736,7 +743,7 @@ class Bench:
     rows: list = field(default_factory=list)
     engines: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-    seed_case: dict | None = None
+    seed_cases: list = field(default_factory=list)  # the IndexShare case, one per next_n asked for
     block_s: list = field(default_factory=list)  # wall time of each next_n block run so far
     labels: tuple = ("pristine", "patched")  # ("pristine", "pristine_b", "patched"): a two-process A/A
     acceptance: dict = field(default_factory=dict)  # next_n -> simulated acceptance of the timed runs
@@ -753,7 +760,7 @@ class Bench:
             "meta": self.meta,
             "engines": self.engines,
             "rows": self.rows,
-            "seed_case": self.seed_case,
+            "seed_cases": self.seed_cases,
             "notes": self.notes,
         }
         tmp = self.out.with_suffix(".tmp")
@@ -946,7 +953,7 @@ class Bench:
             ]
             runs = {label: engine.call({"op": "generate", "requests": requests}) for label, engine in pair.items()}
             fraction, divergences = compare_outputs(runs["pristine"]["outputs"], runs["patched"]["outputs"])
-            self.seed_case = {
+            case = {
                 "next_n": next_n,
                 "requests": len(requests),
                 "arrivals_s": [0, 1.5],
@@ -959,8 +966,9 @@ class Bench:
                 "step_parts": {label: step_parts([run], None, 0) for label, run in runs.items()},
                 "verify_forwards": {label: len(run.get("verify", [])) for label, run in runs.items()},
             }
+            self.seed_cases.append(case)
             self.save()
-            log(f"seed case: identical {fraction}, draft loops {self.seed_case['draft_loops']}")
+            log(f"seed case n{next_n}: identical {fraction}, draft loops {case['draft_loops']}")
         finally:
             for engine in pair.values():
                 engine.stop()
@@ -1027,7 +1035,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-from", type=int, default=32 * 16384, help="profile cases with batch x context >= this")
     ap.add_argument("--margins", action="store_true", help="re-run a diverging case with top-2 logprobs")
     ap.add_argument(
-        "--seed-case", type=int, default=0, metavar="NEXT_N", help="also run the IndexShare case at this next_n"
+        "--seed-case",
+        default="",
+        metavar="NEXT_N,...",
+        help="also run the IndexShare case at these next_n (comma-separated)",
     )
     ap.add_argument("--deadline-s", type=float, default=540, help="stop starting new work after this many seconds")
     ap.add_argument("--min-block-s", type=float, default=120, help="time a next_n block needs before any has run")
@@ -1072,7 +1083,7 @@ def main(argv=None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    next_ns = [int(n) for n in args.next_n.split(",") if n]
+    next_ns = _ints(args.next_n)
     meta = {
         "line": args.line,
         "command": args.command or " ".join(sys.argv),
@@ -1131,17 +1142,18 @@ def main(argv=None) -> int:
             bench.notes.append(f"next_n={next_n}: {type(exc).__name__}: {exc}"[:4000])
             log(bench.notes[-1])
         bench.save()
-    if args.seed_case and bench.left_s() < SEED_CASE_S:
-        bench.notes.append(
-            f"seed case: not run ({bench.left_s():.0f} s left before the deadline, it needs {SEED_CASE_S} s)"
-        )
-        log(bench.notes[-1])
-    elif args.seed_case:
+    for next_n in _ints(args.seed_case):
+        if bench.left_s() < SEED_CASE_S:
+            bench.notes.append(
+                f"seed case n{next_n}: not run ({bench.left_s():.0f} s left before the deadline, it needs {SEED_CASE_S} s)"
+            )
+            log(bench.notes[-1])
+            continue
         try:
-            bench.run_seed_case(args.seed_case)
+            bench.run_seed_case(next_n)
         except Exception as exc:
             status = 1
-            bench.notes.append(f"seed case: {type(exc).__name__}: {exc}"[:4000])
+            bench.notes.append(f"seed case n{next_n}: {type(exc).__name__}: {exc}"[:4000])
             log(bench.notes[-1])
     bench.save()
     return status

@@ -52,7 +52,7 @@ def combined(runs: list[dict]) -> dict:
                 "series": [{"name": p["name"], "sha256": p["sha256"][:12]} for p in series],
                 "notes": run.get("notes", []),
                 "sgl_kernel_version_check_skipped": labels["sgl_kernel_version_check_skipped"],
-                "seed_case": run.get("seed_case"),
+                "seed_cases": seed_cases(run),
             }
         )
         # runs written before a label existed get it from their own meta (the env they recorded)
@@ -132,9 +132,7 @@ def markdown(doc: dict) -> str:
     served = [r for r in doc["rows"] if r.get("simulated_acceptance") or r.get("aa_noise_processes")]
     if served:
         out += ["", *served_table(served)]
-    seeds = [run for run in doc["runs"] if run.get("seed_case")]
-    for run in seeds:
-        s = run["seed_case"]
+    for run, s in [(run, s) for run in doc["runs"] for s in run.get("seed_cases") or []]:
         out.append("")
         out.append(
             f"IndexShare case ({run['run']}, next_n {s['next_n']}): {s['requests']} requests arriving over "
@@ -179,6 +177,13 @@ def served_table(rows: list[dict]) -> list[str]:
             f"{_f(positions.get('identical'), 4)} of {positions.get('positions', '-')} ({positions.get('near_ties', '-')}) |"
         )
     return out
+
+
+def seed_cases(run: dict) -> list[dict]:
+    """A run's IndexShare cases (older runs hold at most one, as ``seed_case``)."""
+    if "seed_cases" in run:
+        return run["seed_cases"]
+    return [run["seed_case"]] if run.get("seed_case") else []
 
 
 def _run_name(file: str) -> str:

@@ -254,7 +254,7 @@ def _bench(tmp_path, folder: str, *extra):
         "--new-tokens",
         "6",
         "--seed-case",
-        "3",
+        "3,2",
         "--workdir",
         str(tmp_path / folder / "work"),
         "--out",
@@ -284,22 +284,25 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
         assert row["speedup_parts"]["draft_extend"] == {"gpu": pytest.approx(4.0), "host": pytest.approx(4.0)}
         assert set(row["speedup_parts"]) == set(engine_ab.STEP_PARTS)
         assert row["aa_noise"]["step_gpu"] == pytest.approx(1.0)
-    assert doc["seed_case"]["step_parts"]["patched"]["draft_extend"]["host_ms"] == pytest.approx(1.5)
+    assert [s["next_n"] for s in doc["seed_cases"]] == [3, 2]
+    for seed in doc["seed_cases"]:
+        assert seed["step_parts"]["patched"]["draft_extend"]["host_ms"] == pytest.approx(1.5)
+        assert seed["tokens_identical"] == 1.0
+        assert seed["draft_loops"]["patched"]["seeded"] > 0
     profiled = [r for r in rows if r["batch_size"] * r["ctx"] >= 32 * 16384]
     assert profiled and all(r["indexer_share"]["patched"]["share"] == pytest.approx(0.5) for r in profiled)
     assert all(r["indexer_share"]["patched"] is None for r in rows if r not in profiled)
-    assert doc["seed_case"]["tokens_identical"] == 1.0
-    assert doc["seed_case"]["draft_loops"]["patched"]["seeded"] > 0
-    assert len(doc["engines"]) == 6 and all(e["info"]["stand_in"] for e in doc["engines"])
+    assert len(doc["engines"]) == 8 and all(e["info"]["stand_in"] for e in doc["engines"])
     assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
 
 
 def test_a_seed_case_without_time_left_says_so(tmp_path):
     status, doc = _bench(tmp_path, "late", "--next-n", "", "--deadline-s", "60")
-    assert status == 0 and doc["seed_case"] is None
-    [note] = doc["notes"]
-    assert re.fullmatch(r"seed case: not run \((59|60) s left before the deadline, it needs 120 s\)", note), note
+    assert status == 0 and doc["seed_cases"] == []
+    assert len(doc["notes"]) == 2
+    for next_n, note in zip((3, 2), doc["notes"]):
+        assert re.fullmatch(rf"seed case n{next_n}: not run \((59|60) s left before the deadline, it needs 120 s\)", note), note
 
 
 def test_an_engine_that_dies_is_named_with_its_exception(tmp_path):
