@@ -132,7 +132,7 @@ def markdown(doc: dict) -> str:
     served = [r for r in doc["rows"] if r.get("simulated_acceptance") or r.get("aa_noise_processes")]
     if served:
         out += ["", *served_table(served)]
-    for run, s in [(run, s) for run in doc["runs"] for s in run.get("seed_cases") or []]:
+    for run, s in [(about, case) for about in doc["runs"] for case in about.get("seed_cases") or []]:
         out.append("")
         out.append(
             f"IndexShare case ({run['run']}, next_n {s['next_n']}): {s['requests']} requests arriving over "

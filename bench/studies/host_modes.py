@@ -18,6 +18,12 @@ greedy run of each is left out; warm-up and profiling runs are shorter than ``--
 is needed.
 
     python bench/studies/host_modes.py --reps 16 docs/results/engine_h200_tpot_v0_5_23_run2_engines.tar.gz
+
+It also lists every engine's runs in time order, with how often a run shares the mode of the run
+before it against how often it would by chance, and, given the run's JSON (``--engine-json``), each
+engine's modes by the core group it ran on: with the groups going round the engines rep by rep
+(``--pin-cpus`` since the third v0.5.23 call), that tells a state of the box from a trait of some
+cores.
 """
 
 from __future__ import annotations
@@ -131,7 +137,46 @@ def case_result(name: str, runs_of: dict[str, list[dict]], fast_below: float) ->
             },
         }
     result["within_mode_ratios"] = within_mode_ratios(result["engines"])
+    result["in_time"] = modes_in_time(result["engines"], fast_below)
     return result
+
+
+def modes_in_time(engines: dict, fast_below: float) -> dict:
+    """Every engine's timed runs in the order they ran, and how often a run shares its mode with the
+    run before it (whichever engine ran that), against how often it would if each run drew its mode
+    on its own with the case's overall odds: a state of the box that lasts shows as the first above the
+    second; a trait of one engine or its cores does not, since the engines take turns run by run."""
+    runs = sorted(
+        (run["t"], label, run["draft_gpu_ms"] < fast_below)
+        for label, engine in engines.items()
+        for run in engine["runs"]
+    )
+    pairs = list(zip(runs, runs[1:], strict=False))
+    fast = sum(1 for _, _, is_fast in runs if is_fast) / len(runs) if runs else 0.0
+    return {
+        "order": " ".join(f"{label}:{'F' if is_fast else 'S'}" for _, label, is_fast in runs),
+        "pairs": len(pairs),
+        "same_mode": sum(1 for a, b in pairs if a[2] == b[2]) / len(pairs) if pairs else None,
+        "same_mode_if_independent": fast**2 + (1 - fast) ** 2,
+    }
+
+
+def modes_by_cores(result: dict, cpus_runs: dict[str, list]) -> dict[str, dict[str, str]]:
+    """Per engine, its timed runs' modes by the core group each ran on (named by its first CPU), from
+    the run's JSON row (``cpus_runs``, one per timed run; engines without it are left out)."""
+    out: dict[str, dict[str, str]] = {}
+    fast_below = result["fast_below_ms"]
+    for label, engine in result["engines"].items():
+        cpus = cpus_runs.get(label)
+        if not cpus or len(cpus) != len(engine["runs"]):
+            continue
+        tally: dict[str, list[int]] = {}
+        for run, group in zip(engine["runs"], cpus, strict=True):
+            counts = tally.setdefault(f"cpu{group[0]}" if group else "unpinned", [0, 0])
+            counts[0] += run["draft_gpu_ms"] < fast_below
+            counts[1] += 1
+        out[label] = {group: f"{fast} of {total} fast" for group, (fast, total) in sorted(tally.items())}
+    return out
 
 
 def within_mode_ratios(engines: dict) -> dict:
@@ -146,6 +191,17 @@ def within_mode_ratios(engines: dict) -> dict:
                     what: base[mode][what] / other[mode][what] for what in ("step_gpu_ms", "step_interval_ms")
                 }
     return out
+
+
+def cpus_runs_of(engine_json: str, batch_size: int) -> list[dict[str, list]]:
+    """Per case at ``batch_size``, in order: engine label -> its ``cpus_runs`` (engine_ab's rows)."""
+    with open(engine_json) as f:
+        rows = json.load(f)["rows"]
+    return [
+        {label: row[label]["cpus_runs"] for label in LABELS if "cpus_runs" in (row.get(label) or {})}
+        for row in rows
+        if row["batch_size"] == batch_size
+    ]
 
 
 def print_study(result: dict) -> None:
@@ -166,6 +222,15 @@ def print_study(result: dict) -> None:
                 f"  pristine / {label}, {mode} runs: step GPU {ratios['step_gpu_ms']:.3f}x, "
                 f"step interval {ratios['step_interval_ms']:.3f}x"
             )
+    in_time = result["in_time"]
+    if in_time["pairs"]:
+        print(
+            f"  in time order, a run shares the mode of the run before it in {in_time['same_mode']:.2f} of "
+            f"{in_time['pairs']} pairs ({in_time['same_mode_if_independent']:.2f} if each run drew its own): "
+            f"{in_time['order']}"
+        )
+    for label, groups in result.get("by_cores", {}).items():
+        print(f"  {label} by core group: " + ", ".join(f"{g} {t}" for g, t in groups.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-steps", type=int, default=15, help="shorter runs are warm-up or profiling, not timed runs")
     ap.add_argument("--reps", type=int, required=True, help="timed runs per engine per case (the run's --reps)")
     ap.add_argument("--fast-below", type=float, default=2.0)
+    ap.add_argument("--engine-json", help="the run's engine JSON (one archive): each run's core group")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     results = [
@@ -183,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         for archive in args.archives
         for result in study(archive, args.batch_size, args.skip, args.min_steps, args.fast_below, args.reps)
     ]
+    if args.engine_json:
+        if len(args.archives) != 1:
+            ap.error("--engine-json goes with one archive")
+        for result, cpus_runs in zip(results, cpus_runs_of(args.engine_json, args.batch_size), strict=False):
+            result["by_cores"] = modes_by_cores(result, cpus_runs)
     for result in results:
         print_study(result)
     if args.json:

@@ -70,3 +70,27 @@ def test_two_cases_at_one_batch_size_are_told_apart(tmp_path):
     first, second = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=2)
     assert (first["engines"]["pristine"]["fast_runs"], first["engines"]["pristine"]["slow_runs"]) == (2, 0)
     assert second["engines"]["pristine"]["slow_runs"] == 2
+
+
+def test_runs_in_time_order_and_by_core_group(tmp_path):
+    # two engines taking turns; the box is slow for the middle two runs of each, whichever engine runs
+    def engine(offset, modes):
+        return [r for k, fast in enumerate(modes) for r in _run(20.0 * k + offset, 1.85 if fast else 3.0, 7.0)]
+
+    archive = _archive(
+        tmp_path,
+        {"pristine": engine(0.0, [True, False, False, True]), "patched": engine(10.0, [True, False, False, True])},
+    )
+    (result,) = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=4)
+    in_time = result["in_time"]
+    assert in_time["order"] == "pristine:F patched:F pristine:S patched:S pristine:S patched:S pristine:F patched:F"
+    assert (in_time["pairs"], in_time["same_mode"]) == (7, pytest.approx(5 / 7))
+    assert in_time["same_mode_if_independent"] == pytest.approx(0.5)
+
+    engine_json = tmp_path / "engine.json"
+    rows = [{"batch_size": 32, "pristine": {"cpus_runs": [[0, 1], [5, 6], [0, 1], [5, 6]]}, "patched": {}}]
+    engine_json.write_text(json.dumps({"rows": rows}))
+    (cpus_runs,) = host_modes.cpus_runs_of(str(engine_json), 32)
+    assert host_modes.modes_by_cores(result, cpus_runs) == {"pristine": {"cpu0": "1 of 2 fast", "cpu5": "1 of 2 fast"}}
+    result["by_cores"] = host_modes.modes_by_cores(result, cpus_runs)
+    host_modes.print_study(result)
