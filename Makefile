@@ -160,7 +160,7 @@ bench: $(VENV)/.sglang-cpu-stamp ## print timings: apply vs plain git am; the SM
 
 NEXT_N ?= 2,3,4,6
 GRID   ?= full
-bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR SEED=N (the IndexShare case at next_n N) SGLANG_TESTS=GLOB (first the series' tests in sglang's tree matching GLOB)
+bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR SEED=N[,N...] (the IndexShare case at each next_n N) SGLANG_TESTS=GLOB (first the series' tests in sglang's tree matching GLOB)
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) $(if $(SGLANG_TESTS),--sglang-tests $(call q,$(SGLANG_TESTS)),) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID)) $(if $(SEED),--seed-case $(call q,$(SEED)),)
 
 bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts beside a two-process A/A (docs/engine-benchmark.md); NEXT_N=4 LINE= OUT=DIR GRID=targets64k|deploy
