@@ -33,7 +33,11 @@ import json
 import statistics
 import sys
 import tarfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
+
+from bench.engine_ab import part_records, step_parts  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
 RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart
@@ -65,22 +69,24 @@ def split_runs(records: list[dict], part: str, batch_size: int) -> list[list[dic
 
 
 def run_summaries(records: list[dict], batch_size: int, skip: int, min_steps: int) -> list[dict]:
-    """Per timed run: median draft GPU and host time, step GPU time and step interval (ms). Runs
-    shorter than ``min_steps`` (warm-up, profiling) and the first ``skip`` steps of each are left out."""
+    """Per timed run: median draft GPU and host time, step GPU time (engine_ab's step parts) and step
+    interval (ms). Runs shorter than ``min_steps`` (warm-up, profiling) and the first ``skip`` steps
+    of each are left out."""
     drafts = split_runs(records, "draft", batch_size)
     steps = split_runs(records, "step", batch_size)
     out = []
     for draft, step in zip(drafts, steps, strict=False):
-        draft, step = draft[skip:], step[skip:]
-        if len(step) < min_steps:
+        run = {"steps": draft + step}
+        starts = [r["t"] for r in part_records(run, "step", batch_size, skip)]
+        if len(starts) < min_steps:
             continue
-        starts = [r["t"] for r in step]
+        parts = step_parts([run], batch_size, skip)
         out.append(
             {
                 "t": starts[0],
-                "draft_gpu_ms": statistics.median(r["gpu_ms"] for r in draft),
-                "draft_host_ms": statistics.median(r["host_ms"] for r in draft),
-                "step_gpu_ms": statistics.median(r["gpu_ms"] for r in step),
+                "draft_gpu_ms": parts["draft"]["gpu_ms"],
+                "draft_host_ms": parts["draft"]["host_ms"],
+                "step_gpu_ms": parts["step"]["gpu_ms"],
                 "step_interval_ms": statistics.median(
                     (b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)
                 ),
@@ -89,10 +95,14 @@ def run_summaries(records: list[dict], batch_size: int, skip: int, min_steps: in
     return out
 
 
+def is_fast(run: dict, fast_below: float) -> bool:
+    return run["draft_gpu_ms"] < fast_below
+
+
 def by_mode(runs: list[dict], fast_below: float) -> dict[str, list[dict]]:
     modes: dict[str, list[dict]] = {"fast": [], "slow": []}
     for run in runs:
-        modes["fast" if run["draft_gpu_ms"] < fast_below else "slow"].append(run)
+        modes["fast" if is_fast(run, fast_below) else "slow"].append(run)
     return modes
 
 
@@ -147,9 +157,7 @@ def modes_in_time(engines: dict, fast_below: float) -> dict:
     on its own with the case's overall odds: a state of the box that lasts shows as the first above the
     second; a trait of one engine or its cores does not, since the engines take turns run by run."""
     runs = sorted(
-        (run["t"], label, run["draft_gpu_ms"] < fast_below)
-        for label, engine in engines.items()
-        for run in engine["runs"]
+        (run["t"], label, is_fast(run, fast_below)) for label, engine in engines.items() for run in engine["runs"]
     )
     pairs = list(zip(runs, runs[1:], strict=False))
     fast = sum(1 for _, _, is_fast in runs if is_fast) / len(runs) if runs else 0.0
@@ -165,7 +173,6 @@ def modes_by_cores(result: dict, cpus_runs: dict[str, list]) -> dict[str, dict[s
     """Per engine, its timed runs' modes by the core group each ran on (named by its first CPU), from
     the run's JSON row (``cpus_runs``, one per timed run; engines without it are left out)."""
     out: dict[str, dict[str, str]] = {}
-    fast_below = result["fast_below_ms"]
     for label, engine in result["engines"].items():
         cpus = cpus_runs.get(label)
         if not cpus or len(cpus) != len(engine["runs"]):
@@ -173,7 +180,7 @@ def modes_by_cores(result: dict, cpus_runs: dict[str, list]) -> dict[str, dict[s
         tally: dict[str, list[int]] = {}
         for run, group in zip(engine["runs"], cpus, strict=True):
             counts = tally.setdefault(f"cpu{group[0]}" if group else "unpinned", [0, 0])
-            counts[0] += run["draft_gpu_ms"] < fast_below
+            counts[0] += is_fast(run, result["fast_below_ms"])
             counts[1] += 1
         out[label] = {group: f"{fast} of {total} fast" for group, (fast, total) in sorted(tally.items())}
     return out
