@@ -12,7 +12,7 @@ folders of a run's ``engine_logs*.tar.gz``) and prints, per engine: every timed 
 GPU time, its mode, its step GPU time and step interval; how many runs fell in each mode; and the
 engines' ratios within each mode, which the mode mix does not move. A run is "fast" where its
 median draft GPU time is below ``--fast-below`` (2.0 ms, set from the first v0.5.23 call's runs and
-applied unchanged to the second). Each engine ran, case after case, ``--reps`` timed runs and one
+applied unchanged to the second and third). Each engine ran, case after case, ``--reps`` timed runs and one
 untimed greedy run (engine_ab's order), so its runs are cut into cases of ``reps + 1`` and the
 greedy run of each is left out; warm-up and profiling runs are shorter than ``--min-steps``. No GPU
 is needed.
