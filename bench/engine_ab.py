@@ -9,10 +9,10 @@ decode CUDA graphs on, overlap scheduler on, radix cache on) and the same reques
 Per next_n:
 1. both engines start (the second after the first's KV pool exists, so its memory profile is
    honest) and warm up;
-2. the pool prompts the grid's cases need are prefilled once per engine (up to 32 prompts of 64k
-   and 32 of 16k tokens): every case asks for prefixes of these prompts, so sglang's radix cache
-   serves them and a case costs its decode only. Every request still has its own KV pages: no
-   two requests share a prefix;
+2. the pool prompts the grid's cases need are prefilled once per engine, each to the longest
+   prefix any case asks of it (a case of N requests asks prefixes of prompts 0..N-1, of 128): so
+   sglang's radix cache serves every case and a case costs its decode only. Every request still
+   has its own KV pages: no two requests share a prefix;
 3. each case (batch size x context x uniform/ragged lengths) runs ``reps`` times per engine in
    ABBA order (pristine, patched, patched, pristine, ...): greedy, ``ignore_eos``, streamed;
 4. cases at or above ``--profile-from`` requests x context are run once more per engine with the
@@ -58,13 +58,14 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench import engine_model  # noqa: E402
 
-LONG_CTX, SHORT_CTX = 65536, 16384
-POOL = [(i, LONG_CTX) for i in range(32)] + [(32 + i, SHORT_CTX) for i in range(32)]
+POOL_PROMPTS = 128  # distinct prompts; a case of N requests asks prefixes of prompts 0..N-1
+MAX_CTX = 131072
 WARMUP_PROMPT = (1000, 1024)
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 SEED_CASE_S = 120  # what the IndexShare case needs: its own engine pair (warm JIT caches) and 24 short requests
 
-# (batch size, context, lengths); the pool bounds them: 64k cases hold <= 32 requests.
+# (batch size, context, lengths): at most POOL_PROMPTS requests of at most MAX_CTX tokens.
 GRIDS = {
     # 1 to 64 requests at 4k and 16k, ragged 16k, and 64k at 8 and 32
     "full": [(bs, ctx, "uniform") for ctx in (4096, 16384) for bs in (1, 8, 32, 64)]
@@ -82,6 +83,12 @@ GRIDS = {
     "probe": [(8, 4096, "uniform")],
     # The ends of the 1-64 request range at 4k and 64k, beside the targets' 32 x 64k.
     "sizes": [(1, 4096, "uniform"), (16, 4096, "uniform"), (1, 65536, "uniform"), (16, 65536, "uniform")],
+    # Many requests: 64 and 128 at 16k (2M pool tokens per engine, what one call has time to prefill).
+    "wide": [(64, 16384, "uniform"), (128, 16384, "uniform")],
+    # 128 requests at 16k beside the longest context, 8 x 128k (3M pool tokens per engine).
+    "wide_long": [(128, 16384, "uniform"), (8, 131072, "uniform")],
+    # 64 requests at the targets' 64k (4.2M pool tokens per engine: a call of its own).
+    "targets64k_wide": [(64, 65536, "uniform")],
 }
 # Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
 # logits, the Triton single-read kernel of the v0.5.14 line's patch 5, the top-k transforms).
@@ -93,12 +100,36 @@ INDEXER_KERNELS = {
 
 
 def pool_for(cases: list) -> list[dict]:
-    """The prefill requests of the pool prompts these cases ask prefixes of (each prompt at its full
-    pool length: a case's prefix of it is then served by the radix cache)."""
-    needed = set()
+    """The prefill requests of the pool prompts these cases ask prefixes of, each to the longest prefix
+    any case asks of it (a shorter one is then served by the radix cache)."""
+    longest: dict[int, int] = {}
     for spec in cases:
-        needed |= {r["prompt"][0] for r in Case(*spec, 1).requests()}
-    return [{"prompt": [i, n], "max_new_tokens": 1} for i, n in POOL if i in needed]
+        for r in Case(*spec, 1).requests():
+            index, length = r["prompt"]
+            longest[index] = max(length, longest.get(index, 0))
+    return [{"prompt": [i, n], "max_new_tokens": 1} for i, n in sorted(longest.items())]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What each engine is built to hold for a grid: decode graphs and running requests up to its
+    largest batch (64 at least, the size every earlier run used), its longest context, and KV tokens
+    for the prompt pool, every run's outputs (the radix cache keeps them) and the warm-up."""
+
+    max_bs: int
+    max_ctx: int
+    kv_tokens: int
+
+
+def sizing_for(cases: list, new_tokens: int, reps: int) -> Sizing:
+    outputs = (reps + 2) * sum(bs for bs, _, _ in cases) * (new_tokens + 16)  # + a margins and a profiled run
+    pool = sum(r["prompt"][1] for r in pool_for(cases))
+    need = pool + outputs + 8 * (WARMUP_PROMPT[1] + 16)
+    return Sizing(
+        max_bs=max([64, *(bs for bs, _, _ in cases)]),
+        max_ctx=max(ctx for _, ctx, _ in cases),
+        kv_tokens=-(-need // 100_000) * 100_000,
+    )
 
 
 @dataclass
@@ -113,12 +144,11 @@ class Case:
         return f"bs{self.batch_size}-ctx{self.ctx // 1024}k-{self.lengths}"
 
     def requests(self, top_logprobs: bool = False) -> list[dict]:
-        pool = [p for p in POOL if p[1] >= self.ctx]
-        if self.batch_size > len(pool):
-            raise ValueError(f"{self.name}: the prompt pool holds {len(pool)} prompts of {self.ctx} tokens")
+        if self.batch_size > POOL_PROMPTS or self.ctx > MAX_CTX:
+            raise ValueError(f"{self.name}: the prompt pool holds {POOL_PROMPTS} prompts of at most {MAX_CTX} tokens")
         rng = random.Random(f"{self.batch_size}-{self.ctx}-{self.lengths}")
         out = []
-        for index, _ in pool[: self.batch_size]:
+        for index in range(self.batch_size):
             length = self.ctx if self.lengths == "uniform" else rng.randint(self.ctx // 2, self.ctx)
             out.append({"prompt": [index, length], "max_new_tokens": self.new_tokens, "top_logprobs": top_logprobs})
         return out
@@ -695,7 +725,7 @@ def parse_acceptance(text: str) -> dict[int, float]:
     return out
 
 
-def engine_args(model_dir: Path, next_n: int, max_bs: int, overrides: dict) -> dict:
+def engine_args(model_dir: Path, next_n: int, sizing: Sizing, overrides: dict) -> dict:
     args = {
         "model_path": str(model_dir),
         "load_format": "dummy",
@@ -708,12 +738,12 @@ def engine_args(model_dir: Path, next_n: int, max_bs: int, overrides: dict) -> d
         # on a bf16 KV cache (the default here), FlashMLA-KV on an FP8 one (``--kv-cache``). The
         # indexer's own index-K cache is FP8 either way.
         **KV_CACHES["bfloat16"],
-        "cuda_graph_max_bs_decode": max_bs,
-        "cuda_graph_bs_decode": [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if b <= max_bs],
-        "max_running_requests": max_bs,
-        "context_length": LONG_CTX + 1024,
+        "cuda_graph_max_bs_decode": sizing.max_bs,
+        "cuda_graph_bs_decode": [b for b in GRAPH_BATCH_SIZES if b <= sizing.max_bs],
+        "max_running_requests": sizing.max_bs,
+        "context_length": sizing.max_ctx + 1024,
         "chunked_prefill_size": 16384,
-        "max_total_tokens": 3_400_000,
+        "max_total_tokens": sizing.kv_tokens,
         "mem_fraction_static": 0.6,
         "grammar_backend": "none",
         "random_seed": 0,
@@ -740,6 +770,7 @@ class Bench:
     meta: dict
     worker_script: Path = HERE / "engine_worker.py"
     engine_overrides: dict = field(default_factory=dict)
+    sizing: Sizing = Sizing(max_bs=64, max_ctx=65536, kv_tokens=3_400_000)
     rows: list = field(default_factory=list)
     engines: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -775,7 +806,7 @@ class Bench:
         pool, so its memory profile is honest); which starts first moves round block by block."""
         labels = labels or self.labels
         spec = {
-            "engine": engine_args(model_dir, next_n, 64, self.engine_overrides),
+            "engine": engine_args(model_dir, next_n, self.sizing, self.engine_overrides),
             "vocab_size": engine_model.VOCAB_SIZE,
         }
         order = start_order(labels, self.blocks_started)
@@ -812,6 +843,13 @@ class Bench:
                 log(
                     f"{engine.label}: ready (import {started['import_s']:.0f} s, engine start {started['start_s']:.0f} s)"
                 )
+                kv_tokens = (started.get("info") or {}).get("max_total_num_tokens")
+                if kv_tokens is not None and kv_tokens < self.sizing.kv_tokens:
+                    self.notes.append(
+                        f"{engine.label}: a KV pool of {kv_tokens} tokens, below the {self.sizing.kv_tokens} "
+                        "the grid needs: pool prompts may be evicted and prefilled again inside timed runs"
+                    )
+                    log(self.notes[-1])
         except Exception:
             for engine in engines.values():
                 engine.stop()
@@ -1079,6 +1117,14 @@ def main(argv=None) -> int:
         **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.engine_arg)},
     }
     acceptance = parse_acceptance(args.acceptance)
+    sizing = sizing_for(GRIDS[args.grid], args.new_tokens, args.reps)
+    if int(overrides.get("max_total_tokens", sizing.kv_tokens)) < sizing.kv_tokens:
+        print(
+            f"engine_ab: --grid {args.grid} needs max_total_tokens >= {sizing.kv_tokens} per engine (its prompt "
+            f"pool and outputs); {overrides['max_total_tokens']} would evict pool prompts between runs",
+            file=sys.stderr,
+        )
+        return 2
     labels = ("pristine", "pristine_b", "patched") if args.two_process_aa else ("pristine", "patched")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1088,7 +1134,7 @@ def main(argv=None) -> int:
         "line": args.line,
         "command": args.command or " ".join(sys.argv),
         "model": engine_model.dsa_config(args.layers),
-        "engine_args": engine_args(Path("MODEL"), 0, 64, overrides),
+        "engine_args": engine_args(Path("MODEL"), 0, sizing, overrides),
         "parallel": parallel_label(overrides),
         "series": json.loads(args.series_record.read_text()) if args.series_record else None,
         "grid": args.grid,
@@ -1121,6 +1167,7 @@ def main(argv=None) -> int:
         meta=meta,
         worker_script=args.worker_script,
         engine_overrides=overrides,
+        sizing=sizing,
         labels=labels,
         acceptance=acceptance,
         pin_cpus=args.pin_cpus,

@@ -31,17 +31,19 @@ import torch  # noqa: E402
 
 torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
 
-from bench.engine_ab import KV_CACHES, engine_args  # noqa: E402
+from bench.engine_ab import GRIDS, KV_CACHES, engine_args, sizing_for  # noqa: E402
 
 
-def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16") -> dict:
+def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16", grid: str = "full") -> dict:
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.models.deepseek_nextn import DeepseekV3ForCausalLMNextN
     from sglang.srt.models.deepseek_v2 import DeepseekV32ForCausalLM
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-    args = ServerArgs(**engine_args(Path(model_dir), next_n, 64, {**KV_CACHES[kv_cache], "device": "cpu"}))
+    args = ServerArgs(
+        **engine_args(Path(model_dir), next_n, sizing_for(GRIDS[grid], 48, 4), {**KV_CACHES[kv_cache], "device": "cpu"})
+    )
     set_global_server_args_for_scheduler(args)
     cpu_sglang.init_single_rank_parallel()
     model_config = ModelConfig.from_server_args(args)
@@ -70,6 +72,9 @@ def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16") -> dict:
                 "dsa_decode_backend",
                 "kv_cache_dtype",
                 "cuda_graph_bs_decode",
+                "max_running_requests",
+                "context_length",
+                "max_total_tokens",
             )
         },
         "index_share_for_mtp_iteration": bool(getattr(hf, "index_share_for_mtp_iteration", False)),
@@ -98,4 +103,4 @@ def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16") -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4]), default=str))
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]), default=str))

@@ -30,11 +30,15 @@ class StandInEngine:
         self.label = self.probe_dir.name
         self.patched = "patched" in self.label
         self.next_n = spec["engine"]["speculative_num_draft_tokens"]
+        # sglang sizes its KV pool to max_total_tokens, or smaller where the GPU's memory is short
+        self.kv_tokens = spec["engine"]["max_total_tokens"]
+        if self.probe_dir.parent.parent.name == "short-memory" and self.patched:
+            self.kv_tokens //= 2
         (self.probe_dir / "pool_ready").write_text(str(time.time()))
         self.profile_tag = None
 
     def info(self) -> dict:
-        return {"stand_in": True, "speculative_num_draft_tokens": self.next_n}
+        return {"stand_in": True, "speculative_num_draft_tokens": self.next_n, "max_total_num_tokens": self.kv_tokens}
 
     def die_as_a_cuda_fault_does(self):
         """What sglang's scheduler left in the H200's log when a kernel faulted: the traceback, then

@@ -67,10 +67,11 @@ def test_sglang_resolves_the_engine_arguments_with_its_defaults(cpu_check):
     assert cpu_check["dsa_index_topk"] == 2048
 
 
-def test_sglang_takes_the_fp8_kv_cache_with_its_hopper_backends(tmp_path):
+def test_sglang_takes_the_fp8_kv_cache_with_its_hopper_backends_and_the_widest_grid(tmp_path):
     model = engine_model.write_model(tmp_path / "model", 1)
+    check = [str(REPO / "tests" / "bench" / "engine_cpu_check.py"), str(model), "4", "fp8_e4m3", "wide_long"]
     out = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "bench" / "engine_cpu_check.py"), str(model), "4", "fp8_e4m3"],
+        [sys.executable, *check],
         capture_output=True,
         text=True,
         timeout=600,
@@ -82,6 +83,9 @@ def test_sglang_takes_the_fp8_kv_cache_with_its_hopper_backends(tmp_path):
         "flashmla_kv",
         "flashmla_kv",
     )
+    # 128 requests and 128k contexts, as sglang resolves them
+    assert (args["max_running_requests"], max(args["cuda_graph_bs_decode"])) == (128, 128)
+    assert args["context_length"] == 131072 + 1024
 
 
 def test_sglang_builds_v32_layers_and_a_moe_nextn_from_the_config(cpu_check):
@@ -119,12 +123,13 @@ def test_every_case_fits_the_pool_and_asks_for_distinct_prompts():
             case = engine_ab.Case(*spec, 8)
             requests = case.requests()
             assert len(requests) == case.batch_size
-            assert len({r["prompt"][0] for r in requests}) == case.batch_size
+            assert sorted(r["prompt"][0] for r in requests) == list(range(case.batch_size))
             for r in requests:
-                pool_len = dict(engine_ab.POOL)[r["prompt"][0]]
-                assert r["prompt"][1] <= pool_len and r["prompt"][1] >= case.ctx // 2
+                assert case.ctx // 2 <= r["prompt"][1] <= case.ctx <= engine_ab.MAX_CTX
     with pytest.raises(ValueError):
-        engine_ab.Case(64, 65536, "uniform", 8).requests()
+        engine_ab.Case(engine_ab.POOL_PROMPTS + 1, 4096, "uniform", 8).requests()
+    with pytest.raises(ValueError):
+        engine_ab.Case(1, 2 * engine_ab.MAX_CTX, "uniform", 8).requests()
 
 
 def _run(gpu_ms, bs=4, outputs=None, t0=0.0):
@@ -180,11 +185,40 @@ def test_step_parts_are_medians_per_part_without_warmup_or_other_batch_sizes():
     assert engine_ab.step_parts([{"verify": []}], 4, skip=0) == {}
 
 
-def test_pool_holds_only_the_prompts_the_grid_asks_for():
+def test_pool_holds_only_the_prompts_the_grid_asks_for_each_to_its_longest_prefix():
     pool = engine_ab.pool_for([(8, 65536, "uniform")])
     assert [r["prompt"] for r in pool] == [[i, 65536] for i in range(8)]
+    # the earlier runs' pool: 32 prompts of 64k, 32 more of 16k
     full = engine_ab.pool_for(engine_ab.GRIDS["full"])
     assert len(full) == 64 and sum(r["prompt"][1] for r in full) == 32 * 65536 + 32 * 16384
+    wide_long = engine_ab.pool_for(engine_ab.GRIDS["wide_long"])
+    assert [r["prompt"] for r in wide_long[7:9]] == [[7, 131072], [8, 16384]] and len(wide_long) == 128
+    ragged = engine_ab.pool_for([(4, 16384, "ragged")])
+    assert [r["prompt"][1] for r in ragged] == [
+        r["prompt"][1] for r in engine_ab.Case(4, 16384, "ragged", 1).requests()
+    ]
+
+
+def test_engines_are_sized_for_their_grid():
+    sizing = engine_ab.sizing_for(engine_ab.GRIDS["wide_long"], new_tokens=96, reps=8)
+    assert (sizing.max_bs, sizing.max_ctx) == (128, 131072)
+    pool = 8 * 131072 + 120 * 16384
+    assert pool + 10 * 136 * 112 <= sizing.kv_tokens < pool + 10 * 136 * 112 + 8 * 1040 + 100_000
+    args = engine_ab.engine_args(Path("M"), 4, sizing, {})
+    assert args["cuda_graph_bs_decode"][-3:] == [64, 96, 128] and args["max_running_requests"] == 128
+    assert args["context_length"] == 131072 + 1024 and args["max_total_tokens"] == sizing.kv_tokens
+    # a grid of at most 64 requests keeps the graphs every earlier run captured
+    small = engine_ab.engine_args(Path("M"), 4, engine_ab.sizing_for(engine_ab.GRIDS["sizes"], 96, 8), {})
+    assert small["cuda_graph_bs_decode"] == [1, 2, 4, 8, 12, 16, 24, 32, 48, 64] and small["max_running_requests"] == 64
+
+
+def test_a_kv_pool_too_small_for_the_grid_is_refused_before_anything_starts(tmp_path, capsys):
+    argv = ["--pristine", str(tmp_path), "--patched", str(tmp_path), "--out", str(tmp_path / "o" / "e.json")]
+    argv += ["--grid", "wide", "--engine-arg", "max_total_tokens=1000000", "--workdir", str(tmp_path / "w")]
+    assert engine_ab.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "max_total_tokens >=" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
 
 
 def test_compare_outputs_finds_the_first_divergence():
@@ -295,6 +329,17 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     assert len(doc["engines"]) == 8 and all(e["info"]["stand_in"] for e in doc["engines"])
     assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
+
+
+def test_an_engine_given_a_smaller_kv_pool_than_the_grid_needs_is_named(tmp_path):
+    status, doc = _bench(tmp_path, "short-memory", "--next-n", "2", "--seed-case", "")
+    assert status == 0
+    [note] = [note for note in doc["notes"] if "KV pool" in note]
+    need = doc["meta"]["engine_args"]["max_total_tokens"]
+    assert note == (
+        f"n2-patched: a KV pool of {need // 2} tokens, below the {need} the grid needs: "
+        "pool prompts may be evicted and prefilled again inside timed runs"
+    )
 
 
 def test_a_seed_case_without_time_left_says_so(tmp_path):
