@@ -203,7 +203,11 @@ def test_engines_are_sized_for_their_grid():
     sizing = engine_ab.sizing_for(engine_ab.GRIDS["wide_long"], new_tokens=96, reps=8)
     assert (sizing.max_bs, sizing.max_ctx) == (128, 131072)
     pool = 8 * 131072 + 120 * 16384
-    assert pool + 10 * 136 * 112 <= sizing.kv_tokens < pool + 10 * 136 * 112 + 8 * 1040 + 100_000
+    assert sizing.needed_kv_tokens == pool + 10 * 136 * 112 + 8 * 1040
+    assert (
+        sizing.kv_tokens % 100_000 == 0
+        and sizing.needed_kv_tokens <= sizing.kv_tokens < sizing.needed_kv_tokens + 100_000
+    )
     args = engine_ab.engine_args(Path("M"), 4, sizing, {})
     assert args["cuda_graph_bs_decode"][-3:] == [64, 96, 128] and args["max_running_requests"] == 128
     assert args["context_length"] == 131072 + 1024 and args["max_total_tokens"] == sizing.kv_tokens
@@ -335,9 +339,10 @@ def test_an_engine_given_a_smaller_kv_pool_than_the_grid_needs_is_named(tmp_path
     status, doc = _bench(tmp_path, "short-memory", "--next-n", "2", "--seed-case", "")
     assert status == 0
     [note] = [note for note in doc["notes"] if "KV pool" in note]
-    need = doc["meta"]["engine_args"]["max_total_tokens"]
+    asked = doc["meta"]["engine_args"]["max_total_tokens"]
+    need = engine_ab.sizing_for(engine_ab.GRIDS["targets"], 6, 2).needed_kv_tokens
     assert note == (
-        f"n2-patched: a KV pool of {need // 2} tokens, below the {need} the grid needs: "
+        f"n2-patched: a KV pool of {asked // 2} tokens, below the {need} the grid needs: "
         "pool prompts may be evicted and prefilled again inside timed runs"
     )
 
