@@ -88,7 +88,7 @@ GRIDS = {
     # 128 requests at 16k beside the longest context, 8 x 128k (3M pool tokens per engine).
     "wide_long": [(128, 16384, "uniform"), (8, 131072, "uniform")],
     # The longest context alone, 8 x 128k (three engines' 128k prefills together overran the H200 at
-    # 16k chunks beside wide's pool: results/engine_h200_wide_long_oom.log).
+    # 16k chunks beside wide's pool: results/engine_h200_tpot_wide_long_oom.json).
     "long": [(8, 131072, "uniform")],
     # 64 requests at the targets' 64k (4.2M pool tokens per engine: a call of its own).
     "targets64k_wide": [(64, 65536, "uniform")],
