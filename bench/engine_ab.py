@@ -1123,9 +1123,9 @@ def main(argv=None) -> int:
     }
     acceptance = parse_acceptance(args.acceptance)
     sizing = sizing_for(GRIDS[args.grid], args.new_tokens, args.reps)
-    if int(overrides.get("max_total_tokens", sizing.kv_tokens)) < sizing.kv_tokens:
+    if int(overrides.get("max_total_tokens", sizing.kv_tokens)) < sizing.needed_kv_tokens:
         print(
-            f"engine_ab: --grid {args.grid} needs max_total_tokens >= {sizing.kv_tokens} per engine (its prompt "
+            f"engine_ab: --grid {args.grid} needs max_total_tokens >= {sizing.needed_kv_tokens} per engine (its prompt "
             f"pool and outputs); {overrides['max_total_tokens']} would evict pool prompts between runs",
             file=sys.stderr,
         )

@@ -221,7 +221,8 @@ def test_a_kv_pool_too_small_for_the_grid_is_refused_before_anything_starts(tmp_
     argv += ["--grid", "wide", "--engine-arg", "max_total_tokens=1000000", "--workdir", str(tmp_path / "w")]
     assert engine_ab.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "max_total_tokens >=" in err
+    need = engine_ab.sizing_for(engine_ab.GRIDS["wide"], 48, 4).needed_kv_tokens
+    assert len(err.splitlines()) == 1 and f"max_total_tokens >= {need} " in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
 
 
