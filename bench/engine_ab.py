@@ -121,19 +121,22 @@ class Sizing:
 
     max_bs: int
     max_ctx: int
-    kv_tokens: int  # what each engine is asked for: needed_kv_tokens rounded up to 100k
-    needed_kv_tokens: int = 0  # sglang rounds its pool down to whole pages, so a smaller pool may still hold this
+    needed_kv_tokens: int
+
+    @property
+    def kv_tokens(self) -> int:
+        """What each engine is asked for: the need rounded up to 100k (sglang rounds its pool down to
+        whole pages, so a pool below this may still hold the need)."""
+        return -(-self.needed_kv_tokens // 100_000) * 100_000
 
 
 def sizing_for(cases: list, new_tokens: int, reps: int) -> Sizing:
-    outputs = (reps + 2) * sum(bs for bs, _, _ in cases) * (new_tokens + 16)  # + a margins and a profiled run
+    outputs = (reps + 2) * sum(bs for bs, _, _ in cases) * (new_tokens + 16)  # + a margins run and a profiled one
     pool = sum(r["prompt"][1] for r in pool_for(cases))
-    need = pool + outputs + 8 * (WARMUP_PROMPT[1] + 16)
     return Sizing(
         max_bs=max([64, *(bs for bs, _, _ in cases)]),
         max_ctx=max(ctx for _, ctx, _ in cases),
-        kv_tokens=-(-need // 100_000) * 100_000,
-        needed_kv_tokens=need,
+        needed_kv_tokens=pool + outputs + 8 * (WARMUP_PROMPT[1] + 16),
     )
 
 
@@ -775,7 +778,7 @@ class Bench:
     meta: dict
     worker_script: Path = HERE / "engine_worker.py"
     engine_overrides: dict = field(default_factory=dict)
-    sizing: Sizing = Sizing(max_bs=64, max_ctx=65536, kv_tokens=3_400_000)
+    sizing: Sizing = Sizing(max_bs=64, max_ctx=65536, needed_kv_tokens=3_400_000)
     rows: list = field(default_factory=list)
     engines: list = field(default_factory=list)
     notes: list = field(default_factory=list)
