@@ -100,14 +100,14 @@ def make_kv_pool(num_pages: int, device, seed: int = 0, chunk_pages: int = 8192)
     return pool.view(num_pages, PAGE, 1, DIM + 4)
 
 
-def make_queries(num_tokens: int, device, gen):
+def make_queries(num_tokens: int, device, gen, heads: int = HEADS):
     """fp8 q [N, H, D] and float32 weights [N, H] with the q scales folded in."""
     import torch
 
-    q = torch.randn((num_tokens, HEADS, DIM), generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
+    q = torch.randn((num_tokens, heads, DIM), generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
     q_fp8, q_scale = quantize_rows_fp8(q)
-    w = torch.randn((num_tokens, HEADS), generator=gen, device=device, dtype=torch.float32)
-    weights = (w * HEADS**-0.5 * DIM**-0.5 * q_scale).contiguous()
+    w = torch.randn((num_tokens, heads), generator=gen, device=device, dtype=torch.float32)
+    weights = (w * heads**-0.5 * DIM**-0.5 * q_scale).contiguous()
     return q_fp8.contiguous(), weights
 
 
@@ -132,7 +132,7 @@ class Batch:
         return sum(math.ceil(n / PAGE) for n in self.seq_lens) * PAGE_BYTES
 
 
-def make_batch(seq_lens, next_n, pages, device, gen) -> Batch:
+def make_batch(seq_lens, next_n, pages, device, gen, heads: int = HEADS) -> Batch:
     """Lay the requests over ``pages`` (a 1D tensor of physical page ids)."""
     import torch
 
@@ -149,7 +149,7 @@ def make_batch(seq_lens, next_n, pages, device, gen) -> Batch:
         [n - next_n + 1 + j for n in seq_lens for j in range(next_n)],
         dtype=torch.int32,
     )
-    q_fp8, weights = make_queries(len(seq_lens) * next_n, device, gen)
+    q_fp8, weights = make_queries(len(seq_lens) * next_n, device, gen, heads)
     return Batch(
         next_n=next_n,
         seq_lens=list(seq_lens),
@@ -175,7 +175,7 @@ def layout_args(batch: Batch, layout: str):
     """(q, weights, context_lens, block_table) viewed as the patched indexer does."""
     t = tokens_per_row(layout, batch.next_n)
     n = batch.q_fp8.shape[0]
-    q = batch.q_fp8.view(n // t, t, HEADS, DIM)
+    q = batch.q_fp8.view(n // t, t, batch.q_fp8.shape[1], DIM)
     ctx = batch.ctx_lens.view(n // t, t)
     table = batch.block_table[:n:t]  # strided rows, no copy
     return q, batch.weights, ctx, table
@@ -251,24 +251,25 @@ def plan_pool(configs, args, l2_bytes: int) -> tuple[dict, int]:
     """Rotations per (next_n, B, ctx, lengths) case, enough that their KV is three times the L2 (within
     --min-calls and --max-calls), and the pool pages the largest case needs."""
     plans, max_pages = {}, 0
-    for n, b, c, d in configs:
+    for case in configs:
+        b, c = case[1], case[2]
         set_pages = b * math.ceil(c / PAGE)
         rotations = max(args.min_calls, min(args.max_calls, math.ceil(3 * l2_bytes / (set_pages * PAGE_BYTES))))
-        plans[(n, b, c, d)] = rotations
+        plans[case] = rotations
         max_pages = max(max_pages, set_pages * rotations)
     return plans, max_pages
 
 
-def make_batches(case, plans: dict, max_pages: int, rng, gen, device) -> list[Batch]:
+def make_batches(case, plans: dict, max_pages: int, rng, gen, device, heads: int = HEADS) -> list[Batch]:
     """The rotations of one case, each over its own pages of a random permutation of the pool.
     Lengths: uniform, every request at ctx; ragged, uniform in [ctx/2, ctx]."""
     import torch
 
-    n, b, c, d = case
+    n, b, c, d = case[:4]
     perm = torch.randperm(max_pages, device=device, generator=gen)
     set_pages = b * math.ceil(c / PAGE)
     lens = [c] * b if d == "uniform" else [rng.randint(c // 2, c) for _ in range(b)]
-    return [make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen) for r in range(plans[case])]
+    return [make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen, heads) for r in range(plans[case])]
 
 
 def case_fields(case, batches: list[Batch]) -> dict:

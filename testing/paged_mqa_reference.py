@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.paged_mqa import DIM, HEADS, PAGE
+from bench.paged_mqa import DIM, PAGE
 
 
 class ReferencePagedMQA:
@@ -21,8 +21,8 @@ class ReferencePagedMQA:
         self.keys = values * scales[..., None]
 
     def __call__(self, q, kv, weights, ctx, table, schedule, max_len, clean_logits=False):
-        rows, tokens = q.shape[:2]
+        rows, tokens, heads = q.shape[:3]
         keys = self.keys[table.long()].reshape(rows, -1, DIM)[:, :max_len]
         scores = torch.einsum("rthd,rkd->rthk", q.float(), keys).relu()
-        logits = (scores * weights.view(rows, tokens, HEADS, 1)).sum(2)
+        logits = (scores * weights.view(rows, tokens, heads, 1)).sum(2)
         return logits.reshape(rows * tokens, -1)

@@ -1,0 +1,343 @@
+"""The SM90 read-once paged-MQA kernel's grid: DeepGEMM's ``fp8_paged_mqa_logits`` per layout, checked and timed.
+
+For each case (heads, next_n, requests, context, lengths) it calls DeepGEMM three ways on the same inputs:
+
+- per-token: one query token per row (q [B*next_n, 1, H, D]), what sglang runs on SM90 for odd next_n;
+- paired:    two tokens per row (q [B*next_n/2, 2, H, D]), even next_n: each request's KV read next_n/2 times;
+- request:   one row per request (q [B, next_n, H, D]): with the DeepGEMM line's kernel each KV tile is read
+  once for every token of the request; with stock DeepGEMM only next_n 1 and 2 are accepted.
+
+Exactness, on the first rotation of every case: the request layout's logits against per-token's, bit for bit on
+every attended position (``logits_bit_identical``); where the case is small enough (``--fp64-max-tokens``), both
+against a float64 reference computed from the raw fp8 index-K bytes, and the top-k sets (k = ``--topk``, sglang's
+2048) against the reference's, every difference counted and classed a near-tie when the reference values it
+swaps lie within ``--near-tie`` of the k-th value.
+
+Timing as ``bench/paged_mqa.py``: a CUDA graph of one call per rotation (different pages, q and weights, the KV
+of all rotations at least three times the L2), replayed ``--reps`` times, median per call; schedules made outside
+the graph.  Run once per DeepGEMM build (``--label``), each in its own process: ``report`` then joins the runs
+(speedups against the stock build's best layout, the fraction of the H200's limit) into one JSON and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shlex
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bench.paged_mqa import (  # noqa: E402
+    DIM,
+    PAGE,
+    PAGE_BYTES,
+    attended_equal,
+    make_batches,
+    make_kv_pool,
+    plan_pool,
+    run_layout,
+    time_layout,
+)
+
+# The H200's limits the fraction is taken of (vendor figures): HBM bandwidth and dense FP8 tensor rate.
+HBM_BYTES_PER_S = 4.8e12
+FP8_FLOP_PER_S = 1979e12
+LAYOUTS = ("per_token", "paired", "native")
+
+
+def layouts_for(next_n: int, wanted) -> list[str]:
+    """The layouts a case runs: paired only for even next_n >= 4 (at 2 it is the request layout itself)."""
+    return [lay for lay in wanted if lay != "paired" or (next_n >= 4 and next_n % 2 == 0)]
+
+
+def limit_us(next_n: int, heads: int, seq_lens, logits_width: int) -> float:
+    """The fewest microseconds the H200 allows: KV read once (132 bytes a token), q and weights read, the logits
+    row of every token written (float32, the kernel's width), against next_n * heads * 2 * DIM FLOP a KV token."""
+    kv_tokens = sum(math.ceil(n / PAGE) * PAGE for n in seq_lens)
+    tokens = len(seq_lens) * next_n
+    moved = kv_tokens * (PAGE_BYTES // PAGE) + tokens * heads * (DIM + 4) + tokens * logits_width * 4
+    flops = kv_tokens * next_n * heads * 2 * DIM
+    return max(moved / HBM_BYTES_PER_S, flops / FP8_FLOP_PER_S) * 1e6
+
+
+def reference_logits(kv_pool, batch, heads: int):
+    """float64 logits [B*next_n, width] from the raw fp8 bytes: per token row, the sum over heads of
+    weight * relu(q . k), times the key's scale; positions a row does not attend are NaN."""
+    import torch
+
+    pages = kv_pool.view(kv_pool.shape[0], -1)
+    n = batch.next_n
+    width = batch.max_context_len
+    out = torch.full((batch.batch_size * n, width), float("nan"), dtype=torch.float64, device=kv_pool.device)
+    table = batch.block_table[::n]
+    for b, length in enumerate(batch.seq_lens):
+        blocks = table[b, : math.ceil(length / PAGE)].long()
+        raw = pages[blocks]
+        keys = raw[:, : PAGE * DIM].contiguous().view(torch.float8_e4m3fn).double().view(-1, DIM)
+        scales = raw[:, PAGE * DIM :].contiguous().view(torch.float32).double().view(-1)
+        q = batch.q_fp8[b * n : (b + 1) * n].double()  # [n, H, D]
+        w = batch.weights[b * n : (b + 1) * n].double()  # [n, H]
+        scores = torch.einsum("thd,kd->thk", q, keys).clamp_(min=0)
+        logits = torch.einsum("th,thk->tk", w, scores) * scales
+        for t in range(n):
+            seen = int(batch.ctx_lens[b * n + t])
+            out[b * n + t, :seen] = logits[t, :seen]
+    return out
+
+
+def topk_agreement(got, ref, ctx_lens, k: int, near_tie: float) -> dict:
+    """Per row, the top-k positions of ``got`` against the reference's (attended positions only): how many rows
+    differ, how many positions are swapped, and how many of those are near-ties (reference value within
+    ``near_tie`` of the row's k-th reference value, relative to that row's largest magnitude)."""
+    import torch
+
+    rows_differ = swapped = near = 0
+    for r in range(got.shape[0]):
+        seen = int(ctx_lens[r])
+        kk = min(k, seen)
+        g = got[r, :seen].double()
+        f = ref[r, :seen]
+        top_g = set(torch.topk(g, kk).indices.tolist())
+        ref_vals, ref_idx = torch.topk(f, kk)
+        diff = top_g.symmetric_difference(ref_idx.tolist())
+        if not diff:
+            continue
+        rows_differ += 1
+        swapped += len(diff) // 2
+        kth = float(ref_vals[-1])
+        scale = float(f.abs().max()) or 1.0
+        near += sum(1 for i in diff if abs(float(f[i]) - kth) <= near_tie * scale) // 2
+    return {"topk_rows_differ": rows_differ, "topk_swapped": swapped, "topk_swapped_near_ties": near}
+
+
+def check_case(deep_gemm, kv_pool, batch, heads: int, args) -> dict:
+    """Exactness of the request layout on one batch: bit-identity to per-token, and the float64 check."""
+    import torch
+
+    per_token = run_layout(deep_gemm, kv_pool, batch, "per_token")
+    try:
+        request = run_layout(deep_gemm, kv_pool, batch, "native")
+    except RuntimeError as exc:  # stock DeepGEMM refuses next_n > 2 on SM90 (its host check)
+        return {"request_layout_error": str(exc).splitlines()[0][:200]}
+    out = {"logits_bit_identical": attended_equal(batch, per_token, request)}
+    if batch.batch_size * batch.next_n * max(batch.seq_lens) <= args.fp64_max_tokens:
+        ref = reference_logits(kv_pool, batch, heads)
+        mask = ~torch.isnan(ref)
+        err = (request.double()[mask] - ref[mask]).abs().max() / ref[mask].abs().max()
+        out["fp64_positions"] = int(mask.sum())
+        out["fp64_max_rel_err"] = float(err)
+        out.update(topk_agreement(request, ref, batch.ctx_lens, args.topk, args.near_tie))
+    return out
+
+
+def cases(args):
+    """(next_n, B, ctx, lengths, heads) (bench/paged_mqa.py's case and the heads): the --extra cases first (a
+    run stopped at its time limit keeps them), then the grid's others."""
+    grid = [
+        (n, b, c, d, h)
+        for h in args.heads
+        for d in args.lengths
+        for n in args.next_n
+        for c in args.ctx
+        for b in args.batch_sizes
+    ]
+    extra = []
+    for spec in args.extra:  # heads:next_n:B:ctx:lengths, next_n may be "all"
+        h, n, b, c, d = spec.split(":")
+        for nn in args.next_n if n == "all" else [int(n)]:
+            extra.append((nn, int(b), int(c), d, int(h)))
+    return extra + [c for c in grid if c not in extra]
+
+
+def run(args, save) -> dict:
+    """Every case's row; ``save(result)`` after each, so a run cut short keeps the rows it finished."""
+    import deep_gemm
+    import torch
+
+    device = torch.device("cuda")
+    props = torch.cuda.get_device_properties(device)
+    gen = torch.Generator(device=device).manual_seed(1234)
+    rng = random.Random(99)
+    configs = cases(args)
+    plans, max_pages = plan_pool(configs, args, getattr(props, "L2_cache_size", 60 << 20))
+    print(f"[{args.label}] {len(configs)} cases; KV pool {max_pages * PAGE_BYTES / 2**30:.2f} GiB", flush=True)
+    kv_pool = make_kv_pool(max_pages, device)
+    rows = []
+    result = {
+        "label": args.label,
+        "device": torch.cuda.get_device_name(device),
+        "num_sms": deep_gemm.get_num_sms(),
+        "torch": torch.__version__,
+        "reps": args.reps,
+        "rows": rows,
+    }
+    for case in configs:
+        n, b, c, d, heads = case
+        batches = make_batches(case, plans, max_pages, rng, gen, device, heads)
+        row = {"heads": heads, "next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
+        row["seq_lens_sum"] = sum(batches[0].seq_lens)
+        row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len)
+        if "native" in args.layouts:
+            row.update(check_case(deep_gemm, kv_pool, batches[0], heads, args))
+        for layout in layouts_for(n, args.layouts):
+            if layout == "native" and "request_layout_error" in row:
+                continue
+            row[f"{layout}_us"] = time_layout(deep_gemm, kv_pool, batches, layout, args.reps)
+        rows.append(row)
+        print(f"[{args.label}] " + line(row), flush=True)
+        save(result)
+        del batches
+        torch.cuda.empty_cache()
+    return result
+
+
+def line(row: dict) -> str:
+    times = " ".join(f"{lay} {row[f'{lay}_us']:.1f}" for lay in LAYOUTS if f"{lay}_us" in row)
+    exact = row.get("logits_bit_identical", row.get("request_layout_error", "-"))
+    return (
+        f"H={row['heads']} next_n={row['next_n']} B={row['batch_size']} ctx={row['ctx']} {row['lengths']}: "
+        f"{times} us; bit-identical {exact}; fp64 {row.get('fp64_max_rel_err', '-')}"
+    )
+
+
+# ---------------------------------------------------------------- report (no GPU)
+
+
+def join(line_run: dict, stock_run: dict | None) -> list[dict]:
+    """The line's rows with their speedups: over per-token and paired of the same build, and over the best
+    layout stock DeepGEMM has (per-token, paired, or its own next_n <= 2 row) measured in the stock run."""
+    stock = {_key(r): r for r in (stock_run or {}).get("rows", [])}
+    out = []
+    for r in line_run["rows"]:
+        row = dict(r)
+        if "native_us" in r:
+            us = r["native_us"]
+            row["us"] = us
+            row["kernel_reads_kv_once"] = True
+            row["speedup_vs_per_token"] = r["per_token_us"] / us
+            if "paired_us" in r:
+                row["speedup_vs_paired"] = r["paired_us"] / us
+            row["fraction_of_limit"] = r["limit_us"] / us
+            today = stock.get(_key(r))
+            if today:
+                best = min(today[f"{lay}_us"] for lay in LAYOUTS if f"{lay}_us" in today)
+                row["best_today_us"] = best
+                row["speedup_vs_best_today"] = best / us
+                row["per_token_us_stock"] = today["per_token_us"]
+        out.append(row)
+    return out
+
+
+def _key(row: dict) -> tuple:
+    return (row["heads"], row["next_n"], row["batch_size"], row["ctx"], row["lengths"])
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| H | next_n | B | ctx | lengths | per-token us | paired us | read-once us | x per-token | x paired "
+        "| x best today | of limit | bit-identical | fp64 rel err | top-k swaps (near-ties) |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+
+        def f(key, fmt="{:.1f}"):
+            return fmt.format(r[key]) if key in r else "-"
+
+        swaps = f"{r['topk_swapped']} ({r['topk_swapped_near_ties']})" if "topk_swapped" in r else "-"
+        lines.append(
+            f"| {r['heads']} | {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | {r['lengths']} "
+            f"| {f('per_token_us')} | {f('paired_us')} | {f('us')} | {f('speedup_vs_per_token', '{:.2f}x')} "
+            f"| {f('speedup_vs_paired', '{:.2f}x')} | {f('speedup_vs_best_today', '{:.2f}x')} "
+            f"| {f('fraction_of_limit', '{:.2f}')} | {r.get('logits_bit_identical', '-')} "
+            f"| {f('fp64_max_rel_err', '{:.1e}')} | {swaps} |"
+        )
+    return "\n".join(lines)
+
+
+def report(args) -> None:
+    runs = {}
+    for path in args.runs:
+        with open(path) as f:
+            run_ = json.load(f)
+        runs[run_["label"]] = run_
+    line_run, stock_run = runs.get(args.line_label), runs.get(args.stock_label)
+    if line_run is None:  # the line's build or its smoke run failed: the stock rows alone, said so
+        print(f"no run labelled {args.line_label!r}: the report holds the stock rows only")
+        line_run = {**(stock_run or {"rows": []}), "rows": []}
+    facts = {}
+    if args.deep_gemm_facts and os.path.exists(args.deep_gemm_facts):
+        with open(args.deep_gemm_facts) as f:
+            facts = json.load(f)
+    rows = join(line_run, stock_run)
+    result = {
+        "what": "DeepGEMM fp8_paged_mqa_logits on SM90 alone (no sglang code), per layout, CUDA graphs",
+        "device": line_run["device"],
+        "torch": line_run["torch"],
+        "reps": line_run["reps"],
+        "cuda_graph": True,
+        "limit": {"hbm_bytes_per_s": HBM_BYTES_PER_S, "fp8_flop_per_s": FP8_FLOP_PER_S},
+        "deep_gemm": facts,
+        "runs": {label: {k: v for k, v in r.items() if k != "rows"} for label, r in runs.items()},
+        "stock_rows": (stock_run or {}).get("rows", []),
+        "rows": rows,
+        "commands": {"report": "python " + " ".join(shlex.quote(a) for a in sys.argv)},
+    }
+    if os.environ.get("BENCH_DEVICE_COMMAND"):
+        result["commands"]["device"] = os.environ["BENCH_DEVICE_COMMAND"]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    text = table(rows)
+    with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    grid = sub.add_parser("grid", help="time and check one DeepGEMM build (GPU)")
+    grid.add_argument("--label", required=True, help="the build's name in the report (line / stock)")
+    grid.add_argument("--json", required=True, help="where this run's rows go")
+    grid.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
+    grid.add_argument("--heads", type=int, nargs="+", default=[64])
+    grid.add_argument("--next-n", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
+    grid.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
+    grid.add_argument("--ctx", type=int, nargs="+", default=[4096, 65536])
+    grid.add_argument("--lengths", nargs="+", default=["uniform"], choices=["uniform", "ragged"])
+    grid.add_argument("--extra", nargs="*", default=[], help="more cases, heads:next_n:B:ctx:lengths (next_n 'all')")
+    grid.add_argument("--reps", type=int, default=15)
+    grid.add_argument("--min-calls", type=int, default=4)
+    grid.add_argument("--max-calls", type=int, default=64)
+    grid.add_argument("--fp64-max-tokens", type=int, default=32 * 6 * 65536)
+    grid.add_argument("--topk", type=int, default=2048)
+    grid.add_argument("--near-tie", type=float, default=1e-5)
+    rep = sub.add_parser("report", help="join the runs into one JSON and table (no GPU)")
+    rep.add_argument("runs", nargs="+")
+    rep.add_argument("--line-label", default="line")
+    rep.add_argument("--stock-label", default="stock")
+    rep.add_argument("--deep-gemm-facts", help="the build's facts JSON (source, commit, line, versions, hashes)")
+    rep.add_argument("--out", default=os.environ.get("OUT", "."))
+    rep.add_argument("--name", default="paged_mqa_read_once_h200")
+    args = parser.parse_args(argv)
+    if args.verb == "report":
+        report(args)
+        return
+    started = time.time()
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+
+    def save(result):
+        with open(args.json, "w") as f:
+            json.dump({**result, "wall_s": round(time.time() - started, 1), "command": command}, f, indent=1)
+
+    save(run(args, save))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The SM90 read-once paged-MQA kernel on the H200: deepseek-ai/DeepGEMM built from source twice (stock, and with
+# a series of patches applied), each checked and timed by bench/paged_mqa_read_once.py in its own process, then
+# joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
+#
+#   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--cache DIR] [--wheel-headers DIR] [-- GRID ARGS]
+#
+# TAR: DeepGEMM's tree at its pinned commit with third-party/cutlass/include and third-party/fmt/include filled in
+# (the submodules); DIR: *.patch files applied in name order with `git apply`.  --cache DIR: builds and the JIT
+# cache from an earlier call (stock-so.tgz, line-so.tgz with its source hash in line-so.sha256, jit.tgz); a build
+# whose source hash matches is reused, the others are built (CXX=/usr/bin/g++: the box's /opt/gcc wrapper links
+# a second libstdc++ into the extension, whose metadata call then segfaults).  GRID ARGS go to both grid runs.
+set -uo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUTDIR=${OUT:-/tmp/read-once-out}
+WORK=/tmp/sglpatch-read-once
+SOURCE= PATCHES= CACHE= WHEEL_HEADERS=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --source) SOURCE=$2; shift 2 ;;
+    --patches) PATCHES=$2; shift 2 ;;
+    --cache) CACHE=$2; shift 2 ;;
+    --wheel-headers) WHEEL_HEADERS=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "run_read_once_kernel.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -f "$SOURCE" ] && [ -d "$PATCHES" ] || { echo "run_read_once_kernel.sh: --source TAR and --patches DIR are required" >&2; exit 2; }
+abs() { [ -z "$1" ] || (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
+mkdir -p "$OUTDIR" "$WORK"
+exec > >(tee "$OUTDIR/read_once_kernel.log") 2>&1
+T0=$(date +%s)
+say() { echo "[read-once +$(( $(date +%s) - T0 ))s] $*"; }
+PY=python3
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} DG_JIT_CACHE_DIR=$WORK/jit PYTHONUNBUFFERED=1
+HEADERS="impls/sm90_fp8_paged_mqa_logits.cuh scheduler/sm90_paged_mqa_logits.cuh mma/sm90.cuh"
+
+tree_hash() { (cd "$1" && find csrc deep_gemm -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.py' \) | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16); }
+
+# unpack NAME [PATCHES]: WORK/NAME/DeepGEMM, patched when PATCHES is given
+unpack() {
+  rm -rf "$WORK/$1" && mkdir -p "$WORK/$1" && tar xf "$SOURCE" -C "$WORK/$1" || return 1
+  local d="$WORK/$1/DeepGEMM"
+  if [ -n "${2:-}" ]; then
+    ( cd "$d" && git init -q && for p in "$2"/*.patch; do git apply "$p" && echo "applied $(basename "$p")" || exit 1; done ) || return 1
+  fi
+  cp -r "$d/third-party/cutlass/include/cute" "$d/third-party/cutlass/include/cutlass" "$d/deep_gemm/include/"
+}
+
+# build NAME: the extension in place, or the cached one when its source hash matches
+build() {
+  local d="$WORK/$1/DeepGEMM" hash; hash=$(tree_hash "$d")
+  if [ -n "$CACHE" ] && [ -f "$CACHE/$1-so.tgz" ] && [ "$(cat "$CACHE/$1-so.sha256" 2>/dev/null)" = "$hash" ]; then
+    tar xzf "$CACHE/$1-so.tgz" -C "$d" && say "$1: cached build reused (source $hash)" && return 0
+  fi
+  local t=$(date +%s)
+  ( cd "$d" && CXX=/usr/bin/g++ CC=/usr/bin/gcc $PY setup.py -q build_ext --inplace >build.log 2>&1 ) \
+    || { say "$1: build FAILED"; grep -E "error" -m 20 "$d/build.log"; return 1; }
+  say "$1: built in $(( $(date +%s) - t )) s (source $hash)"
+  ( cd "$d" && tar czf "$OUTDIR/$1-so.tgz" deep_gemm/_C*.so ) && echo "$hash" >"$OUTDIR/$1-so.sha256"
+}
+
+facts() {  # the builds' facts, computed here: versions and the SM90 headers' sha256 beside the wheel's
+  $PY - "$WORK" "$WHEEL_HEADERS" $HEADERS <<'EOF' >"$OUTDIR/deep_gemm_facts.json"
+import hashlib, json, os, subprocess, sys, torch
+work, wheel, headers = sys.argv[1], sys.argv[2], sys.argv[3:]
+sha = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.exists(p) else None
+nvcc = subprocess.run([os.environ["CUDA_HOME"] + "/bin/nvcc", "--version"], capture_output=True, text=True).stdout
+out = {"source": "deepseek-ai/DeepGEMM", "commit": "54e2261", "built_with": {
+    "torch": torch.__version__, "nvcc": nvcc.strip().splitlines()[-1], "cxx": "/usr/bin/g++"}}
+for build in ("stock", "line"):
+    inc = f"{work}/{build}/DeepGEMM/deep_gemm/include/deep_gemm"
+    out[build] = {h: sha(f"{inc}/{h}") for h in headers}
+if wheel:
+    out["wheel_sgl_deep_gemm_0.2.3.post2"] = {h: sha(f"{wheel}/{h}") for h in headers}
+    out["headers_identical_to"] = ("sgl-deep-gemm 0.2.3.post2"
+        if out["stock"] == out["wheel_sgl_deep_gemm_0.2.3.post2"] else None)
+print(json.dumps(out, indent=1))
+EOF
+}
+
+say "box: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $($PY -c 'import torch; print(torch.__version__)')"
+[ -n "$CACHE" ] && [ -f "$CACHE/jit.tgz" ] && mkdir -p "$DG_JIT_CACHE_DIR" && tar xzf "$CACHE/jit.tgz" -C "$DG_JIT_CACHE_DIR" && say "JIT cache restored"
+unpack stock && build stock || exit 1
+line_ok=1
+unpack line "$PATCHES" && build line || line_ok=0
+facts
+
+grid() {  # NAME SECONDS ARGS...: one process, its own DeepGEMM first on the path, stopped after SECONDS
+  local name=$1 limit=$2; shift 2
+  ( cd "$REPO" && PYTHONPATH="$WORK/$name/DeepGEMM:$REPO" timeout "$limit" $PY bench/paged_mqa_read_once.py grid \
+      --label "$name" --json "$WORK/$name.json" "$@" ) || say "$name grid exit $?"
+}
+if [ $line_ok = 1 ]; then
+  say "line: smoke (every next_n, 2 requests x 4k, exactness only)"
+  ( cd "$REPO" && PYTHONPATH="$WORK/line/DeepGEMM:$REPO" timeout "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
+      --json "$WORK/smoke.json" --batch-sizes 2 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 ) || { say "smoke failed ($?)"; line_ok=0; }
+fi
+[ $line_ok = 1 ] && { say "line grid"; grid line "${LINE_GRID_S:-300}" "$@"; }
+say "stock grid"
+grid stock "${STOCK_GRID_S:-200}" --fp64-max-tokens 0 "$@"
+( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
+runs=$(ls "$WORK"/line.json "$WORK"/stock.json 2>/dev/null)
+( cd "$REPO" && $PY bench/paged_mqa_read_once.py report $runs --deep-gemm-facts "$OUTDIR/deep_gemm_facts.json" --out "$OUTDIR" )
+say "done"

@@ -1,0 +1,142 @@
+"""bench/paged_mqa_read_once.py on CPU: its checks, with DeepGEMM replaced by the project's torch reference.
+
+DeepGEMM does not run here (the grid itself runs on the H200).  What is checked: the float64 reference is
+computed from the raw fp8 bytes and agrees with an independent dense formula; the exactness check finds the
+request layout bit-identical to per-token when it is, flags it when one logit is changed, and records stock
+DeepGEMM's refusal of next_n > 2; the top-k comparison counts swaps and near-ties; the report's speedups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bench import paged_mqa_read_once as ro  # noqa: E402
+from bench.paged_mqa import make_batch, make_kv_pool  # noqa: E402
+from testing.paged_mqa_reference import ReferencePagedMQA  # noqa: E402
+
+
+class StandInDeepGEMM:
+    """DeepGEMM's two calls in torch; ``max_next_n`` 2 refuses wider rows as stock DeepGEMM's SM90 host check does,
+    and ``poison`` changes one logit of every call with more than one token per row."""
+
+    def __init__(self, kv_pool, max_next_n=6, poison=False):
+        self.reference = ReferencePagedMQA(kv_pool)
+        self.max_next_n, self.poison = max_next_n, poison
+
+    def get_paged_mqa_logits_metadata(self, context_lens, block_kv, num_sms):
+        return None
+
+    def get_num_sms(self):
+        return 4
+
+    def fp8_paged_mqa_logits(self, q, kv, weights, ctx, table, schedule, max_len, clean_logits=False):
+        if q.shape[1] > self.max_next_n:
+            raise RuntimeError("Assertion error (csrc/jit_kernels/impls/sm90_fp8_mqa_logits.hpp): next_n")
+        logits = self.reference(q, kv, weights, ctx, table, schedule, max_len)
+        if self.poison and q.shape[1] > 1:
+            logits[0, 0] += 1.0
+        return logits
+
+
+def args(**kw):
+    base = {"fp64_max_tokens": 10**9, "topk": 16, "near_tie": 1e-5}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def batch_of(next_n, heads, seed):
+    gen = torch.Generator().manual_seed(seed)
+    pool = make_kv_pool(12, "cpu", seed=seed)
+    lens = [300, 70, 129]
+    pages = torch.randperm(12, generator=gen)
+    return pool, make_batch(lens, next_n, pages, "cpu", gen, heads)
+
+
+@pytest.mark.parametrize(("next_n", "heads"), [(3, 64), (6, 32), (1, 64)])
+def test_the_request_layout_is_checked_bit_for_bit_and_in_float64(next_n, heads):
+    pool, batch = batch_of(next_n, heads, next_n)
+    got = ro.check_case(StandInDeepGEMM(pool), pool, batch, heads, args())
+    assert got["logits_bit_identical"] is True
+    assert got["fp64_positions"] == int(batch.ctx_lens.sum())
+    assert got["fp64_max_rel_err"] < 1e-5  # the stand-in sums in float32
+    assert got["topk_rows_differ"] == got["topk_swapped"] == 0
+
+
+def test_a_changed_logit_is_not_bit_identical():
+    pool, batch = batch_of(3, 64, 5)
+    assert ro.check_case(StandInDeepGEMM(pool, poison=True), pool, batch, 64, args())["logits_bit_identical"] is False
+
+
+def test_stock_deepgemms_refusal_is_recorded_not_raised():
+    pool, batch = batch_of(3, 64, 7)
+    got = ro.check_case(StandInDeepGEMM(pool, max_next_n=2), pool, batch, 64, args())
+    assert "next_n" in got["request_layout_error"] and "logits_bit_identical" not in got
+
+
+def test_the_reference_is_the_dense_formula_from_raw_bytes():
+    pool, batch = batch_of(2, 64, 11)
+    ref = ro.reference_logits(pool, batch, 64)
+    dense = ReferencePagedMQA(pool)(
+        batch.q_fp8.view(-1, 1, 64, 128), pool, batch.weights, None, batch.block_table, None, batch.max_context_len
+    )
+    mask = ~torch.isnan(ref)
+    assert int(mask.sum()) == int(batch.ctx_lens.sum())
+    torch.testing.assert_close(dense.double()[mask], ref[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_topk_swaps_and_near_ties_are_counted():
+    ref = torch.tensor([[5.0, 4.0, 3.0, 2.9999999, 1.0]], dtype=torch.float64)
+    near = ref.clone()
+    near[0, 3] = 3.1  # swaps positions 2 and 3, whose reference values lie within 1e-7 of each other
+    far = ref.clone()
+    far[0, 4] = 10.0  # brings in position 4, far below the k-th value
+    ctx = torch.tensor([5])
+    assert ro.topk_agreement(ref, ref, ctx, 3, 1e-6)["topk_swapped"] == 0
+    assert ro.topk_agreement(near, ref, ctx, 3, 1e-6) == {
+        "topk_rows_differ": 1,
+        "topk_swapped": 1,
+        "topk_swapped_near_ties": 1,
+    }
+    assert ro.topk_agreement(far, ref, ctx, 3, 1e-6)["topk_swapped_near_ties"] == 0
+
+
+def test_the_report_takes_speedups_against_the_stock_builds_best_layout():
+    key = {"heads": 64, "next_n": 4, "batch_size": 32, "ctx": 65536, "lengths": "uniform", "limit_us": 100.0}
+    line = {"rows": [{**key, "per_token_us": 400.0, "paired_us": 220.0, "native_us": 160.0}]}
+    stock = {"rows": [{**key, "per_token_us": 410.0, "paired_us": 200.0}]}
+    (row,) = ro.join(line, stock)
+    assert row["speedup_vs_per_token"] == 2.5 and row["speedup_vs_paired"] == 220 / 160
+    assert row["speedup_vs_best_today"] == 200 / 160 and row["fraction_of_limit"] == 100 / 160
+    assert row["kernel_reads_kv_once"] is True
+    assert "| 64 | 4 | 32 | 64k |" in ro.table([row])
+
+
+def test_the_limit_is_the_larger_of_bytes_and_flops():
+    # 64 requests x 64k at next_n 4: 16.4 kFLOP per token pair -> compute-bound on the H200
+    us = ro.limit_us(4, 64, [65536] * 64, 65536)
+    flops_us = 64 * 65536 * 4 * 64 * 2 * 128 / ro.FP8_FLOP_PER_S * 1e6
+    assert us == pytest.approx(flops_us)
+    assert ro.limit_us(1, 64, [65536] * 64, 65536) > 64 * 65536 * 132 / ro.HBM_BYTES_PER_S * 1e6
+
+
+def test_cases_put_extra_cases_after_the_grid_once():
+    a = argparse.Namespace(
+        heads=[64],
+        lengths=["uniform"],
+        next_n=[3, 4],
+        ctx=[4096],
+        batch_sizes=[1],
+        extra=["32:all:8:65536:ragged", "64:3:1:4096:uniform"],
+    )
+    got = ro.cases(a)
+    assert got == [
+        (3, 8, 65536, "ragged", 32),
+        (4, 8, 65536, "ragged", 32),
+        (3, 1, 4096, "uniform", 64),
+        (4, 1, 4096, "uniform", 64),
+    ]
+    random.seed(0)
