@@ -269,7 +269,9 @@ def make_batches(case, plans: dict, max_pages: int, rng, gen, device, heads: int
     perm = torch.randperm(max_pages, device=device, generator=gen)
     set_pages = b * math.ceil(c / PAGE)
     lens = [c] * b if d == "uniform" else [rng.randint(c // 2, c) for _ in range(b)]
-    return [make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen, heads) for r in range(plans[case])]
+    return [
+        make_batch(lens, n, perm[r * set_pages : (r + 1) * set_pages], device, gen, heads) for r in range(plans[case])
+    ]
 
 
 def case_fields(case, batches: list[Batch]) -> dict:
