@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
+from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 
 PIN_FILE = "pin.json"
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -139,7 +139,19 @@ def _blobs(blobs: dict, project: ProjectKind) -> dict[str, str]:
     return dict(blobs)
 
 
-def load_pin(patch_dir: Path, project: ProjectKind = DEFAULT_KIND) -> Pin:
+def pinned_kind(patch_dir: Path) -> ProjectKind:
+    """The kind a series folder's pin.json pins (its top-level section's name); sglang when it cannot tell."""
+    try:
+        data = json.loads((Path(patch_dir) / PIN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return DEFAULT_KIND
+    found = [kind for kind in KINDS if isinstance(data, dict) and kind.name in data]
+    return found[0] if len(found) == 1 else DEFAULT_KIND
+
+
+def load_pin(patch_dir: Path, project: ProjectKind | None = None) -> Pin:
+    """The pin of a series folder, of `project`'s kind (default: the kind the file names)."""
+    project = project or pinned_kind(patch_dir)
     path = Path(patch_dir) / PIN_FILE
     if not path.is_file():
         raise FatalError(f"{path}: no pin file")

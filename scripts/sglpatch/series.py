@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
+from sglpatch.pin import pinned_kind
 from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 
 SERIES_FILE = "series"
@@ -434,8 +435,10 @@ def parse_patch(name: str, data: bytes, path: Path | None = None, project: Proje
 # -- the whole series ------------------------------------------------------------
 
 
-def load_series(directory: Path, verify_sums: bool = True, project: ProjectKind = DEFAULT_KIND) -> Series:
+def load_series(directory: Path, verify_sums: bool = True, project: ProjectKind | None = None) -> Series:
+    """The series in `directory`, its paths those of `project` (default: the kind its pin.json names)."""
     directory = Path(directory).resolve()
+    project = project or pinned_kind(directory)
     refuse_half_rewritten(directory)
     series_path = directory / SERIES_FILE
     if not series_path.is_file():

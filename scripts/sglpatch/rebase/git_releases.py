@@ -27,7 +27,7 @@ from sglpatch.git import Git, git_reason, init_repo
 from sglpatch.output import progress, say, show_path, timed
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.project_kind import ProjectKind
-from sglpatch.rebase.releases import write_wheel_commit
+from sglpatch.rebase.releases import IMPORT_TRAILER, write_wheel_commit
 from sglpatch.wheels import cache_dir, fetch_wheel
 
 STAND_IN = "stand-in"
@@ -77,7 +77,7 @@ def has_commit(git: Git, commit: str) -> bool:
 def stand_in_of(git: Git, rev: str) -> str | None:
     """What the stand-in at `rev` stands in for (its trailer), or None when `rev` is a real commit."""
     status, value, _ = git.try_run("log", "-1", f"--format=%(trailers:key={STAND_IN_TRAILER},valueonly)", rev, "--")
-    return value.strip() or None if status == 0 else None
+    return (value.strip() or None) if status == 0 else None
 
 
 def ensure_git_base(pin: Pin, dest: Path) -> Path:
@@ -126,8 +126,8 @@ def _stand_in_commit(repo: Git, pin: Pin) -> str:
     wheel = fetch_wheel(pin.wheel.filename.split("-")[1], pin.wheel, pin.project)
     message = (
         f"{pin.project.name} stand-in for {pin.project.upstream} {pin.release}\n\n"
-        f"The package folder of {wheel.name} (PyPI) at the checkout's paths; not the upstream commit.\n"
-        f"{STAND_IN_TRAILER}: {stand_in_description(pin)}\n"
+        f"The package folder of {wheel.name} (PyPI) at the checkout's paths; not the upstream commit.\n\n"
+        f"{STAND_IN_TRAILER}: {stand_in_description(pin)}\n{IMPORT_TRAILER}: pypi-wheel\n"
     )
     ref = "refs/sglpatch/stand-in"
     with tempfile.TemporaryFile() as stream:
