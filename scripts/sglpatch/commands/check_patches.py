@@ -59,8 +59,10 @@ def run(args) -> int:
         raise FatalError(
             f"{hints.option(f'--jobs {args.jobs}', f'JOBS={args.jobs}')}: give 1 or more pytest runs at once"
         )
-    if args.patches:  # a series folder, on the default line's base
-        checks = [(default_line(), load_series(args.patches), load_pin(args.patches))]
+    if args.patches:  # a series folder, on the default line's base (a DeepGEMM one: on its pin's own base)
+        pin = load_pin(args.patches)
+        line = Line(pin.tag, args.patches, project=pin.project) if pin.project.from_git else default_line()
+        checks = [(line, load_series(args.patches), pin)]
     else:
         lines = [line_named(args.line)] if args.line else all_lines()
         checks = [(line, load_series(line.directory, project=line.project), line.pin()) for line in lines]

@@ -41,7 +41,7 @@ def run(args) -> int:
     """Each line (--line: one; --patches: that folder) against the releases from its base on."""
     if args.patches:
         series, pin = load_line(args, None)
-        return _drift(series, pin, args, args.out)
+        return (_drift_commits if pin.project.from_git else _drift)(series, pin, args, args.out)
     lines = [line_named(args.line)] if args.line else all_lines()
     for line in lines:
         say(f"== line {line.name}")
@@ -53,7 +53,7 @@ def run(args) -> int:
 def _drift_commits(series: Series, pin: Pin, args, out: Path) -> int:
     """A DeepGEMM line against commits of its source: --releases names refs there (default: every branch)."""
     started = time.monotonic()
-    clone, branches = source_refs(pin.project)
+    clone, branches = source_refs(pin)
     refs = args.releases.split(",") if args.releases else branches
     tips = {ref: clone.rev_parse(f"{ref}^{{commit}}") for ref in refs}
     if missing := [ref for ref, tip in tips.items() if tip is None]:

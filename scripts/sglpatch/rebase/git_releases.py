@@ -1,9 +1,10 @@
 """Releases of a git kind (DeepGEMM, `ProjectKind.from_git`): commits of its own repository, from a clone.
 
 A DeepGEMM "release" is a commit (the pin names one), so where sglang's code makes a release commit from
-a PyPI wheel (releases.py) this kind fetches the commit from its source into a cached bare clone
-($SGLPATCH_CACHE/sources/<kind>.git). The source is $SGLPATCH_<KIND>_SOURCE (a URL or a path a `git
-fetch` takes; default https://github.com/<upstream>).
+a PyPI wheel (releases.py) this kind takes commits from a clone. The source is $SGLPATCH_<KIND>_SOURCE:
+a folder holding a git repository (a clone or a mirror on this machine, read where it is, never written),
+or a URL, fetched into a cached bare clone ($SGLPATCH_CACHE/sources/<kind>-<hash of the URL>.git); default
+https://github.com/<upstream>.
 
 Where the source cannot be reached (CI reaches PyPI only), the default base is a **stand-in**: one commit
 holding the package folder of the pin's stand-in wheel (sgl-deep-gemm, sha256-checked) at the checkout's
@@ -16,6 +17,7 @@ source.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -44,20 +46,29 @@ def source_of(kind: ProjectKind) -> str:
     return os.environ.get(source_variable(kind)) or kind.upstream_url
 
 
-def source_clone(kind: ProjectKind) -> Git:
-    path = cache_dir() / "sources" / f"{kind.name}.git"
+def source_clone(kind: ProjectKind, url: str) -> Git:
+    """The cached bare clone of `url` (one per URL: two sources never mix their branches)."""
+    path = cache_dir() / "sources" / f"{kind.name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}.git"
     if not (path / "HEAD").exists():
         init_repo(path, bare=True)
     return Git(path)
 
 
 def fetch_source(kind: ProjectKind, wanted: str | None = None, refresh: bool = False) -> tuple[Git | None, str]:
-    """The cached clone, holding `wanted` (fetched from the source when missing, or always with `refresh`),
-    or None and why it could not be had."""
+    """The source's repository (a local one as it is; a URL's cached clone, fetched when `wanted` is missing or
+    with `refresh`), holding `wanted`; or None and why it could not be had."""
     source = source_of(kind)
     if source == STAND_IN:
         return None, f"{source_variable(kind)}={STAND_IN}"
-    clone = source_clone(kind)
+    local = Path(source).expanduser()
+    if local.is_dir():
+        git = Git(local)
+        if git.try_run("rev-parse", "--git-dir")[0] != 0:
+            return None, f"{source} is not a git repository"
+        if wanted is not None and not has_commit(git, wanted):
+            return None, f"{source} has no commit {wanted}"
+        return git, ""
+    clone = source_clone(kind, source)
     if not refresh and (wanted is None or has_commit(clone, wanted)):
         if wanted is not None or clone.rev_parse("HEAD"):
             return clone, ""
@@ -96,12 +107,12 @@ def ensure_git_base(pin: Pin, dest: Path) -> Path:
     with timed(f"laid out {pin.describe()} at {dest}"):
         repo = init_repo(partial)
         if clone is not None:
-            repo.run("fetch", "--quiet", str(clone.workdir), "+refs/heads/*:refs/remotes/source/*")
+            repo.run("fetch", "--quiet", "--no-tags", str(clone.workdir), "+refs/heads/*:refs/remotes/source/*")
             repo.run("reset", "-q", "--hard", pin.commit)
             drift = drifted_files(pin, _blobs(repo, list(pin.blobs)))
         else:
             say(f"note: {why}: {pin.describe()} is laid out from a stand-in, {stand_in_description(pin)}")
-            repo.run("reset", "-q", "--hard", _stand_in_commit(repo, pin))
+            lay_out_stand_in(repo, pin)
             drift = [p for p in drifted_files(pin, _blobs(repo, list(pin.blobs))) if in_stand_in(pin, p)]
         if drift:
             raise FatalError(f"{kind.name} at {pin.release} does not match pin.json in: {', '.join(drift)}")
@@ -120,6 +131,13 @@ def stand_in_description(pin: Pin) -> str:
 def in_stand_in(pin: Pin, path: str) -> bool:
     """Whether the stand-in can hold `path`: the package's files only."""
     return path.startswith(pin.project.package_prefix)
+
+
+def lay_out_stand_in(repo: Git, pin: Pin) -> str:
+    """The stand-in commit made in `repo` and checked out there (HEAD); its id."""
+    commit = _stand_in_commit(repo, pin)
+    repo.run("reset", "-q", "--hard", commit)
+    return commit
 
 
 def _stand_in_commit(repo: Git, pin: Pin) -> str:
@@ -144,9 +162,10 @@ def _blobs(repo: Git, paths: list[str]) -> dict[str, str]:
     return {line.split("\t", 1)[1]: line.split()[2] for line in listed.splitlines()}
 
 
-def source_refs(kind: ProjectKind) -> tuple[Git, list[str]]:
-    """The source's branches (fetched now), for drift: the clone and its branch names."""
-    clone, why = fetch_source(kind, refresh=True)
+def source_refs(pin: Pin) -> tuple[Git, list[str]]:
+    """The source's branches (fetched now), for drift: the clone, holding the pinned commit, and their names."""
+    kind = pin.project
+    clone, why = fetch_source(kind, pin.commit, refresh=True)
     if clone is None:
-        raise FatalError(f"drift of a {kind.name} line needs its source: {why} (set {source_variable(kind)})")
+        raise FatalError(f"drift of {pin.describe()} needs its source: {why} (set {source_variable(kind)})")
     return clone, clone.run("for-each-ref", "--format=%(refname:short)", "refs/heads/").split()

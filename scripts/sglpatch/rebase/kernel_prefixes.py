@@ -26,7 +26,7 @@ CHECK_REF = "refs/sglpatch/check/kernel"
 
 
 def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
-    """Compile each prefix's kernel; the number of prefixes that do not compile."""
+    """Compile each prefix's kernel; the number of prefixes (the base among them) whose kernel does not compile."""
     git = Git(ensure_default_base(pin, base))
     patches, names = series.patches, [patch.name for patch in series.patches]
     stand_in = stand_in_of(git, pin.tag)
@@ -42,9 +42,10 @@ def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
     failures = 0
     with _prefix_trees(git, pin.tag, patches) as trees:
         for label, tree in zip(["the base", *(f"with {n}" for n in names)], trees, strict=True):
-            for build in compile_tree(tree, pin):
+            builds = compile_tree(tree, pin)
+            for build in builds:
                 say(f"{label}: SM90 paged-MQA kernel, {build.describe()}  [{'ok' if build.ok else 'FAIL'}]")
-                failures += not build.ok
+            failures += not all(build.ok for build in builds)
     if not failures:
         say(f"line {name}: every prefix's SM90 paged-MQA kernel compiles for sm_90a ({len(trees)} trees)")
     return failures

@@ -1,0 +1,37 @@
+"""`make check-patches` on a DeepGEMM line: each prefix's SM90 paged-MQA kernel compiled for sm_90a with nvcc
+from PyPI wheels (no GPU). Marked series_proof: the first run downloads the CUDA 13.0 wheels (about 150 MB),
+and each compile takes a few seconds; `make check-patches` runs the same check for the project's line.
+
+The broken-kernel case runs on the stand-in of testing/deep_gemm_trees.py (the sgl-deep-gemm wheel's package
+as a git repo, standing in for the GitHub checkout).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sglpatch import project
+from testing.deep_gemm_trees import KERNEL, LINE, deep_gemm_series
+
+pytestmark = pytest.mark.series_proof
+
+
+def test_every_prefix_of_the_deep_gemm_line_compiles_the_kernel(sglpatch):
+    code, out, err = sglpatch("check-patches", "--line", LINE)
+    assert code == 0, err
+    assert f"line {LINE}: every prefix's SM90 paged-MQA kernel compiles for sm_90a" in out
+    assert "next_n 1, 64 heads: 96 registers, 0 B spill stores" in out and "[FAIL]" not in out
+
+
+def test_a_patch_that_breaks_the_kernels_compile_fails_on_cpu(
+    sglpatch, tmp_path, monkeypatch, deep_gemm_source, stand_in_pin
+):
+    monkeypatch.setenv("SGLPATCH_DEEP_GEMM_SOURCE", str(deep_gemm_source))
+    monkeypatch.setattr(project, "PROJECT_ROOT", tmp_path)  # its default base goes to tmp_path/build
+    edit = (KERNEL, "kNumTMAThreads == 128 and", "kNumTMAThreads == 129 and")
+    patches = deep_gemm_series(deep_gemm_source, stand_in_pin, tmp_path / "broken", [edit])
+    code, out, err = sglpatch("check-patches", "--patches", patches)
+    assert code == 2 and "1 of 1 patches fail" in err, err
+    base, patched = [line for line in out.splitlines() if "SM90 paged-MQA kernel, next_n 2" in line]
+    assert base.startswith("the base:") and base.endswith("[ok]")
+    assert "does not compile" in patched and patched.endswith("[FAIL]"), out
