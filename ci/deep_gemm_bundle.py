@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.lines import line_named
+from sglpatch.lines import all_lines, line_named
 from sglpatch.series import load_series
 from sglpatch.wheels import fetch_wheel
 from sglpatch.wheels import file_sha256 as sha256_file
@@ -43,6 +43,14 @@ SM90_HEADERS = (
     "deep_gemm/include/deep_gemm/mma/sm90.cuh",
 )
 SOURCE_PREFIX = "DeepGEMM/"
+
+
+def newest_line() -> str:
+    """The newest DeepGEMM line (the last, by its pin's date)."""
+    lines = [line for line in all_lines() if line.project.from_git]
+    if not lines:
+        raise SystemExit("patches/ holds no DeepGEMM line")
+    return lines[-1].name
 
 
 def applied_source(line_name: str) -> tuple[Git, str]:
@@ -89,6 +97,7 @@ def pack_third_party(stand_in: Path, fmt_wheel: Path, packer) -> None:
 
 def build(line_name: str, out: Path, cache: Path, update_hashes: bool, packer_class, download) -> dict:
     """OUT/deep_gemm/{source,third-party}.tar.xz and MANIFEST.json; returns the manifest."""
+    line_name = newest_line() if line_name == "newest" else line_name
     try:
         git, branch = applied_source(line_name)
         line = line_named(line_name)

@@ -481,8 +481,10 @@ def main(argv=None) -> int:
     )
     ap.add_argument(
         "--deep-gemm",
+        nargs="?",
+        const="newest",
         metavar="LINE",
-        help="build only OUT/deep_gemm/: deepseek-ai/DeepGEMM at the DeepGEMM line LINE's pin with its series "
+        help="build only OUT/deep_gemm/ (LINE left out: the newest DeepGEMM line): deepseek-ai/DeepGEMM at the DeepGEMM line LINE's pin with its series "
         "applied (e.g. deep_gemm/54e2261; the source from SGLPATCH_DEEP_GEMM_SOURCE), cute/cutlass and fmt headers",
     )
     ap.add_argument(
