@@ -46,7 +46,15 @@ def run(args) -> int:
     for line in lines:
         say(f"== line {line.name}")
         series, pin = load_line(args, line)
-        (_drift_commits if line.project.from_git else _drift)(series, pin, args, args.out / line.name)
+        if not line.project.from_git:
+            _drift(series, pin, args, args.out / line.name)
+            continue
+        try:
+            _drift_commits(series, pin, args, args.out / line.name)
+        except FatalError as exc:
+            if args.line:
+                raise
+            say(f"line {line.name} skipped: {exc}")  # every line was asked for: the others' reports stand
     return 0
 
 
