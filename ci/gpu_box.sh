@@ -66,13 +66,18 @@ extract_archive() {
   "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$1" "$2"
 }
 
-# unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing)
+# unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing). sglang.tar.xz
+# (v0.5.14's sglang) may be left behind by a call on a newer line that must save room (the 64 MiB a call carries):
+# unpack_line_sglang refuses v0.5.14 without it.
 unpack_bundle() {
   local bundle="$1" work="$2" a
-  for a in deps sgl-kernel sglang; do
+  for a in deps sgl-kernel; do
     [ -f "$bundle/$a.tar.xz" ] || { echo "missing $bundle/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
   done
-  for a in deps sgl-kernel sglang; do extract_archive "$bundle/$a.tar.xz" "$work" || exit 3; done
+  for a in deps sgl-kernel sglang; do
+    [ -f "$bundle/$a.tar.xz" ] || continue
+    extract_archive "$bundle/$a.tar.xz" "$work" || exit 3
+  done
 }
 
 # use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under JIT_ROOT/jit
@@ -175,6 +180,7 @@ save_jit_cache() {
 unpack_line_sglang() {
   local bundle="$1" work="$2" line="$3" dest="$4" part="$1/$3/sglang.tar.xz"
   if [ "$line" = v0.5.14 ]; then
+    [ -d "$work/pkgs/sglang" ] || { echo "missing $bundle/sglang.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
     [ "$work/pkgs/sglang" = "$dest" ] || mv "$work/pkgs/sglang" "$dest"
     return 0
   fi
