@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,4 +172,5 @@ def compile_tree(tree: Path, pin: Pin, shapes=SHAPES) -> list[KernelBuild]:
     if not (include / HEADER).is_file():
         raise FatalError(f"{tree} has no {pin.project.package_prefix}include/{HEADER}")
     cuda, cutlass = cuda_home(), cutlass_headers(pin)
-    return [compile_kernel(include, cutlass, cuda, next_n, heads) for next_n, heads in shapes]
+    with ThreadPoolExecutor(max_workers=min(len(shapes), os.cpu_count() or 1)) as pool:  # one nvcc a core
+        return list(pool.map(lambda shape: compile_kernel(include, cutlass, cuda, *shape), shapes))
