@@ -137,8 +137,9 @@ test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
 	$(SGLPATCH) gpu-leg $(SGLANG_ARG) $(if $(LEG),--leg $(call q,$(LEG)),) $(if $(OUT),--out $(call q,$(OUT)),) $(if $(GPU_PYTHON),--python $(call q,$(GPU_PYTHON)),)
 
-gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
+gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked); with DeepGEMM's source and the newest DeepGEMM line applied (SGLPATCH_DEEP_GEMM_SOURCE=clone or URL; DEEP_GEMM=0 leaves it out)
 	$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle
+	$(if $(filter 0,$(DEEP_GEMM)),,$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle --deep-gemm)
 
 # The default line (the oldest) for the targets that run without the venv: the first of patches/v*/ in version order
 DEFAULT_LINE := $(notdir $(patsubst %/,%,$(firstword $(shell ls -dv patches/v*/ 2>/dev/null))))

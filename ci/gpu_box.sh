@@ -18,7 +18,9 @@ box_defaults() {
 }
 
 # box_options "$@": the options every runner takes: --out DIR, --bundle DIR, --work DIR,
-# --save-jit-cache; and the runner's own value options, named in BOX_OPTIONS as "--flag=VAR ..."
+# --save-jit-cache, --deep-gemm wheel|source (DEEP_GEMM: sgl-deep-gemm 0.1.5.post1 from the bundle's deps, or
+# DeepGEMM built from the bundle's source by ci/build_deep_gemm.sh; default $SGLPATCH_DEEP_GEMM, else wheel),
+# --deep-gemm-cxx PATH (the C++ compiler of that build); and the runner's own value options, named in BOX_OPTIONS as "--flag=VAR ..."
 # (e.g. "--grid=GRID --patches=PATCHES"), or flags in BOX_FLAGS as "--flag=VAR" (set to 1). Sets
 # OUTDIR, BUNDLE, WORK, SAVE_JIT and those variables; the words after `--` land in BOX_REST.
 # An unknown option is refused (exit 2).
@@ -31,6 +33,8 @@ box_options() {
       --bundle) BUNDLE="$2"; shift 2; continue ;;
       --work) WORK="$2"; shift 2; continue ;;
       --save-jit-cache) SAVE_JIT=1; shift; continue ;;
+      --deep-gemm) DEEP_GEMM="$2"; shift 2; continue ;;
+      --deep-gemm-cxx) DEEP_GEMM_CXX="$2"; shift 2; continue ;;
       --) shift; BOX_REST=("$@"); return 0 ;;
     esac
     matched=0
@@ -62,13 +66,18 @@ extract_archive() {
   "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$1" "$2"
 }
 
-# unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing)
+# unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing). sglang.tar.xz
+# (v0.5.14's sglang) may be left behind by a call on a newer line that must save room (the 64 MiB a call carries):
+# unpack_line_sglang refuses v0.5.14 without it.
 unpack_bundle() {
   local bundle="$1" work="$2" a
-  for a in deps sgl-kernel sglang; do
+  for a in deps sgl-kernel; do
     [ -f "$bundle/$a.tar.xz" ] || { echo "missing $bundle/$a.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
   done
-  for a in deps sgl-kernel sglang; do extract_archive "$bundle/$a.tar.xz" "$work" || exit 3; done
+  for a in deps sgl-kernel sglang; do
+    [ -f "$bundle/$a.tar.xz" ] || continue
+    extract_archive "$bundle/$a.tar.xz" "$work" || exit 3
+  done
 }
 
 # use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under JIT_ROOT/jit
@@ -90,6 +99,7 @@ use_bundle_env() {
   # sglang 0.5.23 builds its JIT kernels under SGLANG_JIT_CACHE_DIR (default ~/.cache/sglang/jit), not tvm-ffi's
   export SGLANG_CACHE_DIR="$JIT/sglang" SGLANG_JIT_CACHE_DIR="$JIT/sglang-jit"
   mkdir -p "$JIT"
+  use_deep_gemm "$bundle" || exit $?
   if [ -f "$bundle/jit-cache.tar.gz" ]; then
     tar -xzf "$bundle/jit-cache.tar.gz" -C "$JIT_ROOT" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
   elif ls "$bundle"/jit-cache.tar.gz.part-* >/dev/null 2>&1; then
@@ -97,6 +107,59 @@ use_bundle_env() {
   else
     say "JIT caches: $(du -sh "$JIT" | cut -f1) already on this box"
   fi
+}
+
+# use_deep_gemm BUNDLE: with DEEP_GEMM=source, DeepGEMM built from BUNDLE/deep_gemm (ci/build_deep_gemm.sh: reused
+# when this box or BUNDLE/deep_gemm/build-KEY.tar.gz has the build) first on PYTHONPATH, in place of the deps'
+# sgl-deep-gemm 0.1.5.post1; exports DEEP_GEMM_PATH (the folder, for runners that hand their children a path of
+# their own) and SGLPATCH_DEEP_GEMM_RECORD (OUTDIR/deep_gemm_build.json), and, when the runner exits, writes
+# that record's `deep_gemm` and `headers_identical_to` into every JSON result the run wrote in OUTDIR.
+use_deep_gemm() {
+  local bundle="$1" line
+  DEEP_GEMM="${DEEP_GEMM:-${SGLPATCH_DEEP_GEMM:-wheel}}"
+  DEEP_GEMM_PATH=""
+  case "$DEEP_GEMM" in
+    wheel) return 0 ;;
+    source) ;;
+    *) echo "--deep-gemm takes wheel or source, not $DEEP_GEMM" >&2; return 2 ;;
+  esac
+  touch "$OUTDIR/.deep_gemm_run_started"
+  while IFS= read -r line; do
+    echo "$line"
+    case "$line" in DEEP_GEMM_PATH=*) DEEP_GEMM_PATH="${line#DEEP_GEMM_PATH=}" ;; esac
+  done < <(PYTHON="$PY" bash "$REPO/ci/build_deep_gemm.sh" --bundle "$bundle" --out "$OUTDIR" \
+    ${DEEP_GEMM_CXX:+--cxx "$DEEP_GEMM_CXX"} 2>&1)
+  [ -n "$DEEP_GEMM_PATH" ] || { echo "the DeepGEMM source build is not in place (above)" >&2; return 4; }
+  export DEEP_GEMM_PATH SGLPATCH_DEEP_GEMM_RECORD="$OUTDIR/deep_gemm_build.json"
+  export PYTHONPATH="$DEEP_GEMM_PATH:$PYTHONPATH"
+  say "deep_gemm from the source build: $("$PY" -c 'import deep_gemm; print(deep_gemm.__version__, deep_gemm.__file__)')"
+  trap 'stamp_deep_gemm_results "$OUTDIR"' EXIT
+}
+
+# stamp_deep_gemm_results OUTDIR: the source build's record (deep_gemm, headers_identical_to) into each JSON object
+# the run wrote in OUTDIR (newer than the run's start), beside what the result itself says.
+stamp_deep_gemm_results() {
+  "$PY" - "$1" "$SGLPATCH_DEEP_GEMM_RECORD" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out, record = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+started = (out / ".deep_gemm_run_started").stat().st_mtime
+for path in sorted(out.rglob("*.json")):
+    if path.name == "deep_gemm_build.json" or path.stat().st_mtime < started:
+        continue
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        continue
+    if isinstance(data, dict):
+        if "deep_gemm" in data and not isinstance(data["deep_gemm"], dict):
+            data["deep_gemm_reported"] = data["deep_gemm"]
+        data["deep_gemm"] = record["deep_gemm"]
+        data["headers_identical_to"] = record["headers_identical_to"]
+        data["sm90_headers_sha256"] = record["sm90_headers_sha256"]
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"[deep_gemm] recorded the source build in {path}")
+PYEOF
 }
 
 # save_jit_cache OUTDIR: JIT (use_bundle_env's, or a folder named jit a runner set itself) as
@@ -117,6 +180,7 @@ save_jit_cache() {
 unpack_line_sglang() {
   local bundle="$1" work="$2" line="$3" dest="$4" part="$1/$3/sglang.tar.xz"
   if [ "$line" = v0.5.14 ]; then
+    [ -d "$work/pkgs/sglang" ] || { echo "missing $bundle/sglang.tar.xz (run ci/gpu_bundle.py)" >&2; exit 3; }
     [ "$work/pkgs/sglang" = "$dest" ] || mv "$work/pkgs/sglang" "$dest"
     return 0
   fi

@@ -15,6 +15,10 @@ output folder:
 plus MANIFEST.json (what went in, sizes, hashes).  Wheels are cached in .cache/gpu-bundle/ so the
 615 MB sglang-kernel wheel is fetched once.
 
+plus, with ``--deep-gemm deep_gemm/54e2261``, OUT/deep_gemm/: DeepGEMM's source at that line's pin with its
+series applied and the headers its build needs (ci/deep_gemm_bundle.py; built on the box by
+ci/build_deep_gemm.sh).
+
 plus, per further series line (``--line v0.5.23``), OUT/<line>/sglang.tar.xz: that line's pristine
 sglang package from the wheel its patches/<line>/pin.json names (checked against the pin's
 sha256; every *.so dropped, they are cp311 builds the box's Python 3.12 cannot load), with its
@@ -374,7 +378,24 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
     return names
 
 
+def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = False) -> int:
+    """OUT/deep_gemm/: the DeepGEMM source with the line applied, its third-party headers (ci/deep_gemm_bundle.py)."""
+    import deep_gemm_bundle  # noqa: PLC0415 - beside this script; only this part needs it
+
+    t0 = time.time()
+    manifest = deep_gemm_bundle.build(line, out, cache, update_hashes, Packer, download)
+    for name, info in manifest["archives"].items():
+        log(
+            f"deep_gemm/{name}.tar.xz {info['bytes'] / 2**20:.1f} MiB packed, {info['unpacked_bytes'] / 2**20:.1f} "
+            f"MiB unpacked, {info['files']} files"
+        )
+    log(f"deep_gemm part {manifest['total_bytes'] / 2**20:.1f} MiB ({manifest['line']}, {time.time() - t0:.0f} s)")
+    return 0
+
+
 def build(args) -> int:
+    if args.deep_gemm:
+        return build_deep_gemm(args.deep_gemm, Path(args.out), Path(args.cache), args.update_hashes)
     if args.line:
         return max(build_line(line, Path(args.out), Path(args.cache), args.update_hashes) for line in args.line)
     if args.patches_only:
@@ -457,6 +478,14 @@ def main(argv=None) -> int:
         help="build only the per-line part OUT/LINE/ of a further series line (e.g. v0.5.23: the "
         "pristine sglang of patches/LINE/pin.json, and the wheels of ci/gpu-bundle-requirements-LINE.txt); "
         "repeatable",
+    )
+    ap.add_argument(
+        "--deep-gemm",
+        nargs="?",
+        const="newest",
+        metavar="LINE",
+        help="build only OUT/deep_gemm/ (LINE left out: the newest DeepGEMM line): deepseek-ai/DeepGEMM at the DeepGEMM line LINE's pin with its series "
+        "applied (e.g. deep_gemm/54e2261; the source from SGLPATCH_DEEP_GEMM_SOURCE), cute/cutlass and fmt headers",
     )
     ap.add_argument(
         "--max-mib", type=float, default=45.0, help="fail if the three archives together exceed this (default 45)"

@@ -57,7 +57,7 @@ save_engine_logs() {
 trap 'say "stopped from outside: saving the engine logs"; save_engine_logs; exit 143' TERM INT
 "$PY" "$REPO/bench/engine_ab.py" --line "$LINE" \
   --pristine "$WORK/trees/pristine" --patched "$WORK/trees/patched" \
-  --extra-path "$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
+  --extra-path "${DEEP_GEMM_PATH:+$DEEP_GEMM_PATH:}$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
   --workdir "$WORK/engine" --out "$OUTDIR/engine_h200$SUFFIX.json" --series-record "$OUTDIR/applied_series$SUFFIX.json" \
   --command "$SGLPATCH_RUN_COMMAND" "$@" &
 wait $!

@@ -10,6 +10,11 @@ pinned tag (`v0.5.14`), and its pin must say so. Lines are ordered by release:
 - the newest line is the one PRs are built on.
 
 Which line fits a target is decided by its sglang version (`line_for_version`).
+
+A kind whose releases are git commits (DeepGEMM, `project_kind.DEEP_GEMM`) keeps its lines in
+`patches/<kind>/<short commit>/`, named `<kind>/<short commit>` (`deep_gemm/54e2261`), listed after
+sglang's, oldest pin first; its default base is build/<kind>-<short commit>. The default line and the
+newest line (PRs) are sglang's; a DeepGEMM target gets the line of its kind whose pinned files it holds.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 from sglpatch import hints, project
 from sglpatch.errors import FatalError
 from sglpatch.pin import PIN_FILE, Pin, load_pin
-from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
+from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 from sglpatch.series import SERIES_FILE
 
 UPSTREAM_FILE = "upstream.json"
@@ -40,14 +45,16 @@ class Line:
 
     @property
     def release(self) -> str:
-        return self.name.removeprefix("v")
+        return self.name.removeprefix(f"{self.project.name}/").removeprefix("v")
 
     @property
     def slug(self) -> str:
-        return self.name.replace(".", "_")
+        return self.name.replace(".", "_").replace("/", "_")
 
     def pin(self) -> Pin:
         pin = load_pin(self.directory, self.project)
+        if self.project.from_git and pin.tag != self.name:
+            raise FatalError(f"{self.directory / PIN_FILE} pins {pin.tag}, but this line is {self.name}")
         if pin.tag != self.name:
             raise FatalError(
                 f"{self.directory / PIN_FILE} pins {pin.tag}, but a line's folder is named after its pin's tag"
@@ -58,7 +65,11 @@ class Line:
     def default_base(self) -> Path:
         build = project.PROJECT_ROOT / "build"
         name = self.project.name
-        return build / name if self.is_default else build / f"{name}-{self.name}"
+        return (
+            build / name
+            if self.is_default
+            else build / f"{name}-{self.release if self.project.from_git else self.name}"
+        )
 
     @property
     def tests_dir(self) -> Path:
@@ -92,8 +103,30 @@ def _version_of(name: str) -> Version | None:
 
 
 def all_lines(root: Path | None = None) -> list[Line]:
-    """Every line under patches/, oldest release first (the first is the default line)."""
+    """Every line under patches/: sglang's, oldest release first (the first is the default line), then each
+    git kind's, oldest pin first."""
     root = root or project.patches_root()
+    return _sglang_lines(root) + [line for kind in KINDS if kind.from_git for line in _git_kind_lines(root, kind)]
+
+
+def _git_kind_lines(root: Path, kind: ProjectKind) -> list[Line]:
+    folder = root / kind.name
+    found = [
+        Line(f"{kind.name}/{sub.name}", sub, project=kind)
+        for sub in (sorted(folder.iterdir()) if folder.is_dir() else [])
+        if sub.is_dir() and (sub / SERIES_FILE).is_file() and (sub / PIN_FILE).is_file()
+    ]
+    return sorted(found, key=lambda line: (_pin_date(line), line.name))
+
+
+def _pin_date(line: Line) -> str:
+    try:
+        return line.pin().date
+    except FatalError:
+        return ""
+
+
+def _sglang_lines(root: Path) -> list[Line]:
     folders = [
         folder
         for folder in (root.iterdir() if root.is_dir() else [])
@@ -119,7 +152,7 @@ def newest_line(root: Path | None = None) -> Line:
 
 
 def _some_lines(root: Path | None) -> list[Line]:
-    lines = all_lines(root)
+    lines = [line for line in all_lines(root) if line.project is DEFAULT_KIND]
     if not lines:
         where = root or project.patches_root()
         raise FatalError(f"{where} holds no series line (a folder like v0.5.14/ with series and pin.json)")
@@ -127,7 +160,7 @@ def _some_lines(root: Path | None) -> list[Line]:
 
 
 def line_named(name: str, root: Path | None = None) -> Line:
-    wanted = name if name.startswith("v") else f"v{name}"
+    wanted = name if name.startswith("v") or "/" in name else f"v{name}"
     lines = all_lines(root)
     for line in lines:
         if line.name == wanted:
@@ -144,7 +177,7 @@ def line_for_version(version: str, root: Path | None = None) -> Line | None:
     parsed = _version_of(version)
     if parsed is None or parsed.is_prerelease:
         return None
-    for line in all_lines(root):
+    for line in _sglang_lines(root or project.patches_root()):
         if _version_of(line.name).release == parsed.release:
             return line
     return None
@@ -169,6 +202,19 @@ def line_for_target(where: Path, version: str | None, nearest_release_tag: Calla
         f"{where} holds {said}, which matches no series line (lines: {names(all_lines())}); "
         f"pass {hints.option('--line LINE', 'LINE=<line>')} to choose one"
     )
+
+
+def line_for_blobs(kind: ProjectKind, blobs_of: Callable[[list[str]], dict[str, str]]) -> Line:
+    """A git kind's line for a target: the newest whose pinned files the target holds (`blobs_of(paths)`), else
+    the newest of the kind (apply then says how it differs from the pin). Refuses when the kind has none."""
+    lines = [line for line in all_lines() if line.project is kind]
+    if not lines:
+        raise FatalError(f"{project.patches_root() / kind.name} holds no series line of {kind.name}")
+    for line in reversed(lines):
+        pin = line.pin()
+        if blobs_of(list(pin.blobs)) == pin.blobs:
+            return line
+    return lines[-1]
 
 
 def _is_development(version: str) -> bool:

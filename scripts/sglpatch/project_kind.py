@@ -5,6 +5,10 @@ package folder of it is told apart, where it writes its version, and its name on
 (the wheel a pin records and a default base is made from). A second kind (the kernel
 library) is one more `ProjectKind` value, passed where a target, a pin or a release is
 opened; everything else asks the kind, not the name "sglang".
+
+Releases come in two shapes (`from_git`): sglang's are PyPI wheels, made into git commits here
+(rebase/releases.py); DeepGEMM's (DEEP_GEMM) are commits of its own repository, taken from a clone
+(rebase/git_releases.py). A kind of the second shape has its lines in patches/<name>/<commit>/.
 """
 
 from __future__ import annotations
@@ -23,6 +27,18 @@ class ProjectKind:
     marker: str  # a sub-folder only this package has: what tells a package folder of it from any other
     wheel: str  # the distribution on PyPI
     version_files: tuple[str, ...] = ("version.py", "_version.py")  # in the package: a literal __version__
+    checkout_paths: tuple[str, ...] = ()  # what else a patch may touch in a checkout (host sources, setup.py)
+    upstream: str = "sgl-project/sglang"  # the GitHub repository PRs go to
+    from_git: bool = False  # releases are upstream commits (a clone), not PyPI wheels
+
+    @property
+    def upstream_url(self) -> str:
+        return f"https://github.com/{self.upstream}"
+
+    @property
+    def patch_prefixes(self) -> tuple[str, ...]:
+        """Where a patch of this kind may write: the package, the test tree, and the checkout's other paths."""
+        return (self.package_prefix, self.test_prefix, *self.checkout_paths)
 
     @property
     def checkout_folder(self) -> str:
@@ -46,3 +62,23 @@ SGLANG = ProjectKind(
     wheel="sglang",
 )
 DEFAULT_KIND = SGLANG
+# deepseek-ai/DeepGEMM: `deep_gemm/` at the top of a checkout (include/ holds the JIT kernels' headers, what a
+# package folder has too), the host code in csrc/ and the build in setup.py and CMakeLists.txt (a checkout's only).
+# Its distribution on PyPI is sgl-project's build of it (what a package folder's dist-info names).
+DEEP_GEMM = ProjectKind(
+    name="deep_gemm",
+    package="deep_gemm",
+    package_prefix="deep_gemm/",
+    test_prefix="tests/",
+    marker="include",
+    wheel="sgl-deep-gemm",
+    version_files=("__init__.py",),
+    checkout_paths=("csrc/", "setup.py", "CMakeLists.txt", "scripts/", "third-party/tilelang_ops/"),
+    upstream="deepseek-ai/DeepGEMM",
+    from_git=True,
+)
+KINDS = (SGLANG, DEEP_GEMM)
+
+
+def kind_named(name: str) -> ProjectKind:
+    return next(kind for kind in KINDS if kind.name == name)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.project_kind import DEFAULT_KIND
+from sglpatch.pin import pinned_kind
+from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 
 SERIES_FILE = "series"
 SUMS_FILE = "SHA256SUMS"
@@ -73,6 +74,7 @@ class Patch:
     body: str
     trailers: dict[str, str]
     files: list[FileDiff]
+    project: ProjectKind = DEFAULT_KIND  # whose paths it names
 
     @property
     def touched_paths(self) -> list[str]:
@@ -98,22 +100,25 @@ class Patch:
 
     @property
     def touches_test_tree(self) -> bool:
-        return any(path.startswith(TEST_TREE_PREFIX) for path in self.touched_paths)
+        """Whether it touches anything outside the package: sglang's test tree, DeepGEMM's tests/ or csrc/."""
+        return any(not path.startswith(self.project.package_prefix) for path in self.touched_paths)
 
     def package_part(self) -> Patch | None:
-        """This patch without its files in sglang's test tree (what a package folder gets); None when
-        it only touches the test tree."""
+        """This patch without its files outside the package (what a package folder gets); None when
+        it touches nothing inside it."""
         if not self.touches_test_tree:
             return self
         text = self.data.decode("utf-8")
         starts = [m.start() for m in _DIFF_START.finditer(text)]
         sections = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
         kept = [
-            section for section, diff in zip(sections, self.files, strict=True) if diff.path.startswith(PACKAGE_PREFIX)
+            section
+            for section, diff in zip(sections, self.files, strict=True)
+            if diff.path.startswith(self.project.package_prefix)
         ]
         if not kept:
             return None
-        return parse_patch(self.name, (text[: starts[0]] + "".join(kept)).encode("utf-8"), self.path)
+        return parse_patch(self.name, (text[: starts[0]] + "".join(kept)).encode("utf-8"), self.path, self.project)
 
     @property
     def related_prs(self) -> list[str]:
@@ -373,17 +378,22 @@ def _skip_hunk_body(lines: list[str], position: int, header: re.Match, path: str
     return position
 
 
-def check_path_is_safe(path: str) -> None:
+def check_path_is_safe(path: str, project: ProjectKind | None = None) -> None:
+    """A plain relative path outside .git/, where a patch of `project` may write (any kind's place when None:
+    a checkout record's paths, whose kind the record does not name)."""
     parts = path.split("/")
     if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"path {path!r} is not a plain relative path")
     if any(p.lower() == ".git" for p in parts):
         raise ValueError(f"path {path!r} reaches inside .git/")
-    if not path.startswith((PACKAGE_PREFIX, TEST_TREE_PREFIX)):
-        raise ValueError(f"path {path!r} is outside {PACKAGE_PREFIX} (and {DEFAULT_KIND.name}'s {TEST_TREE_PREFIX})")
+    allowed = project.patch_prefixes if project else tuple(p for kind in KINDS for p in kind.patch_prefixes)
+    if not path.startswith(allowed):
+        project = project or DEFAULT_KIND
+        first, *others = project.patch_prefixes
+        raise ValueError(f"path {path!r} is outside {first} (and {project.name}'s {', '.join(others)})")
 
 
-def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
+def parse_patch(name: str, data: bytes, path: Path | None = None, project: ProjectKind = DEFAULT_KIND) -> Patch:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -398,7 +408,7 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
         for f in files:
             for p in (f.old_path, f.new_path):
                 if p is not None:
-                    check_path_is_safe(p)
+                    check_path_is_safe(p, project)
         for key in ("from", "date", "subject"):
             if not headers.get(key):
                 raise ValueError(f"no {key.capitalize()}: header")
@@ -418,14 +428,17 @@ def parse_patch(name: str, data: bytes, path: Path | None = None) -> Patch:
         body=body,
         trailers=parse_trailers(body),
         files=files,
+        project=project,
     )
 
 
 # -- the whole series ------------------------------------------------------------
 
 
-def load_series(directory: Path, verify_sums: bool = True) -> Series:
+def load_series(directory: Path, verify_sums: bool = True, project: ProjectKind | None = None) -> Series:
+    """The series in `directory`, its paths those of `project` (default: the kind its pin.json names)."""
     directory = Path(directory).resolve()
+    project = project or pinned_kind(directory)
     refuse_half_rewritten(directory)
     series_path = directory / SERIES_FILE
     if not series_path.is_file():
@@ -446,7 +459,7 @@ def load_series(directory: Path, verify_sums: bool = True) -> Series:
                 raise FatalError(
                     f"checksum mismatch for {name}: {SUMS_FILE} says {expected[:12]}…, file is {sha256_hex(data)[:12]}…"
                 )
-        patches.append(parse_patch(name, data, patch_path))
+        patches.append(parse_patch(name, data, patch_path, project))
     return Series(directory, patches)
 
 

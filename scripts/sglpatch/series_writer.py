@@ -48,12 +48,18 @@ def render_series(repo: Git, base: str, head: str, pin: Pin) -> dict[str, bytes]
         produced = sorted(Path(tmp).glob("*.patch"))
         if not produced:
             raise FatalError(f"no commits between {base} and {head}")
-        patches = [parse_patch(p.name, p.read_bytes(), p) for p in produced]
-        touched = sorted({path for patch in patches for path in patch.touched_paths})
+        patches = [parse_patch(p.name, p.read_bytes(), p, pin.project) for p in produced]
+        touched = {path for patch in patches for path in patch.touched_paths}
+        if pin.project.from_git:  # a git kind's pin also names the files its check builds (the kernel's)
+            touched |= set(pin.blobs)
+        touched = sorted(touched)
         blobs = _blobs_at(repo, base, touched)
-        new_pin = Pin(pin.release, pin.tag, pin.date, pin.wheel, blobs)
+        new_pin = pin.with_blobs(blobs)
         staged = {p.name: p.data for p in patches}
-        staged[SERIES_FILE] = (SERIES_HEADER + "".join(f"{p.name}\n" for p in patches)).encode()
+        header = SERIES_HEADER.replace(
+            "the sglang release", f"the {pin.project.name} commit" if pin.commit else "the sglang release"
+        )
+        staged[SERIES_FILE] = (header + "".join(f"{p.name}\n" for p in patches)).encode()
         staged[SUMS_FILE] = render_sums(patches).encode()
         staged[PIN_FILE] = new_pin.to_json().encode()
     return staged

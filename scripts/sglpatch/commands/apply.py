@@ -41,7 +41,7 @@ def run(args) -> int:
     started = time.monotonic()
     target, line, series, pin = open_with_line(args, build_base=True)
     if line is not None:
-        say(f"line {line.name} ({len(series.patches)} patches, pinned at sglang {pin.release})")
+        say(f"line {line.name} ({len(series.patches)} patches, pinned at {pin.describe()})")
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with guarded("apply", str(target.root)), target_lock(target):
@@ -59,7 +59,7 @@ def run(args) -> int:
                 raise FatalError(
                     f"{target.root} carries an earlier apply of another series; run {hints.revert(target.root)} first"
                 )
-            _refuse_unless_ready(plan, pin.release, args.three_way)
+            _refuse_unless_ready(plan, pin.describe(), args.three_way)
             done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
                 branch = args.branch or f"sglpatch/{pin.tag}"

@@ -1,5 +1,6 @@
 """`sglpatch check-patches` (`make check-patches`): each patch's own tests fail without it, and every prefix
-of the series passes the tests of all its patches.
+of the series passes the tests of all its patches. A DeepGEMM line's check is its kernel's compile instead:
+every prefix compiles the SM90 paged-MQA kernel for sm_90a (rebase/kernel_prefixes.py).
 
 Per series line (--line, default: every line). For patch k, the CPU tests its
 `Tests:` trailer names (those under the line's tests folder: tests/patched for the
@@ -36,6 +37,7 @@ from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
+from sglpatch.rebase.kernel_prefixes import check_line
 from sglpatch.rebase.replay import series_commits
 from sglpatch.series import Patch, Series, load_series
 
@@ -57,11 +59,13 @@ def run(args) -> int:
         raise FatalError(
             f"{hints.option(f'--jobs {args.jobs}', f'JOBS={args.jobs}')}: give 1 or more pytest runs at once"
         )
-    if args.patches:  # a series folder, on the default line's base
-        checks = [(default_line(), load_series(args.patches), load_pin(args.patches))]
+    if args.patches:  # a series folder, on the default line's base (a DeepGEMM one: on its pin's own base)
+        pin = load_pin(args.patches)
+        line = Line(pin.tag, args.patches, project=pin.project) if pin.project.from_git else default_line()
+        checks = [(line, load_series(args.patches), pin)]
     else:
         lines = [line_named(args.line)] if args.line else all_lines()
-        checks = [(line, load_series(line.directory), line.pin()) for line in lines]
+        checks = [(line, load_series(line.directory, project=line.project), line.pin()) for line in lines]
     failed = [
         f"line {line.name}: {failures} of {len(series.patches)} patches"
         for line, series, pin in checks
@@ -74,6 +78,9 @@ def run(args) -> int:
 
 def _check_line(line: Line, series: Series, pin: Pin, jobs: int) -> int:
     """The check of one line's series on its default base; the number of patches that fail it."""
+    if line.project.from_git:  # DeepGEMM: each prefix's kernel compiles for sm_90a (no CPU tests of its own)
+        say(f"== line {line.name}: {len(series.patches)} patches, each prefix's SM90 paged-MQA kernel for sm_90a")
+        return check_line(line.name, line.default_base, series, pin)
     say(f"== line {line.name}: {len(series.patches)} patches, tests in {line.tests_dir.relative_to(PROJECT_ROOT)}")
     git = Git(ensure_default_base(pin, line.default_base))
     commits = series_commits(git, pin.tag, series.patches)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.lines import Line, default_line, line_for_target, line_named
+from sglpatch.lines import Line, default_line, line_for_blobs, line_for_target, line_named
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import default_base_dir
+from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.series import Series, load_series
 from sglpatch.target.target import Target, open_target
@@ -16,7 +17,9 @@ OWN_BASE = "the line's own base, build/sglang for the default line"
 BY_TARGET = "the one matching the target's sglang version; without --sglang, the default line"
 EVERY_LINE = "every line"
 NEWEST_LINE = "the newest line"
-ANY_TARGET = "a git checkout of sglang or an installed sglang package folder"
+ANY_TARGET = (
+    "a git checkout of sglang or an installed sglang package folder (or a DeepGEMM checkout, for a deep_gemm line)"
+)
 CHECKOUT = "a git checkout of sglang"
 
 
@@ -43,6 +46,8 @@ def chosen_line(args, target: Target | None = None) -> Line | None:
         return line_named(args.line)
     if target is None:
         return default_line()
+    if target.project is not DEFAULT_KIND:  # DeepGEMM: by the pinned files it holds, not its version
+        return line_for_blobs(target.project, target.current_blobs)
     return line_for_target(target.root, target.version(), target.nearest_release_tag)
 
 
@@ -50,7 +55,7 @@ def load_line(args, line: Line | None) -> tuple[Series, Pin]:
     if line is None:
         return load_series(args.patches), load_pin(args.patches)
     pin = line.pin()
-    return load_series(line.directory), pin
+    return load_series(line.directory, project=line.project), pin
 
 
 def load_inputs(args, target: Target | None = None) -> tuple[Series, Pin]:
@@ -65,14 +70,31 @@ def base_dir(args) -> Path:
 
 
 def resolve_target(args) -> Target:
-    return open_target(args.sglang or base_dir(args))
+    if args.sglang:
+        return open_any_target(args.sglang, line_named(args.line) if getattr(args, "line", None) else None)
+    return open_any_target(base_dir(args), line_named(args.line) if getattr(args, "line", None) else None)
+
+
+def open_any_target(path, line: Line | None = None) -> Target:
+    """The target at `path`, of the kind of `line` when given, else of the kind the tree shows."""
+    return open_target(path, line.project if line else kind_of(Path(path).expanduser()))
+
+
+def kind_of(root: Path) -> ProjectKind:
+    """The kind of project at `root` (sglang's unless the tree is only another kind's)."""
+    for kind in KINDS:
+        if (root / kind.package_prefix / "__init__.py").is_file():
+            return kind
+        if kind.is_package(root / kind.package) or kind.is_package(root):
+            return kind
+    return DEFAULT_KIND
 
 
 def open_with_line(args, build_base: bool = False) -> tuple[Target, Line | None, Series, Pin]:
     """The target and its line's series. Without --sglang: the line's default base, built from its pin
     when `build_base` and missing. With --sglang: the line matching the target (or --line)."""
     if args.sglang:
-        target = open_target(args.sglang)
+        target = open_any_target(args.sglang, line_named(args.line) if args.line else None)
         line = chosen_line(args, target)
         return (target, line, *load_line(args, line))
     line = chosen_line(args)
@@ -80,4 +102,4 @@ def open_with_line(args, build_base: bool = False) -> tuple[Target, Line | None,
     where = line.default_base if line else default_base_dir()
     if build_base:
         ensure_default_base(pin, where)
-    return open_target(where), line, series, pin
+    return open_target(where, pin.project), line, series, pin

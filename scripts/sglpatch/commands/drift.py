@@ -9,11 +9,13 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglpatch.commands.common import EVERY_LINE, add_series_options, load_line
+from sglpatch.errors import FatalError
 from sglpatch.lines import all_lines, line_named
 from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.drift import render_json, render_markdown, render_png
+from sglpatch.rebase.git_releases import source_of, source_refs
 from sglpatch.rebase.releases import published_releases, release_commit, releases_repo
 from sglpatch.rebase.replay import carry_series, history_between, series_commits
 from sglpatch.series import Series
@@ -22,7 +24,11 @@ from sglpatch.wheels import downloaded_wheels, fetch_wheel
 
 def add_arguments(parser) -> None:
     add_series_options(parser, line_default=EVERY_LINE)
-    parser.add_argument("--releases", help="comma-separated sglang releases (default: every release from the pin on)")
+    parser.add_argument(
+        "--releases",
+        help="comma-separated sglang releases (default: every release from the pin on); for a DeepGEMM line, "
+        "refs of its source (default: every branch)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -35,12 +41,42 @@ def run(args) -> int:
     """Each line (--line: one; --patches: that folder) against the releases from its base on."""
     if args.patches:
         series, pin = load_line(args, None)
-        return _drift(series, pin, args, args.out)
+        return (_drift_commits if pin.project.from_git else _drift)(series, pin, args, args.out)
     lines = [line_named(args.line)] if args.line else all_lines()
     for line in lines:
         say(f"== line {line.name}")
         series, pin = load_line(args, line)
-        _drift(series, pin, args, args.out / line.name)
+        if not line.project.from_git:
+            _drift(series, pin, args, args.out / line.name)
+            continue
+        try:
+            _drift_commits(series, pin, args, args.out / line.name)
+        except FatalError as exc:
+            if args.line:
+                raise
+            say(f"line {line.name} skipped: {exc}")  # every line was asked for: the others' reports stand
+    return 0
+
+
+def _drift_commits(series: Series, pin: Pin, args, out: Path) -> int:
+    """A DeepGEMM line against commits of its source: --releases names refs there (default: every branch)."""
+    started = time.monotonic()
+    clone, branches = source_refs(pin)
+    refs = args.releases.split(",") if args.releases else branches
+    tips = {ref: clone.rev_parse(f"{ref}^{{commit}}") for ref in refs}
+    if missing := [ref for ref, tip in tips.items() if tip is None]:
+        raise FatalError(f"{source_of(pin.project)} has no {', '.join(missing)} (its branches: {', '.join(branches)})")
+    commits = series_commits(clone, pin.commit, series.patches)
+    try:
+        matrix = {
+            f"{ref} ({tips[ref][:7]})": carry_series(
+                commits, series, tips[ref], history_between(clone, pin.commit, tips[ref])
+            )[0]
+            for ref in refs
+        }
+    finally:
+        commits.workspace.close()
+    _write_report(matrix, time.monotonic() - started, pin, args, out, f"commits fetched from {source_of(pin.project)}")
     return 0
 
 
@@ -70,15 +106,18 @@ def _drift(series: Series, pin: Pin, args, out: Path) -> int:
             matrix[release] = carry_series(commits, series, tips[release], history)[0]
     finally:
         commits.workspace.close()
-    seconds = time.monotonic() - started
-    out.mkdir(parents=True, exist_ok=True)
-    command = "sglpatch drift" + (f" --releases {shlex.quote(args.releases)}" if args.releases else "")
     downloaded = len(downloaded_wheels()) - downloads_before
     wheels = f"{plural(downloaded, 'wheel')} downloaded from PyPI" if downloaded else "no wheel downloaded"
-    markdown = render_markdown(matrix, seconds, pin.release, wheels)
+    return _write_report(matrix, time.monotonic() - started, pin, args, out, wheels)
+
+
+def _write_report(matrix: dict, seconds: float, pin: Pin, args, out: Path, source: str) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    command = "sglpatch drift" + (f" --releases {shlex.quote(args.releases)}" if args.releases else "")
+    markdown = render_markdown(matrix, seconds, pin.describe(), source)
     (out / "drift.md").write_text(markdown)
     (out / "drift.json").write_text(render_json(matrix, seconds, command))
-    render_png(matrix, out / "drift.png", f"series pinned at sglang {pin.release}: drift across releases")
+    render_png(matrix, out / "drift.png", f"series pinned at {pin.describe()}: drift across releases")
     for line in markdown.rstrip("\n").split("\n"):
         say(line)
     say(f"wrote {out / 'drift.md'}, drift.json and drift.png")

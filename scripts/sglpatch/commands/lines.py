@@ -25,11 +25,15 @@ def run(args) -> int:
                 say(f"{line.name} {line.tests_dir.relative_to(project.PROJECT_ROOT)}")
         return 0
     for line in lines:
-        series = load_series(line.directory)
+        series = load_series(line.directory, project=line.project)
         role = " (default)" if line.is_default else ""
         upstream = len(line.upstreamed())
         say(f"{line.name}{role}: {len(series.patches)} patches in {line.directory.relative_to(project.PROJECT_ROOT)}")
+        say(f"  project:      {line.project.upstream} ({line.pin().describe()})")
         say(f"  default base: {line.default_base.relative_to(project.PROJECT_ROOT)}")
+        if line.project.from_git:  # its check compiles the kernel: no CPU tests folder
+            say("  check:        each prefix's SM90 paged-MQA kernel compiled for sm_90a (make check-patches)")
+            continue
         tests = line.tests_dir.relative_to(project.PROJECT_ROOT)
         say(f"  CPU tests:    {tests}{'' if line.tests_dir.is_dir() else ' (none yet)'} (tree: ${line.tree_env})")
         if upstream:

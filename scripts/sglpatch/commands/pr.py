@@ -96,7 +96,7 @@ def run(args) -> int:
     def default_base() -> Path:
         return ensure_default_base(pin, line.default_base if line else base_dir(args))
 
-    target = open_target(args.sglang if args.sglang is not None else default_base())
+    target = open_target(args.sglang if args.sglang is not None else default_base(), pin.project)
     if not target.is_git:
         raise FatalError("pr needs a git checkout of sglang to build branches in")
     git = target.git
@@ -110,7 +110,7 @@ def run(args) -> int:
     say(f"{f'line {line.name}' if line else series.directory}: {plural(len(groups), 'PR group')}, on {base.label(git)}")
     if base.imported:
         say(imported_note(base))
-    release = git.rev_parse(pin.tag)
+    release = git.rev_parse(pin.base_rev)
     groups = _not_upstream(
         groups, config, line, git, base.commit, release and history_between(git, release, base.commit)
     )

@@ -39,11 +39,9 @@ def run(args) -> int:
             say(f"apply:  {NOTHING_TO_DO}")
             return 0
         if plan.drift:
-            say(
-                f"pin:    differs from sglang {pin.release} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}"
-            )
+            say(f"pin:    differs from {pin.describe()} in {plural(len(plan.drift), 'file')}: {', '.join(plan.drift)}")
         else:
-            say(f"pin:    at sglang {pin.release} ({len(pin.blobs)} files match)")
+            say(f"pin:    at {pin.describe()} ({len(pin.blobs)} files match)")
         if plan.dirty:
             say(f"dirty:  {', '.join(plan.dirty)}")
         width = max(len(s.patch.name) for s in plan.states)
@@ -64,7 +62,7 @@ def _what_apply_does(target, working: str | None, state: TargetState, plan, pin:
         return f"refuses: {why}"
     if plan.all_applied:
         return NOTHING_TO_DO
-    if why := plan.refusal(pin.release, three_way=False):
+    if why := plan.refusal(pin.describe(), three_way=False):
         return f"refuses: {why}"
     return f"applies {plural(len(plan.to_apply), 'patch')}"
 
@@ -85,7 +83,7 @@ def _say_recorded(state: Applied, series: Series, pin: Pin) -> None:
     record = state.record
     drift = drifted_files(pin, tree_blobs(state.target, record.base, list(pin.blobs)))
     say(
-        f"pin:    the series was merged 3-way onto {record.base[:12]}, whose base differs from sglang {pin.release}"
+        f"pin:    the series was merged 3-way onto {record.base[:12]}, whose base differs from {pin.describe()}"
         + (f" in {plural(len(drift), 'file')}: {', '.join(drift)}" if drift else " around the patches' lines")
     )
     dirty = dirty_paths(state.target, state.target.paths_or_package(record.touched))

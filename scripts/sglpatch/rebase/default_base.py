@@ -17,11 +17,14 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
 from sglpatch.output import timed
 from sglpatch.pin import Pin, drifted_files
+from sglpatch.rebase.git_releases import ensure_git_base
 from sglpatch.rebase.releases import check_out_release
 from sglpatch.wheels import fetch_wheel
 
 
 def ensure_default_base(pin: Pin, dest: Path) -> Path:
+    if pin.project.from_git:  # DeepGEMM: the pinned commit from a clone (or its stand-in)
+        return ensure_git_base(pin, dest)
     if (dest / ".git").exists():
         if Git(dest).rev_parse(pin.tag) is None:
             raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.apply()} again")

@@ -34,7 +34,7 @@ def render_markdown(
     releases = list(matrix)
     names = [o.patch.name for o in matrix[releases[0]]]
     lines = [
-        f"# Drift of the series (pinned at sglang {pin_release}) across releases",
+        f"# Drift of the series (pinned at {pin_release}) across releases",
         "",
         "| patch | " + " | ".join(releases) + " |",
         "|---|" + "---|" * len(releases),

@@ -28,7 +28,8 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git, GitFailed, disk_full, git_reason
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
-from sglpatch.pin import Pin, Wheel, load_pin
+from sglpatch.pin import Pin, Wheel, load_pin, pinned_kind
+from sglpatch.project_kind import ProjectKind
 from sglpatch.rebase import rebase_settle
 from sglpatch.rebase._prefix_checks import compile_error, import_error
 from sglpatch.rebase._series_digest import series_digest
@@ -185,9 +186,9 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     git = target.git
     if git.run("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
-    onto, release = _resolve_onto(git, request.onto, request.release)
+    onto, release = _resolve_onto(git, request.onto, request.release, pin.project)
     _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
-    base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
+    base = git.rev_parse(pin.base_rev) or _release_base(git, pin)
     commits = series_commits(git, base, series.patches)
     try:
         _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
@@ -218,6 +219,17 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             return _replay(target, folder, state, series)
     finally:
         commits.workspace.close()
+
+
+def _release_base(git: Git, pin: Pin) -> str:
+    """The pinned release in a checkout that lacks its tag: made from the wheel (sglang); a DeepGEMM checkout
+    must hold the pinned commit (a clone of deepseek-ai/DeepGEMM does)."""
+    if pin.project.from_git:
+        raise FatalError(
+            f"{git.workdir} does not hold {pin.project.upstream} {pin.commit[:12]}, the line's pin: "
+            f"`git fetch {pin.project.upstream_url}` there first; nothing was changed"
+        )
+    return release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
 
 
 def _new_state(
@@ -256,7 +268,7 @@ def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Pat
     """A line's rebase writes a new line, patches/v<release>/, and leaves its own folder as it is."""
     if request.lines_root is None or release is None:
         return patch_dir
-    out_dir = (request.lines_root / f"v{release}").resolve()
+    out_dir = (request.lines_root / (release if pinned_kind(patch_dir).from_git else f"v{release}")).resolve()
     if out_dir.exists():
         raise FatalError(
             f"{out_dir} already holds a series line; a rebase writes the line for its new base, so move that "
@@ -273,8 +285,13 @@ def _show_picture(commits, series: Series, onto: str, name: str, history: tuple[
         say(f"  {describe(outcome)}")
 
 
-def _resolve_onto(git: Git, ref: str, release: str | None) -> tuple[str, str | None]:
+def _resolve_onto(git: Git, ref: str, release: str | None, project: ProjectKind) -> tuple[str, str | None]:
     commit = git.rev_parse(ref)
+    if project.from_git:  # a DeepGEMM "release" is a commit: its short id names the new line
+        commit = git.rev_parse(f"{ref}^{{commit}}")
+        if commit is None:
+            raise FatalError(f"{ref} is not a commit in this checkout (fetch it from {project.upstream_url})")
+        return commit, release or commit[:7]
     named = release or release_of(ref)
     if commit:
         return commit, named
@@ -526,7 +543,7 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
     """Stage the result (new series files, range-diff, checkout record), then install it."""
     git = target.git
     name = state.release or state.onto[:12]
-    branch = f"sglpatch/v{name}" if state.release else f"sglpatch/onto-{name}"
+    branch = f"sglpatch/{_line_name(state)}" if state.release else f"sglpatch/onto-{name}"
     if git.rev_parse(f"refs/heads/{branch}"):
         branch = f"{branch}-{time.strftime('%Y%m%d-%H%M%S')}"
     kept = int(git.run("rev-list", "--count", f"{state.onto}..HEAD"))
@@ -535,7 +552,7 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
     if state.release:
         report = _range_diff(git, state, Path(state.report_dir))
         if kept:
-            new_pin = _pin_for(state.release, load_pin(Path(state.patch_dir)))
+            new_pin = _pin_for(state.release, load_pin(Path(state.patch_dir)), git, state.onto)
             files = render_series(git, state.onto, "HEAD", new_pin)
     record = _checkout_record(target, state, branch)
     with write_phase():
@@ -550,7 +567,9 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
         )
     patch_dir, out_dir = state.patch_dir, state.series_out_dir
     if files and str(out_dir) != patch_dir:
-        say(f"wrote the line {out_dir} against sglang {state.release} ({patch_dir} is as it was)")
+        say(
+            f"wrote the line {out_dir} against {pinned_kind(Path(patch_dir)).name} {state.release} ({patch_dir} is as it was)"
+        )
         say(f"  range-diff for review: {report[0]}; add its pr-groups.json (and upstream.json) by hand")
     elif files:
         say(f"rewrote {patch_dir} against sglang {state.release}; range-diff for review: {report[0]}")
@@ -561,6 +580,12 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
     else:
         say("ONTO is not a named release: patches/ left as it was (pass --release X to regenerate it)")
     return 0
+
+
+def _line_name(state: RebaseState) -> str:
+    """The new line's name: v<release>, or a DeepGEMM line's <kind>/<short commit>."""
+    kind = pinned_kind(Path(state.patch_dir))
+    return f"{kind.name}/{state.release}" if kind.from_git else f"v{state.release}"
 
 
 def _checkout_record(target: Target, state: RebaseState, branch: str) -> CheckoutRecord:
@@ -579,7 +604,10 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
     )
 
 
-def _pin_for(release: str, old: Pin) -> Pin:
+def _pin_for(release: str, old: Pin, git: Git, onto: str) -> Pin:
+    if old.project.from_git:  # the new line pins ONTO by commit; the stand-in stays the old one's
+        day = git.run("log", "-1", "--format=%cs", onto)
+        return Pin(release, f"{old.project.name}/{release}", day, old.wheel, old.blobs, old.project, onto)
     wheel_path = fetch_wheel(release)
     wheel = Wheel(wheel_path.name, file_sha256(wheel_path), old.wheel.python_version, old.wheel.platform)
     return Pin(release, f"v{release}", release_date(wheel_path, release), wheel, old.blobs)

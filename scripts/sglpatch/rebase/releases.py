@@ -113,6 +113,24 @@ def imported_release(git: Git, rev: str) -> str | None:
 def _write_fast_import(
     stream, wheel_path: Path, tag: str, day: str | None, parent: str | None, project: ProjectKind
 ) -> None:
+    message = f"{project.name} {tag} from PyPI\n\nWheel: {wheel_path.name}\n{IMPORT_TRAILER}: pypi-wheel\n"
+    write_wheel_commit(stream, wheel_path, f"refs/tags/{tag}", message, project, day=day, parent=parent)
+
+
+def write_wheel_commit(
+    stream,
+    wheel_path: Path,
+    ref: str,
+    message: str,
+    project: ProjectKind,
+    *,
+    day: str | None = None,
+    parent: str | None = None,
+    skip: tuple[str, ...] = (),
+) -> None:
+    """A `git fast-import` stream of one commit at `ref`: the wheel's package folder at the kind's
+    package_prefix (its members under `skip`, package-relative prefixes, left out), with the kind's fixed
+    import identity, so every machine makes the same commit id."""
     try:
         archive = zipfile.ZipFile(wheel_path)
     except zipfile.BadZipFile:
@@ -121,18 +139,21 @@ def _write_fast_import(
         # the import commit's own timestamp: the release day where the wheel says it, else the epoch (it is
         # never written as the release's date: that is release_date's job)
         stamp = _epoch(day or _release_day(archive) or "1970-01-01")
-        message = f"{project.name} {tag} from PyPI\n\nWheel: {wheel_path.name}\n{IMPORT_TRAILER}: pypi-wheel\n".encode()
         identity = import_identity(project)
         ident = f"{identity['name']} <{identity['email']}> {stamp} +0000"
-        stream.write(f"commit refs/tags/{tag}\nauthor {ident}\ncommitter {ident}\n".encode())
-        stream.write(b"data %d\n%s\n" % (len(message), message))
+        data = message.encode()
+        stream.write(f"commit {ref}\nauthor {ident}\ncommitter {ident}\n".encode())
+        stream.write(b"data %d\n%s\n" % (len(data), data))
         if parent:
             stream.write(f"from {parent}\n".encode())
         stream.write(b"deleteall\n")
         folder = project.package + "/"  # the package's folder in the wheel, at package_prefix in the commit
         for info in _package_members(archive, wheel_path, folder):
+            relative = info.filename[len(folder) :]
+            if relative.startswith(skip):
+                continue
             data = archive.read(info)
-            path = project.package_prefix + info.filename[len(folder) :]
+            path = project.package_prefix + relative
             stream.write(b"M 100644 inline %s\ndata %d\n%s\n" % (path.encode(), len(data), data))
         stream.write(b"\ndone\n")
 

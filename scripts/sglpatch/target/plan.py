@@ -87,7 +87,7 @@ class ApplyPlan:
         if self.drift and not three_way:
             hint = f"; try {hints.option('--3way', 'THREEWAY=1')}" if self.target.is_git else ""
             return (
-                f"base differs from the pin (sglang {release}) in {plural(len(self.drift), 'file')}: "
+                f"base differs from the pin ({release}) in {plural(len(self.drift), 'file')}: "
                 f"{', '.join(self.drift)}{hint}"
             )
         if self.conflicts:

@@ -65,7 +65,7 @@ def upstream_message(patch: Patch) -> str:
 
 def resolve_base(git: Git, onto: str | None, pin: Pin, upstream: str) -> PrBase:
     """ONTO when given; else `main` of the remote that points at `upstream` (or of origin); else the pin's tag."""
-    name = onto or _remote_main(git, upstream) or pin.tag
+    name = onto or _remote_main(git, upstream) or pin.base_rev
     commit = git.rev_parse(f"{name}^{{commit}}")
     if commit is None:
         raise FatalError(f"{name} is not a commit in {git.workdir} (ONTO= names the upstream ref to build on)")
@@ -105,13 +105,13 @@ class ReleaseCommits:
     def __init__(self, git: Git, patches: list[Patch], pin: Pin, default_base, committer):
         self.git = git
         self.committer = committer
-        if git.rev_parse(pin.tag) and not drift_from_pin(git, pin.tag, pin):
-            source, extra = git, []
+        if git.rev_parse(pin.base_rev) and not drift_from_pin(git, pin.base_rev, pin):
+            source, extra, base = git, [], pin.base_rev
         else:  # no such tag in the clone, or not the pinned files: the release as the wheel has it
-            source, extra = Git(default_base()), [git.common_dir() / "objects"]
+            source, extra, base = Git(default_base()), [git.common_dir() / "objects"], pin.tag
         self.commits: SeriesCommits = series_commits(
             source,
-            pin.tag,
+            base,
             patches,
             f"the line at {pin.tag}",
             committer=committer,

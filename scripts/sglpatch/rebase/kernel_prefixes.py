@@ -1,0 +1,76 @@
+"""The check of a DeepGEMM line (`make check-patches`): every prefix of the series compiles the SM90 paged-MQA
+kernel for sm_90a (kernel_compile.py: nvcc from PyPI wheels, no GPU), for next_n 1 and 2 at 64 heads.
+
+The trees are git worktrees of the line's default base: the base, then the base with patches 1..k, for each
+k. On a stand-in base (git_releases.py: the sgl-deep-gemm wheel's package, where deepseek-ai/DeepGEMM could
+not be fetched) only the patches' parts inside the package can be applied; the verdict line says how many
+patches that leaves and that csrc/, setup.py and tests/ went unchecked.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from sglpatch.git import Git
+from sglpatch.kernel_compile import compile_tree
+from sglpatch.output import plural, say
+from sglpatch.pin import Pin
+from sglpatch.rebase.default_base import ensure_default_base
+from sglpatch.rebase.git_releases import stand_in_of
+from sglpatch.rebase.replay import series_commits
+from sglpatch.series import Series
+
+CHECK_REF = "refs/sglpatch/check/kernel"
+
+
+def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
+    """Compile each prefix's kernel; the number of prefixes (the base among them) whose kernel does not compile."""
+    git = Git(ensure_default_base(pin, base))
+    patches, names = series.patches, [patch.name for patch in series.patches]
+    stand_in = stand_in_of(git, pin.tag)
+    if stand_in:
+        parts = [patch.package_part() for patch in series.patches]
+        kept = [part for part in parts if part is not None]
+        say(
+            f"line {name}: on a stand-in, {stand_in}: {len(kept)} of {plural(len(patches), 'patch')} touch its "
+            "files; their csrc/, setup.py and tests/ parts are not checked here (the real source is: set "
+            "SGLPATCH_DEEP_GEMM_SOURCE)"
+        )
+        patches, names = kept, [part.name for part in kept]
+    failures = 0
+    with _prefix_trees(git, pin.tag, patches) as trees:
+        for label, tree in zip(["the base", *(f"with {n}" for n in names)], trees, strict=True):
+            builds = compile_tree(tree, pin)
+            for build in builds:
+                say(f"{label}: SM90 paged-MQA kernel, {build.describe()}  [{'ok' if build.ok else 'FAIL'}]")
+            failures += not all(build.ok for build in builds)
+    if not failures:
+        say(f"line {name}: every prefix's SM90 paged-MQA kernel compiles for sm_90a ({len(trees)} trees)")
+    return failures
+
+
+@contextmanager
+def _prefix_trees(git: Git, tag: str, patches: list):
+    """Worktrees of the base and of each prefix of `patches` on it, removed afterwards."""
+    revisions = [git.run("rev-parse", f"{tag}^{{commit}}")]
+    if patches:
+        commits = series_commits(git, tag, patches)
+        try:
+            commits.workspace.copy_commit_to(commits.commits[-1], git, CHECK_REF)
+        finally:
+            commits.workspace.close()
+        revisions = [commits.base, *commits.commits]
+    with tempfile.TemporaryDirectory(prefix="sglpatch-kernel-check-") as tmp:
+        trees = []
+        try:
+            for k, rev in enumerate(revisions):
+                tree = Path(tmp) / f"prefix-{k}"
+                git.run("worktree", "add", "-q", "--detach", str(tree), rev)
+                trees.append(tree)
+            yield trees
+        finally:
+            for tree in trees:
+                git.try_run("worktree", "remove", "--force", str(tree))
+            git.try_run("update-ref", "-d", CHECK_REF)
