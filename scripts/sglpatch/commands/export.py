@@ -54,15 +54,15 @@ def run(args) -> int:
     refuse_half_rewritten(out_dir)
     pin = load_pin(out_dir)
     files = render_series(repo, base, args.head, pin)
-    _refuse_incomplete_messages(repo, base, args.head, files)
+    _refuse_incomplete_messages(repo, base, args.head, files, pin.project)
     write_series_files(out_dir, files)
     say(f"wrote {len(files) - 3} patches, series, {SUMS_FILE} and {PIN_FILE} to {out_dir}")
     return 0
 
 
-def _refuse_incomplete_messages(repo: Git, base: str, head: str, files: dict[str, bytes]) -> None:
+def _refuse_incomplete_messages(repo: Git, base: str, head: str, files: dict[str, bytes], project) -> None:
     """The first commit whose message lacks what the series format requires, named in one line."""
-    patches = [parse_patch(name, data) for name, data in files.items() if name.endswith(".patch")]
+    patches = [parse_patch(name, data, project=project) for name, data in files.items() if name.endswith(".patch")]
     commits = repo.run("rev-list", "--reverse", "--no-merges", "--topo-order", f"{base}..{head}").split()
     named = zip(commits, patches, strict=True) if len(commits) == len(patches) else ((None, p) for p in patches)
     incomplete = [(commit, patch, missing) for commit, patch in named if (missing := missing_parts(patch))]
