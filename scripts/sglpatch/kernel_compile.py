@@ -8,7 +8,8 @@ a DeepGEMM checkout has them only as its third-party/cutlass submodule.
 The kernel template is instantiated as DeepGEMM's host code asks its JIT for it
 (csrc/jit_kernels/impls/sm90_fp8_mqa_logits.hpp at 54e2261: head_dim 128, block_kv 64, 2-D context
 lengths, not varlen, 3 Q and 3 KV stages, split_kv 256, 128 TMA and 512 math threads, float logits), for
-each next_n and head count asked, and compiled with the flags of its JIT's nvcc (csrc/jit/compiler.hpp:
+each next_n and head count asked; a line's patch that makes the host code ask for other shapes lists them
+in the line's SHAPES_FILE (`shapes_of`), and every prefix from that patch on compiles them too; and compiled with the flags of its JIT's nvcc (csrc/jit/compiler.hpp:
 C++20, its suppressed diagnostics, register-usage level 10, -O3, relaxed constexpr, extended lambdas) and
 ptxas's verbose report, from which registers, spills and local memory are read.
 """
@@ -16,6 +17,7 @@ ptxas's verbose report, from which registers, spills and local memory are read.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -37,8 +39,21 @@ TOOLCHAIN_REQUIREMENTS = PROJECT_ROOT / "ci" / "cuda-toolchain-requirements.txt"
 TOOLKIT_FOLDER = "nvidia/cu13/"  # where the CUDA 13 wheels put their files
 ARCH = "sm_90a"
 HEADER = "deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh"
-# (next_n, heads): the shapes DeepSeek-V3.2's indexer runs on SM90 today (the host code allows next_n 1 and 2)
-SHAPES = ((1, 64), (2, 64))
+SHAPES_FILE = "kernel-shapes.json"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One instantiation: next_n, index heads, and the split of KV and math threads the host code picks for them."""
+
+    next_n: int
+    heads: int
+    split_kv: int = 256
+    math_threads: int = 512
+
+
+# The shapes DeepSeek-V3.2's indexer runs on SM90 at 54e2261 (the host code allows next_n 1 and 2)
+SHAPES = (Shape(1, 64), Shape(2, 64))
 NVCC_FLAGS = (
     "-std=c++20",
     "--diag-suppress=39,161,174,177,186,940",
@@ -72,9 +87,10 @@ class KernelBuild:
         return f"{shape}: {self.registers} registers, {spills} ({self.seconds:.1f} s)"
 
 
-def kernel_source(next_n: int, heads: int) -> str:
-    """A translation unit that makes nvcc build the kernel for (next_n, heads), as DeepGEMM's JIT does."""
-    arguments = f"{next_n}, {heads}, 128, 64, true, false, 3, 3, 256, 128, 512, float"
+def kernel_source(shape: Shape) -> str:
+    """A translation unit that makes nvcc build the kernel for `shape`, as DeepGEMM's JIT does."""
+    n, h, split, math = shape.next_n, shape.heads, shape.split_kv, shape.math_threads
+    arguments = f"{n}, {h}, 128, 64, true, false, 3, 3, {split}, 128, {math}, float"
     return (
         f"#include <{HEADER}>\n\n"
         "static void instantiate() {\n"
@@ -138,11 +154,12 @@ def _unpack(wheel: Path, folder: str, dest: Path) -> None:
                 target.chmod(0o755)
 
 
-def compile_kernel(include: Path, cutlass: Path, cuda: Path, next_n: int, heads: int) -> KernelBuild:
-    """nvcc on the kernel for (next_n, heads), its headers from `include` (a tree's deep_gemm/include)."""
+def compile_kernel(include: Path, cutlass: Path, cuda: Path, shape: Shape) -> KernelBuild:
+    """nvcc on the kernel for `shape`, its headers from `include` (a tree's deep_gemm/include)."""
+    next_n, heads = shape.next_n, shape.heads
     with tempfile.TemporaryDirectory(prefix="sglpatch-kernel-") as tmp:
         source = Path(tmp) / "kernel.cu"
-        source.write_text(kernel_source(next_n, heads))
+        source.write_text(kernel_source(shape))
         command = [str(cuda / "bin" / "nvcc"), str(source), "-cubin", "-o", str(Path(tmp) / "kernel.cubin")]
         command += [*NVCC_FLAGS, f"-I{include}", f"-I{cutlass}", f"-I{cuda / 'include'}"]
         command += ["-isystem", str(cuda / "include" / "cccl")]
@@ -173,4 +190,16 @@ def compile_tree(tree: Path, pin: Pin, shapes=SHAPES) -> list[KernelBuild]:
         raise FatalError(f"{tree} has no {pin.project.package_prefix}include/{HEADER}")
     cuda, cutlass = cuda_home(), cutlass_headers(pin)
     with ThreadPoolExecutor(max_workers=min(len(shapes), os.cpu_count() or 1)) as pool:  # one nvcc a core
-        return list(pool.map(lambda shape: compile_kernel(include, cutlass, cuda, *shape), shapes))
+        return list(pool.map(lambda shape: compile_kernel(include, cutlass, cuda, shape), shapes))
+
+
+def shapes_of(line_dir: Path, patch_names: list[str]) -> tuple[Shape, ...]:
+    """SHAPES and those the line's SHAPES_FILE lists for any of `patch_names` (a prefix's patches): a JSON object
+    from a patch's file name to a list of [next_n, heads, split_kv, math_threads]."""
+    path = line_dir / SHAPES_FILE
+    listed = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    try:
+        added = [Shape(*map(int, shape)) for name in patch_names for shape in listed.get(name, [])]
+    except (TypeError, ValueError) as exc:
+        raise FatalError(f"{path}: each shape is [next_n, heads, split_kv, math_threads] ({exc})") from None
+    return tuple(dict.fromkeys([*SHAPES, *added]))

@@ -28,6 +28,9 @@ def test_every_prefix_of_the_deep_gemm_line_compiles_the_kernel(sglpatch):
     assert code == 0, err
     assert f"line {LINE}: every prefix's SM90 paged-MQA kernel compiles for sm_90a" in out
     assert "next_n 1, 64 heads: 96 registers, 0 B spill stores" in out and "[FAIL]" not in out
+    # from the read-once patch on, the shapes its host code asks for (kernel-shapes.json) compile too
+    for shape in ("next_n 3, 64 heads", "next_n 6, 64 heads", "next_n 6, 32 heads"):
+        assert f"read-each-KV-tile-once-for-all.patch: SM90 paged-MQA kernel, {shape}: " in out
 
 
 def test_a_patch_that_breaks_the_kernels_compile_fails_on_cpu(

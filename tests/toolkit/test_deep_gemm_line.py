@@ -14,7 +14,9 @@ import zipfile
 
 import pytest
 
+from sglpatch.errors import FatalError
 from sglpatch.git import Git
+from sglpatch.kernel_compile import SHAPES, SHAPES_FILE, Shape, kernel_source, shapes_of
 from sglpatch.project_kind import DEEP_GEMM
 from sglpatch.rebase.git_releases import ensure_git_base, stand_in_of
 from sglpatch.series import check_path_is_safe, load_series
@@ -37,7 +39,7 @@ def dg_checkout(tmp_path, deep_gemm_source):
 def test_lines_lists_the_deep_gemm_line_with_its_project(sglpatch):
     code, out, err = sglpatch("lines")
     assert code == 0, err
-    assert f"{LINE}: 1 patches in patches/{LINE}" in out
+    assert f"{LINE}: 2 patches in patches/{LINE}" in out
     assert "  project:      deepseek-ai/DeepGEMM (deep_gemm 54e2261)" in out
     assert "  default base: build/deep_gemm-54e2261" in out
 
@@ -163,3 +165,18 @@ def test_without_its_source_the_default_base_is_a_stand_in_and_says_so(tmp_path,
 def test_a_source_without_the_pinned_commit_is_a_one_line_refusal_of_rebase(sglpatch, dg_checkout, deep_gemm_source):
     code, out, err = sglpatch("rebase", "--sglang", dg_checkout, "--line", LINE, "--onto", "HEAD")
     assert code == 2 and "does not hold deepseek-ai/DeepGEMM 54e22612409" in err and err.count("\n") == 1, err
+
+
+def test_a_prefix_compiles_the_shapes_its_patches_list(tmp_path):
+    (tmp_path / SHAPES_FILE).write_text(json.dumps({"0002-b.patch": [[3, 64, 128, 512], [6, 32, 64, 384]]}))
+    assert shapes_of(tmp_path, ["0001-a.patch"]) == SHAPES
+    assert shapes_of(tmp_path, ["0001-a.patch", "0002-b.patch"]) == (
+        *SHAPES,
+        Shape(3, 64, 128, 512),
+        Shape(6, 32, 64, 384),
+    )
+    assert "split 128, 512 math threads" not in kernel_source(SHAPES[0])
+    assert "3, 64, 128, 64, true, false, 3, 3, 128, 128, 512, float" in kernel_source(Shape(3, 64, 128, 512))
+    (tmp_path / SHAPES_FILE).write_text(json.dumps({"0002-b.patch": [[3, "x"]]}))
+    with pytest.raises(FatalError, match=r"\[next_n, heads, split_kv, math_threads\]"):
+        shapes_of(tmp_path, ["0002-b.patch"])

@@ -1,5 +1,6 @@
 """The check of a DeepGEMM line (`make check-patches`): every prefix of the series compiles the SM90 paged-MQA
-kernel for sm_90a (kernel_compile.py: nvcc from PyPI wheels, no GPU), for next_n 1 and 2 at 64 heads.
+kernel for sm_90a (kernel_compile.py: nvcc from PyPI wheels, no GPU), for next_n 1 and 2 at 64 heads, and from a
+patch on, the shapes the line's kernel-shapes.json lists for it (the instantiations its host code adds).
 
 The trees are git worktrees of the line's default base: the base, then the base with patches 1..k, for each
 k. On a stand-in base (git_releases.py: the sgl-deep-gemm wheel's package, where deepseek-ai/DeepGEMM could
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch.git import Git
-from sglpatch.kernel_compile import compile_tree
+from sglpatch.kernel_compile import compile_tree, shapes_of
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.rebase.default_base import ensure_default_base
@@ -41,8 +42,8 @@ def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
         patches, names = kept, [part.name for part in kept]
     failures = 0
     with _prefix_trees(git, pin.tag, patches) as trees:
-        for label, tree in zip(["the base", *(f"with {n}" for n in names)], trees, strict=True):
-            builds = compile_tree(tree, pin)
+        for k, (label, tree) in enumerate(zip(["the base", *(f"with {n}" for n in names)], trees, strict=True)):
+            builds = compile_tree(tree, pin, shapes_of(series.directory, [p.name for p in patches[:k]]))
             for build in builds:
                 say(f"{label}: SM90 paged-MQA kernel, {build.describe()}  [{'ok' if build.ok else 'FAIL'}]")
             failures += not all(build.ok for build in builds)
