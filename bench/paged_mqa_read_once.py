@@ -37,6 +37,7 @@ from bench.paged_mqa import (  # noqa: E402
     PAGE,
     PAGE_BYTES,
     attended_equal,
+    layout_schedule,
     make_batches,
     make_kv_pool,
     plan_pool,
@@ -205,6 +206,24 @@ def line(row: dict) -> str:
     )
 
 
+def profile(args) -> None:
+    """One case's layout called ``--calls`` times, for a profiler (ncu) to catch one call after the warm-up."""
+    import deep_gemm
+    import torch
+
+    device = torch.device("cuda")
+    gen = torch.Generator(device=device).manual_seed(1234)
+    case = (args.next_n, args.batch_size, args.ctx, args.lengths, args.heads)
+    plans, max_pages = plan_pool([case], argparse.Namespace(min_calls=1, max_calls=1), 0)
+    kv_pool = make_kv_pool(max_pages, device)
+    (batch,) = make_batches(case, plans, max_pages, random.Random(99), gen, device, args.heads)
+    schedule = layout_schedule(deep_gemm, batch, args.layout)
+    for _ in range(args.calls):
+        run_layout(deep_gemm, kv_pool, batch, args.layout, schedule)
+    torch.cuda.synchronize()
+    print(f"profiled {args.layout}: H={args.heads} next_n={args.next_n} B={args.batch_size} ctx={args.ctx}")
+
+
 # ---------------------------------------------------------------- report (no GPU)
 
 
@@ -317,6 +336,14 @@ def main(argv=None) -> None:
     grid.add_argument("--fp64-max-tokens", type=int, default=32 * 6 * 65536)
     grid.add_argument("--topk", type=int, default=2048)
     grid.add_argument("--near-tie", type=float, default=1e-5)
+    prof = sub.add_parser("profile", help="call one case's layout a few times, for ncu (GPU)")
+    prof.add_argument("--layout", default="native", choices=LAYOUTS)
+    prof.add_argument("--heads", type=int, default=64)
+    prof.add_argument("--next-n", type=int, required=True)
+    prof.add_argument("--batch-size", type=int, required=True)
+    prof.add_argument("--ctx", type=int, default=65536)
+    prof.add_argument("--lengths", default="uniform", choices=["uniform", "ragged"])
+    prof.add_argument("--calls", type=int, default=3)
     rep = sub.add_parser("report", help="join the runs into one JSON and table (no GPU)")
     rep.add_argument("runs", nargs="+")
     rep.add_argument("--line-label", default="line")
@@ -325,8 +352,8 @@ def main(argv=None) -> None:
     rep.add_argument("--out", default=os.environ.get("OUT", "."))
     rep.add_argument("--name", default="paged_mqa_read_once_h200")
     args = parser.parse_args(argv)
-    if args.verb == "report":
-        report(args)
+    if args.verb in ("report", "profile"):
+        (report if args.verb == "report" else profile)(args)
         return
     started = time.time()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)

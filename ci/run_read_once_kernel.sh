@@ -100,6 +100,16 @@ fi
 [ $line_ok = 1 ] && { say "line grid"; grid line "${LINE_GRID_S:-300}" "$@"; }
 say "stock grid"
 grid stock "${STOCK_GRID_S:-200}" --fp64-max-tokens 0 "$@"
+# PROFILE="BUILD:LAYOUT:NEXT_N:B ...": one ncu report each (the third call of that case, after two warm-ups)
+for spec in ${PROFILE:-}; do
+  IFS=: read -r build layout n b <<<"$spec"
+  say "ncu: $build $layout next_n $n, $b requests x 64k"
+  ( cd "$REPO" && PYTHONPATH="$WORK/$build/DeepGEMM:$REPO" timeout 120 ncu --clock-control none \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section SchedulerStats -k regex:sm90_fp8_paged_mqa_logits --launch-skip 2 --launch-count 1 \
+      $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" ) >>"$OUTDIR/ncu.txt" 2>&1 \
+    || say "ncu exit $?"
+done
 ( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
 runs=$(ls "$WORK"/line.json "$WORK"/stock.json 2>/dev/null)
 ( cd "$REPO" && $PY bench/paged_mqa_read_once.py report $runs --deep-gemm-facts "$OUTDIR/deep_gemm_facts.json" --out "$OUTDIR" )
