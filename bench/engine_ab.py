@@ -92,6 +92,10 @@ GRIDS = {
     "long": [(8, 131072, "uniform")],
     # 64 requests at the targets' 64k (4.2M pool tokens per engine: a call of its own).
     "targets64k_wide": [(64, 65536, "uniform")],
+    # Issue 46, the one-call patch at next_n 3 (one token per row): 288 and 192 rows, above 132, and 144.
+    "one_call": [(96, 16384, "uniform"), (64, 32768, "ragged"), (48, 16384, "uniform")],
+    # The same at next_n 4 with two-token rows: 256 rows (above 132) and 128 (below).
+    "one_call_pairs": [(128, 16384, "uniform"), (64, 16384, "uniform")],
 }
 # Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
 # logits, the Triton single-read kernel of the v0.5.14 line's patch 5, the top-k transforms).

@@ -21,7 +21,7 @@ GROUPS = {
             "branch": "test-first-group",
             "accuracy": ["docs/results/gpu_ci_h200_for_tests.json"],
             "benchmark": "docs/results/paged_mqa_h200.json",
-            "prior_art": [],
+            "prior_art": [{"pr": 27166, "note": "the change this patch carries"}],
             "checklist": {},
         },
         {
@@ -29,7 +29,7 @@ GROUPS = {
             "title": "[Spec] Second group, stacked on the first",
             "branch": "test-stacked-group",
             "depends_on": ["base-group"],
-            "prior_art": [],
+            "prior_art": [{"pr": 29787, "note": "the change this patch carries"}],
             "checklist": {},
         },
     ],

@@ -54,9 +54,9 @@ def test_dry_run_builds_branches_and_bodies_and_sends_nothing(
     main, appendix = body.split("<details><summary>Appendix</summary>")
     assert "| 2 | ragged | 32 |" in appendix and "| 2 | ragged | 32 |" not in main and "42 passed" in appendix
     assert "bench/" not in body and "docs/results" not in body  # a results file's project command is left out
-    assert "`python/sglang/global_config.py`" in main
+    assert "(`global_config.py`)" in main  # Modifications names the file; the diff has its path
     stacked_body = (tmp_path / "bodies" / "stacked-group.md").read_text()
-    assert "depends on the `test-first-group` PR" in stacked_body
+    assert "depends on [DSA] First group of the PR test series (the PR of branch `test-first-group`" in stacked_body
     assert "builds on this one" in body
 
 

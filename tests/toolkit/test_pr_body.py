@@ -1,7 +1,8 @@
 """PR bodies: what each GPU result ran, tables from the committed results, and the rules that make a body
-stand alone for an upstream reader (no project-only path, a short main text, an appendix, prior art, a
-checklist that ticks only what ran). The bodies render from a fixture patch, not the lines' own notes, which
-the line's author keeps to these rules."""
+stand alone for an upstream reader and readable in two minutes (no project-only path or term, a main text
+of at most 4,000 characters with one table of numbers beside what ran for them, an appendix, prior art that
+names every PR a trailer cites, a checklist that ticks only what ran). The rules render from a fixture
+patch; the last tests render the line that goes upstream, as `make pr` does."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from sglpatch.errors import FatalError
 from sglpatch.lines import all_lines
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.series import Series, parse_patch
-from sglpatch.upstream.pr_body import MAIN_TEXT_LIMIT, Group, render_body
+from sglpatch.series import Series, load_series, parse_patch
+from sglpatch.upstream.pr_body import MAIN_TEXT_LIMIT, Group, count_tables, render_body
 from sglpatch.upstream.pr_groups import load_groups
 
 FIXTURE_PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -47,9 +48,11 @@ index 0000000..3333333
 +ROWS = 2
 """
 PATCH = parse_patch("0001-rows.patch", FIXTURE_PATCH.encode())
+EXTENDED = {"pr": 27166, "note": "[B, next_n] rows on SM100; this brings them to SM90"}
 
 
 def _group(**fields) -> Group:
+    fields.setdefault("prior_art", [EXTENDED])
     return Group("sm90-dg-native", "title", "branch", [PATCH], **fields)
 
 
@@ -222,7 +225,7 @@ def test_a_main_text_over_the_limit_is_refused_and_the_appendix_does_not_count()
 
 
 def test_prior_art_is_a_section_and_the_checklist_ticks_only_what_the_group_says_ran():
-    prior = [{"pr": 20115, "note": "the same pairing, closed unmerged; this PR picks it per batch size"}]
+    prior = [{"pr": 20115, "note": "the same pairing, closed unmerged; this PR picks it per batch size"}, EXTENDED]
     ran = {"unit_tests": "`test/registered/attention/test_rows.py` on an H200, eager and CUDA graph"}
     main, _ = _main_and_appendix(render_body(_group(prior_art=prior, checklist=ran), PROJECT_ROOT, stack=[]))
     assert "## Prior art\n\n- #20115: the same pairing, closed unmerged" in main
@@ -233,7 +236,8 @@ def test_prior_art_is_a_section_and_the_checklist_ticks_only_what_the_group_says
         "- [ ] Documentation updated",
         "- [ ] Accuracy and speed results provided",
     ]
-    bare = render_body(_group(), PROJECT_ROOT, stack=[])
+    plain = parse_patch("0001-rows.patch", FIXTURE_PATCH.replace("Extends-PR: 27166\n", "").encode())
+    bare = render_body(Group("rows", "title", "branch", [plain]), PROJECT_ROOT, stack=[])
     assert "## Prior art\n\nNone named for this change." in bare and "- [x]" not in bare
 
 
@@ -258,3 +262,82 @@ def test_a_group_file_states_prior_art_and_what_its_checklist_may_tick(tmp_path,
     with pytest.raises(FatalError) as error:
         load_groups(series)
     assert refusal in str(error.value) and str(error.value).count("\n") == 0
+
+
+def test_a_pr_a_trailer_cites_is_named_in_prior_art_with_what_it_did():
+    with pytest.raises(FatalError) as refusal:
+        render_body(_group(prior_art=[]), PROJECT_ROOT, stack=[])
+    assert "cites #27166 in a patch trailer but its prior_art does not name it" in str(refusal.value)
+    main, _ = _main_and_appendix(render_body(_group(), PROJECT_ROOT, stack=[]))
+    assert "Related:" not in main and f"- #27166: {EXTENDED['note']}" in main
+    other = {"repo": "vllm-project/vllm", "pr": 52164, "note": "next_n 4 natively on SM90"}
+    main, _ = _main_and_appendix(render_body(_group(prior_art=[EXTENDED, other]), PROJECT_ROOT, stack=[]))
+    assert "- vllm-project/vllm#52164: next_n 4 natively on SM90" in main
+
+
+@pytest.mark.parametrize(
+    "said, plain",
+    [
+        ("the A/A was 0.99", "a pristine run against another pristine run"),
+        ("on the hold-out grid", "a grid measured after the rule was fixed"),
+        ("TPOT 1.00x (floor 0.98)", "two pristine processes against each other"),
+        ("the DG-native path", "DeepGEMM's [B, next_n] rows"),
+    ],
+)
+def test_a_term_only_this_project_uses_is_refused_with_the_plain_words(said, plain):
+    for where in ("accuracy_notes", "speed_notes", "appendix"):
+        with pytest.raises(FatalError) as refusal:
+            render_body(_group(**{where: [f"Measured on an H200: {said}."]}), PROJECT_ROOT, stack=[])
+        assert "a term only this project uses" in str(refusal.value) and plain in str(refusal.value)
+    render_body(_group(speed_notes=["A floor-plan of the N/A/A test, held out of the run."]), PROJECT_ROOT, stack=[])
+
+
+NUMBERS = [
+    {"measure": "indexer step", "result": "1.16x median", "ran": "sglang's indexer, CUDA graphs, H200"},
+    {"measure": "TPOT", "result": "1.00x (two pristine processes: 0.98)", "ran": "sglang's Engine, H200"},
+]
+
+
+def test_the_numbers_are_the_main_texts_one_table_each_beside_what_ran():
+    main, _ = _main_and_appendix(render_body(_group(numbers=NUMBERS), PROJECT_ROOT, stack=[]))
+    speed = main.split("## Speed Tests and Profiling", 1)[1].split("## Prior art", 1)[0]
+    assert speed.lstrip().startswith("| measure | result | what ran |\n|---|---|---|\n")
+    assert "| TPOT | 1.00x (two pristine processes: 0.98) | sglang's Engine, H200 |" in speed
+    second = ["| a | b |\n|---|---|\n| 1 | 2 |"]
+    with pytest.raises(FatalError) as refusal:
+        render_body(_group(numbers=NUMBERS, accuracy_notes=second), PROJECT_ROOT, stack=[])
+    assert "main text holds 2 tables" in str(refusal.value)
+    body = render_body(_group(numbers=NUMBERS, appendix=second), PROJECT_ROOT, stack=[])
+    assert second[0] in _main_and_appendix(body)[1]
+
+
+@pytest.mark.parametrize("rows", [[{"measure": "x", "result": "1.1x"}], [{**NUMBERS[0], "ran": "a | b"}], "x"])
+def test_a_group_files_numbers_say_what_ran_for_each(tmp_path, rows):
+    group = {"id": "sm90-dg-native", "title": "[DSA] Rows", "branch": "rows", "prior_art": [EXTENDED]}
+    group.update(checklist={}, numbers=rows)
+    (tmp_path / "pr-groups.json").write_text(json.dumps({"upstream": "sgl-project/sglang", "groups": [group]}))
+    with pytest.raises(FatalError) as error:
+        load_groups(Series(tmp_path, [PATCH]))
+    assert "'numbers' is a list of" in str(error.value)
+
+
+def _newest_line_bodies() -> dict[str, str]:
+    """Each PR body of the line that goes upstream, from its own patches and pr-groups.json."""
+    line = next(
+        line
+        for line in reversed(all_lines())
+        if not json.loads((line.directory / "pr-groups.json").read_text()).get("backport")
+    )
+    config = load_groups(load_series(line.directory))
+    return {group.id: render_body(group, PROJECT_ROOT, stack=[]) for group in config["groups"]}
+
+
+def test_the_bodies_that_go_upstream_keep_the_rules():
+    """render_body refuses a body over the limits; this renders the line's own, so a note that breaks a
+    rule fails here, not first in `make pr`."""
+    bodies = _newest_line_bodies()
+    assert bodies
+    for group_id, body in bodies.items():
+        main, _ = _main_and_appendix(body)
+        assert len(main) <= MAIN_TEXT_LIMIT, group_id
+        assert count_tables(main) == 1 and "| measure | result | what ran |" in main, group_id

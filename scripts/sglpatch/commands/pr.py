@@ -278,8 +278,8 @@ def stack_lines(group: Group, config: dict, records: dict) -> list[str]:
     for dep in group.depends_on:
         other = _group(config, dep)
         number = records.get(dep, {}).get("number")
-        ref = f"#{number}" if number else f"the `{other.branch}` PR (not opened yet)"
-        lines.append(f"**Stacked PR**: depends on {ref} ({other.title}); review and merge that one first.")
+        ref = f"#{number}" if number else f"the PR of branch `{other.branch}`, this branch's first commits"
+        lines.append(f"**Stacked PR**: depends on {other.title} ({ref}); review and merge that one first.")
     for other in config["groups"]:
         if group.id in other.depends_on:
             number = records.get(other.id, {}).get("number")

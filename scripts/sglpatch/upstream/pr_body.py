@@ -6,12 +6,19 @@ made from committed results, the changes since the version pushed before, the CI
 comments). Everything comes from files in the project (patch notes, pr-groups.json, GPU
 CI summaries, benchmark JSON), so a body can be regenerated and reviewed.
 
-A body stands alone for an upstream reader, so it is refused (one line) when it:
+A body stands alone for an upstream reader and is read in two minutes, so it is refused (one
+line) when it:
 - cites a path only this project has (docs/results/..., bench/..., tests/..., patches/...,
   ci/...; `project_only_path`): the notes say what such a file holds inline instead, and a
   table made from one names its run and versions, and its command only when that command
   names no project path;
-- has a main text over MAIN_TEXT_LIMIT characters (the appendix does not count);
+- uses a term only this project uses (PROJECT_TERMS: "A/A", "hold-out", "floor", "DG-native"),
+  anywhere but in the range-diff: the notes say it in plain words;
+- has a main text over MAIN_TEXT_LIMIT characters (the appendix does not count), or more than
+  one table in it: the group's `numbers` (each number with what ran for it) are that table, and
+  every other table goes to the collapsed appendix;
+- cites a PR in a patch trailer (Extends-PR, Upstream-PR) that its Prior art does not name with
+  what that PR did (a bare "#N" tells the reader nothing);
 - carries something that looks like a token. Local paths are made relative.
 The checklist ticks an item only where the group's `checklist` says what ran for it.
 """
@@ -48,9 +55,12 @@ class Group:
     # sglang's own engine, pristine vs patched: {"file": bench/engine_report.py JSON, "line": ..., "next_n": [...],
     # "runs": [file names]}; each key but "file" narrows the rows cited
     engine: dict | None = None
-    prior_art: list[dict] = field(default_factory=list)  # [{"pr": N, "note": how this PR differs}]
+    # [{"pr": N, "note": how this PR differs}]; "repo": "owner/name" for a PR outside sglang
+    prior_art: list[dict] = field(default_factory=list)
     checklist: dict[str, str] = field(default_factory=dict)  # CHECKLIST key -> what ran for it (ticked)
     appendix: list[str] = field(default_factory=list)  # paragraphs for the collapsed appendix
+    # the main text's one table: [{"measure": ..., "result": ..., "ran": what ran, its versions}]
+    numbers: list[dict] = field(default_factory=list)
 
 
 # The checklist of sglang's PR template, in this project's words; a key of a group's `checklist`.
@@ -61,6 +71,15 @@ CHECKLIST = {
     "benchmark": "Accuracy and speed results provided",
 }
 MAIN_TEXT_LIMIT = 4000
+NUMBERS_COLUMNS = ("measure", "result", "ran")
+# Words only this project uses, and what to say instead.
+PROJECT_TERMS = {
+    r"A/A": "a pristine run against another pristine run",
+    r"hold-?out": "a grid measured after the rule was fixed",
+    r"floors?": "two pristine processes against each other",
+    r"DG-native": "DeepGEMM's [B, next_n] rows",
+}
+_TERM = re.compile("|".join(rf"(?<![\w/-])({term})(?![\w/-])" for term in PROJECT_TERMS), re.IGNORECASE)
 # Top-level folders only this project has (sglang's tree has python/, test/, benchmark/, docs/, scripts/, ...).
 _PROJECT_FOLDERS = ("bench", "tests", "testing", "patches", "ci", "build")
 _PROJECT_DOCS = ("docs/results/", "docs/patches/", "docs/pr/", "docs/ci/", "docs/drift/", "docs/rebase/")
@@ -84,17 +103,24 @@ def render_body(
     range_diff: str | None = None,
     rerun_lines: list[str] | None = None,
 ) -> str:
+    refuse_unnamed_related(group)
     main = _main_text(group, stack)
     appendix = _paragraphs(group.appendix) + _appendix_tables(group, project)
+    body = scrub("\n".join(main), project)
+    refuse_project_paths(body + "\n" + "\n".join(appendix), project, group.id)
+    refuse_project_terms(body + "\n" + "\n".join(appendix), group.id)
     if rerun_lines:
         appendix += ["", "### CI", "", "Comment these to rerun the affected upstream tests:", "", "```"]
         appendix += rerun_lines + ["```"]
-    body = scrub("\n".join(main), project)
-    refuse_project_paths(body + "\n" + "\n".join(appendix), project, group.id)
     if len(body) > MAIN_TEXT_LIMIT:
         raise FatalError(
             f"the {group.id} PR body's main text is {len(body):,} characters, more than {MAIN_TEXT_LIMIT:,}: shorten "
             "its notes or move paragraphs to the group's 'appendix' in pr-groups.json"
+        )
+    if (tables := count_tables(body)) > 1:
+        raise FatalError(
+            f"the {group.id} PR body's main text holds {tables} tables: keep one (the group's 'numbers') and move "
+            "the others to the appendix"
         )
     if range_diff:  # git's output about the PR's own commits: not checked for paths
         appendix += ["", "### Changes since the version pushed before", "", "```", range_diff.rstrip(), "```"]
@@ -110,25 +136,61 @@ def _main_text(group: Group, stack: list[str]) -> list[str]:
     for patch in group.patches:
         why = _unwrap(note(patch, "Why"))
         lines += [why[:1].upper() + why[1:], ""]
-    upstream = sorted({n for p in group.patches for n in p.related_prs})
-    if upstream:
-        lines += ["Related: " + ", ".join(f"#{n}" for n in upstream), ""]
     lines += stack
     lines += ["## Modifications", ""]
     for number, patch in enumerate(group.patches, 1):
-        files = ", ".join(f"`{p}`" for p in patch.touched_paths)
+        files = ", ".join(f"`{p}`" for p in short_paths(patch.touched_paths))
         lines += [f"{number}. **{patch.subject}** ({files})", "", _indent(note(patch, "What")), ""]
     lines += ["## Accuracy Tests", ""] + accuracy_section(group) + [""]
-    lines += ["## Speed Tests and Profiling", ""] + _speed_notes(group) + [""]
+    lines += ["## Speed Tests and Profiling", ""] + numbers_table(group) + _speed_notes(group) + [""]
     lines += ["## Prior art", ""] + _prior_art(group) + [""]
     lines += ["## Checklist", ""] + checklist_lines(group) + [""]
     return lines
 
 
+def short_paths(paths: list[str]) -> list[str]:
+    """File names as Modifications lists them (the diff has the paths): the name alone where it is unique."""
+    names = [path.rsplit("/", 1)[-1] for path in paths]
+    return [name if names.count(name) == 1 else path for name, path in zip(names, paths, strict=True)]
+
+
 def _prior_art(group: Group) -> list[str]:
     if not group.prior_art:
         return ["None named for this change."]
-    return [f"- #{item['pr']}: {item['note']}" for item in group.prior_art]
+    return [f"- {item.get('repo', '')}#{item['pr']}: {item['note']}" for item in group.prior_art]
+
+
+def numbers_table(group: Group) -> list[str]:
+    """The group's numbers as the main text's one table: each result beside what ran for it."""
+    if not group.numbers:
+        return []
+    lines = ["| measure | result | what ran |", "|---|---|---|"]
+    lines += [f"| {row['measure']} | {row['result']} | {row['ran']} |" for row in group.numbers]
+    return lines + [""]
+
+
+def count_tables(text: str) -> int:
+    """Markdown tables in ``text``: their header separator rows."""
+    return sum(1 for line in text.splitlines() if re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|)+", line.strip()))
+
+
+def refuse_project_terms(text: str, group_id: str) -> None:
+    if match := _TERM.search(text):
+        plain = next(words for term, words in PROJECT_TERMS.items() if re.fullmatch(term, match.group(0), re.I))
+        raise FatalError(
+            f"the {group_id} PR body says {match.group(0)!r}, a term only this project uses: say it plainly "
+            f"({plain})"
+        )
+
+
+def refuse_unnamed_related(group: Group) -> None:
+    named = {item["pr"] for item in group.prior_art if not item.get("repo")}
+    for number in sorted({int(n) for p in group.patches for n in p.related_prs if n.isdigit()}):
+        if number not in named:
+            raise FatalError(
+                f"the {group.id} PR cites #{number} in a patch trailer but its prior_art does not name it: add "
+                f'{{"pr": {number}, "note": what it did and how this PR differs}} in pr-groups.json'
+            )
 
 
 def checklist_lines(group: Group) -> list[str]:
@@ -275,8 +337,8 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
         "scheduler, pristine and patched engines side by side on the same requests; a model of DeepSeek-V3.2's "
         "attention and indexer shapes (4 decoder layers with a dense 18432-wide FFN standing in for one rank's MoE, "
         "a 32-expert NextN layer), dummy weights, greedy; `verify` is the TARGET_VERIFY forward's GPU time, `step` "
-        "the scheduler's time from one verify forward to the next (one token per step: dummy weights accept no "
-        "draft), A/A is pristine against its own re-runs.",
+        f"the scheduler's time from one verify forward to the next ({_acceptance(rows)}), `pristine re-run` is "
+        "pristine against its own re-runs.",
         "",
     ]
     for name in sorted({r["run"] for r in rows}):
@@ -291,7 +353,7 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
         )
     lines += [
         "",
-        "| next_n | requests | ctx | lengths | verify us pristine -> patched | x | A/A | step ms pristine -> patched | x "
+        "| next_n | requests | ctx | lengths | verify us pristine -> patched | x | pristine re-run | step ms pristine -> patched | x "
         "| indexer share of verify (pristine / patched) | tokens identical |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -309,6 +371,15 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
             f"{share} | {r['tokens_identical']} |"
         )
     return lines
+
+
+def _acceptance(rows: list[dict]) -> str:
+    """How many drafts the cited rows accepted: sglang's simulated acceptance, or none (dummy weights)."""
+    accepted = sorted({(r["simulated_acceptance"], r["next_n"]) for r in rows if r.get("simulated_acceptance")})
+    parts = [f"drafts accepted at {a:g} of {n} through sglang's `SGLANG_SIMULATE_ACC_LEN`" for a, n in accepted]
+    if any(not r.get("simulated_acceptance") for r in rows):
+        parts.append("one token per step in rows without it: dummy weights accept no draft")
+    return "; ".join(parts)
 
 
 def _command_suffix(command: str | None) -> str:

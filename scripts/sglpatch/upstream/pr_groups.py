@@ -9,9 +9,10 @@ the group first appears in the series; a patch without the trailer is a group of
 after the patch. `rerun` lists such a group; `pr` refuses it until pr-groups.json describes it.
 
 Every group states its prior art (`prior_art`: [{"pr": N, "note": how this differs}], possibly
-empty) and what its checklist may tick (`checklist`: {item: what ran for it}, items from
-pr_body.CHECKLIST; an item left out stays unticked); `appendix` holds paragraphs for the
-body's collapsed appendix.
+empty; `"repo": "owner/name"` for a PR outside sglang) and what its checklist may tick
+(`checklist`: {item: what ran for it}, items from pr_body.CHECKLIST; an item left out stays
+unticked); `numbers` is the main text's one table ([{"measure", "result", "ran"}], each result
+beside what ran for it); `appendix` holds paragraphs for the body's collapsed appendix.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import re
 
 from sglpatch.errors import FatalError
 from sglpatch.series import Patch, Series
-from sglpatch.upstream.pr_body import CHECKLIST, Group
+from sglpatch.upstream.pr_body import CHECKLIST, NUMBERS_COLUMNS, Group
 
 GROUPS_FILE = "pr-groups.json"
 
@@ -67,6 +68,7 @@ def load_groups(series: Series) -> dict:
                 _prior_art(raw, path),
                 _checklist(raw, path),
                 _texts(raw, "appendix", path),
+                _numbers(raw, path),
             )
         )
     if by_group:
@@ -83,19 +85,36 @@ def _prior_art(raw: dict, path) -> list[dict]:
     items = raw.get("prior_art")
     well_formed = isinstance(items, list) and all(
         isinstance(i, dict)
-        and set(i) == {"pr", "note"}
+        and {"pr", "note"} <= set(i) <= {"pr", "note", "repo"}
         and isinstance(i["pr"], int)
         and i["pr"] > 0
         and isinstance(i["note"], str)
         and i["note"].strip()
+        and re.fullmatch(r"[\w.-]+/[\w.-]+", i.get("repo", "a/b"))
         for i in items
     )
     if not well_formed:
         raise FatalError(
             f"{path}: group {raw['id']} needs 'prior_art': a list of {{\"pr\": NUMBER, \"note\": how this PR "
-            "differs}} ([] when there is none)"
+            'differs}} ([] when there is none; "repo": "owner/name" for a PR outside sglang)'
         )
     return items
+
+
+def _numbers(raw: dict, path) -> list[dict]:
+    rows = raw.get("numbers", [])
+    well_formed = isinstance(rows, list) and all(
+        isinstance(r, dict)
+        and set(r) == set(NUMBERS_COLUMNS)
+        and all(isinstance(r[c], str) and r[c].strip() and "|" not in r[c] for c in NUMBERS_COLUMNS)
+        for r in rows
+    )
+    if not well_formed:
+        raise FatalError(
+            f"{path}: group {raw['id']}: 'numbers' is a list of {{\"measure\", \"result\", \"ran\"}}, each a "
+            "sentence without '|' (every result says what ran for it)"
+        )
+    return rows
 
 
 def _checklist(raw: dict, path) -> dict[str, str]:
