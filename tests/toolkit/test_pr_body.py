@@ -322,14 +322,17 @@ def test_a_group_files_numbers_say_what_ran_for_each(tmp_path, rows):
 
 
 def _newest_line_bodies() -> dict[str, str]:
-    """Each PR body of the line that goes upstream, from its own patches and pr-groups.json."""
-    line = next(
-        line
-        for line in reversed(all_lines())
-        if not json.loads((line.directory / "pr-groups.json").read_text()).get("backport")
-    )
-    config = load_groups(load_series(line.directory))
-    return {group.id: render_body(group, PROJECT_ROOT, stack=[]) for group in config["groups"]}
+    """Each PR body of the lines that go upstream (sglang's newest, the DeepGEMM line), from their own patches and
+    pr-groups.json; held groups prepare none."""
+    bodies = {}
+    for line in all_lines():
+        config = load_groups(load_series(line.directory))
+        if config["backport"]:
+            continue
+        for group in config["groups"]:
+            if not group.held:
+                bodies[group.id] = render_body(group, PROJECT_ROOT, stack=[])
+    return bodies
 
 
 def test_the_bodies_that_go_upstream_keep_the_rules():
@@ -341,3 +344,16 @@ def test_the_bodies_that_go_upstream_keep_the_rules():
         main, _ = _main_and_appendix(body)
         assert len(main) <= MAIN_TEXT_LIMIT, group_id
         assert count_tables(main) == 1 and "| measure | result | what ran |" in main, group_id
+
+
+def test_a_held_group_prepares_no_pr_and_a_group_on_it_is_refused(capsys):
+    from sglpatch.commands.pr import _not_held
+    from sglpatch.errors import FatalError
+
+    held = Group("dirs", "title", "branch", [PATCH], held="It fixes no failure a user has reported.")
+    kept = Group("kernel", "title", "branch", [PATCH])
+    assert _not_held([held, kept]) == [kept]
+    assert "dirs: held, no PR prepared: It fixes no failure" in capsys.readouterr().out
+    on_it = Group("rows", "title", "branch", [PATCH], depends_on=["dirs"])
+    with pytest.raises(FatalError, match="stacks on the held group dirs"):
+        _not_held([held, on_it])

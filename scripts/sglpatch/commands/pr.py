@@ -103,6 +103,7 @@ def run(args) -> int:
     groups = [g for g in config["groups"] if not args.group or g.id in args.group]
     if args.group and len(groups) != len(args.group):
         raise FatalError(f"unknown group in {args.group}; known: {', '.join(g.id for g in config['groups'])}")
+    groups = _not_held(groups)
     base = resolve_base(git, args.onto, pin, config["upstream"])
     if base.imported and args.submit:
         raise refuse_imported(base.name, base.imported)
@@ -143,6 +144,17 @@ def _with_existing(records: dict, existing: list[str]) -> dict:
             raise FatalError(f"--existing takes GROUP=NUMBER, got {number!r}")
         records.setdefault(group_id, {})["number"] = int(pr)
     return records
+
+
+def _not_held(groups: list[Group]) -> list[Group]:
+    """The groups `pr` prepares: a held one is named with its reason and left out; a group on a held one is refused."""
+    held = {g.id: g.held for g in groups if g.held}
+    for group_id, why in held.items():
+        say(f"{group_id}: held, no PR prepared: {why}")
+    for group in groups:
+        if not group.held and (on := [d for d in group.depends_on if d in held]):
+            raise FatalError(f"group {group.id} stacks on the held group {on[0]}: hold it too, or send {on[0]}")
+    return [g for g in groups if not g.held]
 
 
 def _not_upstream(

@@ -61,6 +61,8 @@ class Group:
     appendix: list[str] = field(default_factory=list)  # paragraphs for the collapsed appendix
     # the main text's one table: [{"measure": ..., "result": ..., "ran": what ran, its versions}]
     numbers: list[dict] = field(default_factory=list)
+    upstream: str = "sgl-project/sglang"  # the repository the PR goes to
+    held: str | None = None  # why no PR is prepared for the group (yet), a sentence; None: it goes upstream
 
 
 # The checklist of sglang's PR template, in this project's words; a key of a group's `checklist`.
@@ -107,7 +109,8 @@ def render_body(
     main = _main_text(group, stack)
     appendix = _paragraphs(group.appendix) + _appendix_tables(group, project)
     body = scrub("\n".join(main), project)
-    refuse_project_paths(body + "\n" + "\n".join(appendix), project, group.id)
+    theirs = frozenset(path for patch in group.patches for path in patch.touched_paths)
+    refuse_project_paths(body + "\n" + "\n".join(appendix), project, group.id, theirs)
     refuse_project_terms(body + "\n" + "\n".join(appendix), group.id)
     if rerun_lines:
         appendix += ["", "### CI", "", "Comment these to rerun the affected upstream tests:", "", "```"]
@@ -198,14 +201,19 @@ def checklist_lines(group: Group) -> list[str]:
     lines = []
     for key, label in CHECKLIST.items():
         ran = group.checklist.get(key)
+        if key == "format" and group.upstream != "sgl-project/sglang":
+            label = f"Code formatted to {group.upstream}'s style"
         lines.append(f"- [x] {label}: {ran}" if ran else f"- [ ] {label}")
     return lines
 
 
-def project_only_path(text: str, project: Path) -> str | None:
-    """The first path in `text` that only this project has (an upstream reader cannot open it), or None."""
+def project_only_path(text: str, project: Path, theirs: frozenset[str] = frozenset()) -> str | None:
+    """The first path in `text` that only this project has (an upstream reader cannot open it), or None. A path in
+    `theirs` (a file the PR itself changes, so the receiver has it: DeepGEMM's tests/ is its own) is not one."""
     for match in _PATH_TOKEN.finditer(text):
         path = match.group(1).rstrip(".,;:")
+        if path in theirs:
+            continue
         first = path.split("/", 1)[0]
         if first in _PROJECT_FOLDERS or path.startswith("scripts/sglpatch"):
             return path
@@ -214,8 +222,8 @@ def project_only_path(text: str, project: Path) -> str | None:
     return None
 
 
-def refuse_project_paths(text: str, project: Path, group_id: str) -> None:
-    if path := project_only_path(text, project):
+def refuse_project_paths(text: str, project: Path, group_id: str, theirs: frozenset[str] = frozenset()) -> None:
+    if path := project_only_path(text, project, theirs):
         raise FatalError(
             f"the {group_id} PR body cites {path}, a path only this project has: say inline what it shows "
             "(the numbers, their source, command and versions) in pr-groups.json or the patch notes"

@@ -35,6 +35,14 @@ def group_patches(patches: list[Patch]) -> list[tuple[str, list[Patch]]]:
     return list(groups.items())
 
 
+def _held(raw: dict, path) -> str | None:
+    """A group's 'held': why `pr` prepares no PR for it (a fix nobody has shown a failure for, say)."""
+    held = raw.get("held")
+    if held is not None and (not isinstance(held, str) or len(held.split()) < 3):
+        raise FatalError(f"{path}: group {raw['id']}'s 'held' says why no PR is sent (a sentence)")
+    return held
+
+
 def load_groups(series: Series) -> dict:
     path = series.directory / GROUPS_FILE
     try:
@@ -69,6 +77,8 @@ def load_groups(series: Series) -> dict:
                 _checklist(raw, path),
                 _texts(raw, "appendix", path),
                 _numbers(raw, path),
+                upstream,
+                _held(raw, path),
             )
         )
     if by_group:
