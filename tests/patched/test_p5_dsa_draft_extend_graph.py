@@ -295,6 +295,19 @@ def test_one_graph_per_captured_batch_size(monkeypatch):
     assert runner.max_bs == 4 and runner.num_tokens_per_bs == 3
 
 
+def test_graphs_of_every_size_share_their_page_tables(monkeypatch):
+    """Issue 47, Required 3: the real page table, like the token-level one, is one buffer of the largest
+    graph's rows that every captured size takes its rows of (one per size would add up to the sum of the
+    sizes); replays of other sizes in between still give eager's results (test_graph_replay_equals_eager)."""
+    next_n = 3
+    runner, *_ = _graph_and_eager(monkeypatch, next_n, 1, capture_bs=(1, 2, 4))
+    graphs = runner.draft_extend_attn_backend.decode_cuda_graph_metadata
+    for table in ("page_table_1", "real_page_table"):
+        starts = {getattr(graphs[bs], table).data_ptr() for bs in (1, 2, 4)}
+        assert len(starts) == 1, table
+        assert [getattr(graphs[bs], table).shape[0] for bs in (1, 2, 4)] == [next_n, 2 * next_n, 4 * next_n]
+
+
 def test_batch_beyond_the_graphs_runs_eagerly(monkeypatch):
     """The worker's eager fallback: a batch larger than the largest graph is refused by can_run_graph,
     gets eager metadata and the eager forward, and gives eager's results."""
