@@ -19,16 +19,29 @@ one thing that needs a GPU:
 * ``DraftModel``: the draft ``ModelRunner.model``: the real ``DeepseekModelNextN`` around
   that decoder, and a fixed projection for the LM head.
 * the runner's ``capture`` loop (warm-up, memory pools) and ``get_batch_sizes_to_capture``.
+
+Because the stand-in replays by calling the captured callable, what a graph records runs again on
+every replay: with patch 5 that includes the DSA metadata rebuilt inside the graph
+(``init_forward_metadata_in_graph``, its Triton kernel run by triton's interpreter).
+``reference_draft_extend_metadata`` is that metadata in plain torch, and ``OpCounter`` counts the
+torch ops a piece of host code dispatches.
 """
 
 from __future__ import annotations
 
+import collections
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 from types import SimpleNamespace
 
 import p12_support as S
 import p34_support as sup
 import torch
-from cpu_sglang import import_sglang, init_single_rank_parallel
+from cpu_sglang import SGLANG_TREE_ENV, import_sglang, init_single_rank_parallel, sglang_tree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 graph_mod = import_sglang("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner")
 worker_mod = import_sglang("sglang.srt.speculative.eagle_worker_v2")
@@ -298,3 +311,99 @@ def run_eager(worker, fb):
     backend.init_forward_metadata(fb)
     with fctx.forward_context(fctx.ForwardContext(attn_backend=backend)):
         return worker.draft_runner.model.forward(fb.input_ids, fb.positions, fb)
+
+
+def reference_draft_extend_metadata(seq_lens, req_pool_indices, req_to_token, next_n: int, topk: int, page: int):
+    """A DRAFT_EXTEND_V2 graph's metadata in plain torch: each request's key count (at least next_n, so a
+    padded row's tokens see 1..next_n keys) and their prefix sums; token j of a request with L keys sees
+    L - next_n + 1 + j keys, at most top-k for the sparse attention, and their prefix sums; each token row's
+    KV slots (``slots``) and page numbers (``pages``) up to its request's key count."""
+    keys = seq_lens.to(torch.int32).clamp(min=next_n)
+    expanded = (keys[:, None] - next_n + 1 + torch.arange(next_n, dtype=torch.int32)).reshape(-1)
+    clipped = expanded.clamp(max=topk)
+    slots = [req_to_token[int(p), : int(k)] for p, k in zip(req_pool_indices, keys, strict=True) for _ in range(next_n)]
+    return SimpleNamespace(
+        cache_seqlens=keys,
+        cu_seqlens_k=_prefix_sums(keys),
+        seqlens_expanded=expanded,
+        dsa_seqlens=clipped,
+        dsa_cu_seqlens=_prefix_sums(clipped),
+        slots=slots,
+        pages=[row[::page] // page for row in slots],
+    )
+
+
+def _prefix_sums(values):
+    return torch.nn.functional.pad(torch.cumsum(values, 0, dtype=torch.int32), (1, 0))
+
+
+def write_reference_draft_extend_metadata(*, page_table, real_page_table, **kw):
+    """``fill_draft_extend_metadata``'s outputs, written from ``reference_draft_extend_metadata``: a fast
+    stand-in for the kernel where a test looks at what runs outside the graph, not inside it."""
+    ref = reference_draft_extend_metadata(
+        kw["seq_lens"], kw["req_pool_indices"], kw["req_to_token"], kw["next_n"], kw["topk"], kw["page_size"]
+    )
+    for name in ("cache_seqlens", "cu_seqlens_k", "seqlens_expanded", "dsa_seqlens", "dsa_cu_seqlens"):
+        value = getattr(ref, name)
+        kw[name][: value.numel()].copy_(value)
+    for row, (slots, pages) in enumerate(zip(ref.slots, ref.pages, strict=True)):
+        page_table[row, : slots.numel()] = slots
+        real_page_table[row, : pages.numel()] = pages
+
+
+VIEW_OPS = {"view", "_unsafe_view", "slice", "select", "unsqueeze", "squeeze", "as_strided", "alias", "t"}
+VIEW_OPS |= {"expand", "_reshape_alias", "detach", "lift_fresh", "reshape", "transpose", "split", "unbind"}
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the torch ops (views aside: they launch nothing on a GPU) dispatched while active and not paused."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if not self.paused and name not in VIEW_OPS:
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+GPU_TEST = "test/registered/attention/unittests/dsa/test_dsa_draft_extend_cuda_graph.py"
+
+# A child pytest on the tree's own test file, with the CPU harness (the torchvision stand-in) and a
+# stand-in for Hugging Face datasets, which sglang.test.test_utils imports and this CPU set lacks.
+_GPU_TEST_DRIVER = """
+import sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import cpu_sglang
+cpu_sglang.install()
+import pytest
+sys.exit(pytest.main(["-p", "no:cacheprovider", "-q", "-W", "ignore", "--junitxml", sys.argv[3], sys.argv[4]]))
+"""
+_DATASETS_STANDIN = "def load_dataset(*args, **kwargs):\n    raise RuntimeError('stand-in: no dataset is loaded')\n"
+
+
+def collect_gpu_test(tmp_path: Path) -> dict:
+    """Run the patches' GPU test in sglang's tree with pytest here (no GPU): {test class: {test: skip reason
+    or outcome}}, from pytest's junit report."""
+    test_file = sglang_tree().parent / GPU_TEST
+    assert test_file.is_file(), f"{test_file}: the patch's test in sglang's tree is missing"
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "__init__.py").write_text(_DATASETS_STANDIN)
+    report = tmp_path / "junit.xml"
+    here = Path(__file__).resolve().parent
+    args = [sys.executable, "-c", _GPU_TEST_DRIVER, str(here), str(tmp_path), str(report), str(test_file)]
+    env = {**os.environ, SGLANG_TREE_ENV: str(sglang_tree())}
+    run = subprocess.run(args, cwd=test_file.parents[4], env=env, capture_output=True, text=True, timeout=600)
+    assert report.is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    classes = collections.defaultdict(dict)
+    for case in ElementTree.parse(report).iter("testcase"):
+        skipped = case.find("skipped")
+        outcome = skipped.get("message", "") if skipped is not None else "ran"
+        classes[case.get("classname").rsplit(".", 1)[-1]][case.get("name")] = outcome
+    return dict(classes)

@@ -133,3 +133,16 @@ def test_hisparse_graph_keeps_no_seed(monkeypatch):
     worker.draft_runner.attn_backend = backend
     runner = T.capture_worker_graphs(monkeypatch, worker, [2])
     assert runner.buffers.dsa_seed_topk_capture is None
+
+
+def test_gpu_test_seeds_for_each_next_n_and_decode_backend(tmp_path):
+    """The GPU test in sglang's tree checks the seed of a replayed graph for next_n 2-6 and both DSA decode
+    backends, one IndexShare class per pair beside patch 5's; without a GPU each test skips, saying why."""
+    classes = T.collect_gpu_test(tmp_path)
+    for n in (2, 3, 4, 5, 6):
+        for backend in ("flashmla_sparse", "flashmla_kv"):
+            tests = classes[f"TestDSADraftExtendCudaGraphSeed_n{n}_{backend}"]
+            assert {"test_graphs_write_the_seed", "test_replay_keeps_the_seed_of_each_last_verified_token"} <= set(
+                tests
+            ), tests
+            assert set(tests.values()) == {"needs an SM90 or SM100 GPU with DeepGEMM"}, tests
