@@ -8,11 +8,12 @@
 #
 #   --root DIR   where builds live (default $SGLPATCH_DEEP_GEMM_ROOT, else /tmp/sglpatch-deep-gemm): ROOT/builds/KEY
 #                per build, ROOT/current the one in use (a symbolic link, switched with one rename)
-#   --cxx PATH   the C++ compiler for the host code (CXX; default: $CXX, else /usr/bin/g++ where it exists, else g++
-#                on PATH). On the H200 box an extension built by setuptools' default there (/opt/gcc's wrapper:
-#                1.9 MB larger, no libstdc++ among its DT_NEEDED) segfaulted in get_paged_mqa_logits_metadata;
-#                the same source built with CC=/usr/bin/gcc CXX=/usr/bin/g++ links libstdc++ dynamically and
-#                runs (docs/results/deep_gemm_source_build_probe_h200.log)
+#   --cxx PATH   the C++ compiler for the host code (default /usr/bin/g++ where it exists, else g++ on PATH; the
+#                environment's CXX is not taken). The H200 box exports CXX=/opt/gcc/bin/g++: an extension built
+#                with that wrapper (1.9 MB larger, no libstdc++ among its DT_NEEDED) segfaulted in its first
+#                get_paged_mqa_logits_metadata call, twice (docs/results/deep_gemm_source_build_probe_h200.log,
+#                docs/results/deep_gemm_build_h200.log); built with /usr/bin/g++ it links libstdc++ dynamically
+#                and runs
 #   --smoke      after the build: import deep_gemm from it and call get_paged_mqa_logits_metadata once
 #                (2-D context lengths [8, 1] of 4096, block 64, every SM)
 #   --debugger   run that smoke call under `cuda-gdb -batch -ex run -ex bt` (the box has cuda-gdb, no gdb)
@@ -35,8 +36,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUNDLE="$REPO/.gpu-bundle"
 OUTDIR="${OUT:-$REPO/.gpu-bundle/results}"
 ROOT="${SGLPATCH_DEEP_GEMM_ROOT:-/tmp/sglpatch-deep-gemm}"
-DEFAULT_CXX=g++; [ -x /usr/bin/g++ ] && DEFAULT_CXX=/usr/bin/g++
-CXX="${CXX:-$DEFAULT_CXX}"
+# Not $CXX: the H200 box exports CXX=/opt/gcc/bin/g++, whose build segfaults (above); --cxx still picks any
+CXX=g++; [ -x /usr/bin/g++ ] && CXX=/usr/bin/g++
 JOBS="${MAX_JOBS:-16}"
 SMOKE=0 DEBUGGER=0 REBUILD=0
 PY="${PYTHON:-python3}"
