@@ -1,6 +1,6 @@
 """Tables and a picture from bench/engine_ab.py runs (the JSON its --out writes), one or several.
 
-    python bench/engine_report.py docs/results/engine_h200_run*.json \\
+    python -m bench.engine.report docs/results/engine_h200_run*.json \\
         --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
 
 The combined JSON keeps every row as its run wrote it, adds the run it came from (``run``: file
@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.engine_ab import row_labels  # noqa: E402
+from bench.engine.rows import row_labels
 
 
 def load_runs(paths: list[Path]) -> list[dict]:
