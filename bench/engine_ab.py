@@ -89,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
         "--two-process-aa", action="store_true", help="a second pristine engine process: the A/A floor of two processes"
     )
     ap.add_argument("--pin-cpus", action="store_true", help="each engine's processes on cores of their own")
+    ap.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        help="the GPU's memory for the check that every engine fits at once (default: nvidia-smi's; none: no check)",
+    )
+    ap.add_argument("--check-memory", action="store_true", help="print the memory estimate and stop (no engine starts)")
     ap.add_argument("--series-record", type=Path, help="ci/apply_series.py's record of what the patched tree carries")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--workdir", type=Path)

@@ -1,8 +1,13 @@
-"""Two engines' greedy answers compared: the output tokens of every request, and the target's verdict
-at every verify position (the probe's ``positions`` records: argmax, top-1 minus top-2 margin and the
-row's logit sum of every next_n position of every request, forward by forward)."""
+"""Two engines' greedy answers compared: the output tokens of every request, the target's verdict at
+every verify position (the probe's ``positions`` records: argmax, top-1 minus top-2 margin and the
+row's logit sum of every next_n position of every request, forward by forward), and the draft
+model's at every draft position (its ``draft_positions`` records, request by request)."""
 
 from __future__ import annotations
+
+from collections import Counter
+
+from bench.engine_worker import request_index
 
 NEAR_TIE = 0.05  # top-1 minus top-2 logit below this: a flip there is rounding, not a different answer
 
@@ -67,5 +72,69 @@ def compare_positions(reference: dict, candidate: dict, batch_size: int) -> dict
         "identical": same / positions if positions else None,
         "logits_identical": same_logits / positions if positions else None,
         "near_ties": near_ties,
+        "differences": differences[:16],
+    }
+
+
+def draft_steps(run: dict) -> dict:
+    """(kind, request, step) -> (argmax per position, margin per position) from a greedy run's draft
+    records, each request's own steps counted in order: ``extend`` (a decode step's draft-extend: the
+    next draft's position 0), ``loop`` (a draft loop: positions 1..), ``prefill_extend`` (the first
+    draft's position 0, the last chunk's where a prompt was prefilled in several). Keyed by request, so
+    two engines whose batches merged at other moments still compare step for step."""
+    steps, seen = {}, Counter()
+    for record in sorted(run.get("draft_positions", []), key=lambda r: r["t"]):
+        kind = record["kind"]
+        for row, rid in enumerate(record["rids"]):
+            request = request_index(rid)
+            if request is None:
+                continue
+            step = 0 if kind == "prefill_extend" else seen[kind, request]
+            seen[kind, request] += 1
+            steps[kind, request, step] = (record["argmax"][row], record["margin"][row])
+    return steps
+
+
+def compare_draft_positions(reference: dict, candidate: dict) -> dict | None:
+    """The draft model's argmax at every draft position of two greedy runs, step by step of each
+    request: how many positions, how many the same, how many of the differences are near-ties (either
+    margin below ``NEAR_TIE``), per kind of step, and the first differences with both margins; steps
+    that only one run has are counted apart (``unmatched_steps``)."""
+    ref, cand = draft_steps(reference), draft_steps(candidate)
+    if not ref or not cand:
+        return None
+    positions = same = near_ties = 0
+    by_kind, differences = {}, []
+    for key in sorted(ref.keys() & cand.keys()):
+        kind, request, step = key
+        (argmax_a, margin_a), (argmax_b, margin_b) = ref[key], cand[key]
+        counts = by_kind.setdefault(kind, {"positions": 0, "different": 0})
+        for i, (a, b) in enumerate(zip(argmax_a, argmax_b, strict=False)):
+            positions += 1
+            counts["positions"] += 1
+            if a == b:
+                same += 1
+                continue
+            counts["different"] += 1
+            tie = min(margin_a[i], margin_b[i]) < NEAR_TIE
+            near_ties += tie
+            position = i + 1 if kind == "loop" else 0
+            differences.append(
+                {
+                    "kind": kind,
+                    "request": request,
+                    "step": step,
+                    "draft_position": position,
+                    "margins": [margin_a[i], margin_b[i]],
+                    "near_tie": tie,
+                }
+            )
+    return {
+        "steps": [len(ref), len(cand)],
+        "unmatched_steps": len(ref.keys() ^ cand.keys()),
+        "positions": positions,
+        "identical": same / positions if positions else None,
+        "near_ties": near_ties,
+        "by_kind": by_kind,
         "differences": differences[:16],
     }

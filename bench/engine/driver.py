@@ -28,15 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import engine_model
-from bench.engine.compare import compare_outputs, first_divergence, logit_margin
+from bench.engine import memory
+from bench.engine.compare import compare_draft_positions, compare_outputs, first_divergence, logit_margin
 from bench.engine.grid import GRIDS, WARMUP_PROMPT, Case, pool_for
 from bench.engine.measures import part_value, step_parts, tpot_ms
 from bench.engine.processes import EngineProcess
-from bench.engine.rows import case_row, row_labels
+from bench.engine.rows import case_row, engine_memory, row_labels
 from bench.engine.schedule import cores_for_rep, cpu_groups, physical_cores, run_order, start_order
 from bench.engine.sizing import KV_CACHES, Sizing, engine_args, parallel_label, sizing_for
 
-SEED_CASE_S = 120  # what the IndexShare case needs: its own engine pair (warm JIT caches) and 24 short requests
+# what the IndexShare case needs: its own three engines (warm JIT caches) and 24 short requests, twice
+SEED_CASE_S = 150
 
 
 def log(message: str) -> None:
@@ -123,12 +125,16 @@ class Bench:
             return 1
         return 0
 
-    def start_engines(self, model_dir: Path, next_n: int, tag: str, labels: tuple | None = None) -> dict:
+    def start_engines(
+        self, model_dir: Path, next_n: int, tag: str, labels: tuple | None = None, sizing: Sizing | None = None
+    ) -> dict:
         """The engines of a block, one after another (each starts once the one before has its KV
-        pool, so its memory profile is honest); which starts first moves round block by block."""
-        labels = labels or self.labels
+        pool, so its memory profile is honest); which starts first moves round block by block. A label
+        that starts with ``patched`` runs the patched tree; ``patched_eager`` runs it with every
+        draft-extend pass eager (the reference for draft positions where pristine drafts otherwise)."""
+        labels, sizing = labels or self.labels, sizing or self.sizing
         spec = {
-            "engine": engine_args(model_dir, next_n, self.sizing, self.overrides),
+            "engine": engine_args(model_dir, next_n, sizing, self.overrides),
             "vocab_size": engine_model.VOCAB_SIZE,
         }
         order = start_order(labels, self.blocks_started)
@@ -137,7 +143,8 @@ class Bench:
         engines, previous = {}, None
         for i, label in enumerate(order):
             engine_spec = {**spec, "start_after": str(previous.probe_dir / "pool_ready")} if previous else spec
-            tree = self.args.patched if label == "patched" else self.args.pristine
+            engine_spec = {**engine_spec, "eager_draft_extend": label == "patched_eager"}
+            tree = self.args.patched if label.startswith("patched") else self.args.pristine
             previous = engines[label] = EngineProcess(
                 f"{tag}-{label}",
                 tree,
@@ -150,15 +157,17 @@ class Bench:
             )
         try:
             for i, label in enumerate(order):
-                self.wait_ready(engines[label], tag, label, next_n, i + 1)
+                self.wait_ready(engines[label], tag, label, next_n, i + 1, sizing)
         except Exception:
             for engine in engines.values():
                 engine.stop()
             raise
         return {label: engines[label] for label in labels}
 
-    def wait_ready(self, engine: EngineProcess, tag: str, label: str, next_n: int, started: int) -> None:
-        """Wait for one engine's start and record it; name a KV pool smaller than the grid needs."""
+    def wait_ready(
+        self, engine: EngineProcess, tag: str, label: str, next_n: int, started: int, sizing: Sizing
+    ) -> None:
+        """Wait for one engine's start and record it; name a KV pool smaller than it needs."""
         answer = engine.wait_ready(timeout_s=max(60.0, min(600.0, self.left_s())))
         self.engines.append(
             {
@@ -172,9 +181,9 @@ class Bench:
         )
         log(f"{engine.label}: ready (import {answer['import_s']:.0f} s, engine start {answer['start_s']:.0f} s)")
         kv_tokens = (answer.get("info") or {}).get("max_total_num_tokens")
-        if kv_tokens is not None and kv_tokens < self.sizing.needed_kv_tokens:
+        if kv_tokens is not None and kv_tokens < sizing.needed_kv_tokens:
             self.note(
-                f"{engine.label}: a KV pool of {kv_tokens} tokens, below the {self.sizing.needed_kv_tokens} "
+                f"{engine.label}: a KV pool of {kv_tokens} tokens, below the {sizing.needed_kv_tokens} "
                 "the grid needs: pool prompts may be evicted and prefilled again inside timed runs"
             )
 
@@ -258,6 +267,7 @@ class Bench:
         }
         profiles = self.profiles(pair, case, next_n, timed_mode)
         row = case_row(case, next_n, runs, profiles, self.args.skip, self.row_labels, greedy, acceptance)
+        row["mem_gb"] = memory_of(pair)
         if row["divergences"] and self.args.margins:
             row["margins"] = self.divergence_margins(pair, case, row["divergences"])
         self.rows.append(row)
@@ -284,42 +294,82 @@ class Bench:
         return out
 
     def run_seed_case(self, next_n: int) -> None:
-        """IndexShare on (GLM-5's flag): staggered arrivals and lengths, so batches merge and filter."""
+        """IndexShare on (GLM-5's flag): staggered arrivals and lengths, so batches merge and filter.
+        Pristine and patched run the requests timed; then every engine runs them greedy with every
+        draft position recorded, and the patched tree's draft positions are compared with its own
+        eager draft-extend's (``patched_eager``): pristine 0.5.14 has no seed, so its drafts differ by
+        design."""
         model_dir = engine_model.write_model(
             self.workdir / f"model-{self.args.layers}l-share", self.args.layers, index_share=True
         )
-        pair = self.start_engines(model_dir, next_n, f"seed-n{next_n}", ("pristine", "patched"))
+        engines = self.start_engines(model_dir, next_n, f"seed-n{next_n}", SEED_CASE_ENGINES, seed_sizing(self.sizing))
         try:
-            rng = random.Random("seed-case")
-            requests = [
-                {
-                    "prompt": [200 + i, rng.randint(1024, 8192)],
-                    "max_new_tokens": rng.randint(8, 48),
-                    "delay_s": round(rng.uniform(0, 1.5), 3),
-                }
-                for i in range(24)
-            ]
-            runs = {label: engine.call({"op": "generate", "requests": requests}) for label, engine in pair.items()}
-            fraction, divergences = compare_outputs(runs["pristine"]["outputs"], runs["patched"]["outputs"])
-            case = {
-                "next_n": next_n,
-                "requests": len(requests),
-                "arrivals_s": [0, 1.5],
-                "new_tokens": [8, 48],
-                "prompt_tokens": [1024, 8192],
-                "tokens_identical": fraction,
-                "divergences": divergences[:16],
-                "draft_loops": {label: run.get("draft_loops") for label, run in runs.items()},
-                "tpot_ms": {label: tpot_ms([run]) for label, run in runs.items()},
-                "step_parts": {label: step_parts([run], None, 0) for label, run in runs.items()},
-                "verify_forwards": {label: len(run.get("verify", [])) for label, run in runs.items()},
+            requests = seed_requests()
+            runs = {
+                label: engines[label].call({"op": "generate", "requests": requests})
+                for label in ("pristine", "patched")
             }
-            self.seed_cases.append(case)
+            greedy = {
+                label: engine.call({"op": "generate", "requests": requests, "mode": {"record_positions": True}})
+                for label, engine in engines.items()
+            }
+            self.seed_cases.append(seed_case_row(next_n, requests, runs, greedy, memory_of(engines)))
             self.save()
-            log(f"seed case n{next_n}: identical {fraction}, draft loops {case['draft_loops']}")
+            case = self.seed_cases[-1]
+            log(
+                f"seed case n{next_n}: identical {case['tokens_identical']}, draft loops {case['draft_loops']}, "
+                f"draft positions identical {case['draft_positions_identical']}"
+            )
         finally:
-            for engine in pair.values():
+            for engine in engines.values():
                 engine.stop()
+
+
+SEED_CASE_ENGINES = ("pristine", "patched", "patched_eager")
+SEED_KV_TOKENS = 400_000  # the IndexShare case's 24 prompts of at most 8k, and their outputs, three runs over
+
+
+def seed_sizing(sizing: Sizing) -> Sizing:
+    """The IndexShare case's engines: the run's graphs and context, a KV pool for its own requests."""
+    return Sizing(max_bs=sizing.max_bs, max_ctx=sizing.max_ctx, needed_kv_tokens=SEED_KV_TOKENS)
+
+
+def seed_requests() -> list[dict]:
+    rng = random.Random("seed-case")
+    return [
+        {
+            "prompt": [200 + i, rng.randint(1024, 8192)],
+            "max_new_tokens": rng.randint(8, 48),
+            "delay_s": round(rng.uniform(0, 1.5), 3),
+        }
+        for i in range(24)
+    ]
+
+
+def seed_case_row(next_n: int, requests: list, runs: dict, greedy: dict, mem_gb: dict) -> dict:
+    fraction, divergences = compare_outputs(runs["pristine"]["outputs"], runs["patched"]["outputs"])
+    drafts = compare_draft_positions(greedy["patched_eager"], greedy["patched"])
+    return {
+        "next_n": next_n,
+        "requests": len(requests),
+        "arrivals_s": [0, 1.5],
+        "new_tokens": [8, 48],
+        "prompt_tokens": [1024, 8192],
+        "tokens_identical": fraction,
+        "divergences": divergences[:16],
+        "draft_loops": {label: run.get("draft_loops") for label, run in runs.items()},
+        "tpot_ms": {label: tpot_ms([run]) for label, run in runs.items()},
+        "step_parts": {label: step_parts([run], None, 0) for label, run in runs.items()},
+        "verify_forwards": {label: len(run.get("verify", [])) for label, run in runs.items()},
+        "draft_positions": drafts,
+        "draft_positions_identical": (drafts or {}).get("identical"),
+        "draft_reference": "patched_eager: the patched tree, every draft-extend pass eager",
+        "mem_gb": mem_gb,
+    }
+
+
+def memory_of(engines: dict) -> dict:
+    return {label: engine_memory((engine.started or {}).get("info") or {}) for label, engine in engines.items()}
 
 
 def case_line(row: dict, case: Case) -> str:
@@ -340,7 +390,7 @@ def case_line(row: dict, case: Case) -> str:
         f"(A/A {fmt(aa.get('step_gpu'), 3)}), draft {parts('draft')}, verify part {parts('verify')}, "
         f"draft-extend {parts('draft_extend')} ms GPU, host gap {parts('step', 'host_gap_ms')} ms; "
         f"identical {row['tokens_identical']}, verify positions identical {row['verify_positions_identical']}, "
-        f"patched rows {x['layouts']}"
+        f"draft positions identical {row.get('draft_positions_identical')}, patched rows {x['layouts']}"
     )
 
 
@@ -359,13 +409,37 @@ def main(args: argparse.Namespace) -> int:
             f"pool and outputs); {overrides['max_total_tokens']} would evict pool prompts between runs"
         )
     labels = ("pristine", "pristine_b", "patched") if args.two_process_aa else ("pristine", "patched")
+    memory_plan = fit_check(args, overrides, sizing, len(labels))
+    seed_plan = fit_check(args, overrides, seed_sizing(sizing), len(SEED_CASE_ENGINES)) if args.seed_case else None
+    for plan, what in ((memory_plan, f"--grid {args.grid}"), (seed_plan, "--seed-case")):
+        if plan and memory.refusal(plan, what):
+            return refuse(memory.refusal(plan, what))
+    if args.check_memory:
+        print(json.dumps({"memory_plan": memory_plan, "memory_plan_seed_case": seed_plan}, indent=1))
+        return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = run_meta(args, env, overrides, sizing, labels)
+    meta = {
+        **run_meta(args, env, overrides, sizing, labels),
+        "memory_plan": memory_plan,
+        "memory_plan_seed_case": seed_plan,
+    }
     bench = Bench(args, meta, sizing, overrides, args.acceptance, labels, workdir, time.time() + args.deadline_s)
+    if memory.tight(memory_plan):
+        bench.note(memory.tight(memory_plan))
     bench.save()
     return bench.run(args.next_n, args.seed_case, GRIDS[args.grid])
+
+
+def fit_check(args: argparse.Namespace, overrides: dict, sizing: Sizing, engines: int) -> dict:
+    """The run's memory plan (bench/engine/memory.py), on the GPU's own size unless the command line
+    gives one; not checked across GPUs (tensor or data parallel runs)."""
+    if parallel_label(overrides) != "tp1":
+        return {"fits": None, "not_checked": f"{parallel_label(overrides)}: one GPU's estimate does not hold"}
+    gpu_gib = args.gpu_memory_gib if args.gpu_memory_gib is not None else memory.gpu_memory_gib()
+    one = engine_args(Path("MODEL"), max(args.next_n, default=2), sizing, overrides)
+    return memory.plan(one, engine_model.dsa_config(args.layers), engines, gpu_gib)
 
 
 def run_meta(args: argparse.Namespace, env: dict, overrides: dict, sizing: Sizing, labels: tuple) -> dict:

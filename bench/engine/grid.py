@@ -41,6 +41,9 @@ GRIDS = {
     "long": [(8, 131072, "uniform")],
     # 64 requests at the targets' 64k (4.2M pool tokens per engine: a call of its own).
     "targets64k_wide": [(64, 65536, "uniform")],
+    # Every draft position compared (issue 47): one request, and ragged 16k batches of 16 and of 40, which
+    # replays the graphs of 48 padded (0.5M pool tokens per engine, beside the IndexShare case's engines).
+    "drafts": [(1, 4096, "uniform"), (16, 16384, "ragged"), (40, 16384, "ragged")],
 }
 
 

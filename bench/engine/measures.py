@@ -32,15 +32,65 @@ def verify_step_us(runs: list[dict], batch_size: int, skip: int) -> float | None
     return statistics.median(samples) if samples else None
 
 
-def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | None:
-    """Median wall time from one verify forward's start to the next, in the scheduler: with dummy
-    weights every step yields one token per request, so this is the engine's own time per output
-    token, free of the streaming path's noise."""
+def step_gaps_ms(runs: list[dict], batch_size: int, skip: int) -> list[float]:
+    """Wall time from one verify forward's start to the next, in the scheduler, every step of these
+    runs (the first ``skip`` of each left out)."""
     gaps = []
     for run in runs:
         starts = sorted(r["t"] for r in run.get("verify", []) if r["batch_size"] == batch_size)[skip:]
         gaps += [(b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
+    return gaps
+
+
+def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | None:
+    """The median step gap: with dummy weights every step yields one token per request, so this is the
+    engine's own time per output token, free of the streaming path's noise."""
+    gaps = step_gaps_ms(runs, batch_size, skip)
     return statistics.median(gaps) if gaps else None
+
+
+PERCENTILES = (10, 50, 90, 99)
+
+
+def step_interval_percentiles(runs: list[dict], batch_size: int, skip: int) -> dict | None:
+    """The step gaps' 10th, 50th, 90th and 99th percentiles: where runs fall into a fast and a slow
+    mode, the tail shows what the median hides."""
+    gaps = step_gaps_ms(runs, batch_size, skip)
+    if len(gaps) < 2:
+        return None
+    cuts = statistics.quantiles(gaps, n=100, method="inclusive")
+    return {f"p{p}": cuts[p - 1] for p in PERCENTILES}
+
+
+def _first_token_s(run: dict) -> float | None:
+    starts = [o["chunks"][0][0] for o in run.get("outputs", []) if o.get("chunks")]
+    return min(starts) if starts else None
+
+
+def decode_span_s(run: dict) -> float | None:
+    """From the run's first streamed token to its last."""
+    first = _first_token_s(run)
+    ends = [o["chunks"][-1][0] for o in run.get("outputs", []) if o.get("chunks")]
+    return max(ends) - first if first is not None else None
+
+
+def _tokens_by(chunks: list, t: float) -> int:
+    """Completion tokens a request had streamed by wall time ``t``."""
+    return max((n for at, n in chunks if at <= t), default=0)
+
+
+def tokens_per_s_window(runs: list[dict], window_s: float | None) -> float | None:
+    """Output tokens per second over the same wall time in every run (``window_s`` from each run's
+    first streamed token), the median over runs: a rate no run's length or tail moves."""
+    rates = []
+    for run in runs:
+        first = _first_token_s(run)
+        if first is None or not window_s:
+            continue
+        chunks = [o["chunks"] for o in run["outputs"] if o.get("chunks")]
+        tokens = sum(_tokens_by(c, first + window_s) - _tokens_by(c, first) for c in chunks)
+        rates.append(tokens / window_s)
+    return statistics.median(rates) if rates else None
 
 
 def part_records(run: dict, part: str, batch_size: int | None, skip: int) -> list[dict]:

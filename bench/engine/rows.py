@@ -19,17 +19,20 @@ from __future__ import annotations
 
 import statistics
 
-from bench.engine.compare import compare_outputs, compare_positions
+from bench.engine.compare import compare_draft_positions, compare_outputs, compare_positions
 from bench.engine.grid import Case
 from bench.engine.measures import (
     STEP_PARTS,
+    decode_span_s,
     indexer_share,
     layouts_seen,
     mean_tpot_ms,
     part_value,
     step_interval_ms,
+    step_interval_percentiles,
     step_parts,
     tokens_per_s,
+    tokens_per_s_window,
     tpot_ms,
     tpot_ms_per_run,
     verify_step_us,
@@ -54,7 +57,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def engine_summary(runs: list[dict], batch_size: int, skip: int) -> dict:
+def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float | None = None) -> dict:
     return {
         "verify_step_us": verify_step_us(runs, batch_size, skip),
         "tpot_ms": tpot_ms(runs),
@@ -65,10 +68,18 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int) -> dict:
         "step_interval_ms": step_interval_ms(runs, batch_size, skip),
         "layouts": layouts_seen(runs, batch_size),
         "parts": step_parts(runs, batch_size, skip),
+        "step_interval_ms_percentiles": step_interval_percentiles(runs, batch_size, skip),
+        "tokens_per_s_window": tokens_per_s_window(runs, window_s),
     }
 
 
-def floor(first: list[dict], second: list[dict], bs: int, skip: int) -> dict:
+def percentile_ratios(first: dict | None, second: dict | None) -> dict | None:
+    if not first or not second:
+        return None
+    return {p: ratio(first[p], second[p]) for p in first}
+
+
+def floor(first: list[dict], second: list[dict], bs: int, skip: int, window_s: float | None = None) -> dict:
     """The ratios two sets of pristine runs give (what a pure re-run moves)."""
     return {
         "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
@@ -80,7 +91,17 @@ def floor(first: list[dict], second: list[dict], bs: int, skip: int) -> dict:
             part_value(step_parts(second, bs, skip), "step", "gpu_ms"),
         ),
         "tokens_per_s": ratio(tokens_per_s(second), tokens_per_s(first)),
+        "tokens_per_s_window": ratio(tokens_per_s_window(second, window_s), tokens_per_s_window(first, window_s)),
+        "step_interval_percentiles": percentile_ratios(
+            step_interval_percentiles(first, bs, skip), step_interval_percentiles(second, bs, skip)
+        ),
     }
+
+
+def fixed_window_s(runs: dict) -> float | None:
+    """The wall time every timed run of every engine streamed tokens throughout: the shortest decode span."""
+    spans = [span for rs in runs.values() for run in rs if (span := decode_span_s(run))]
+    return min(spans) if spans else None
 
 
 def _identity(runs: dict, greedy: dict | None, acceptance: float | None) -> tuple[list, list, list]:
@@ -99,12 +120,32 @@ def _identity(runs: dict, greedy: dict | None, acceptance: float | None) -> tupl
     return identical, divergences, [compare_outputs(outputs_of["pristine"][0], o)[0] for o in repeats]
 
 
-def _verify_positions(greedy: dict | None, bs: int) -> tuple[dict | None, dict | None]:
-    """Patched against pristine, and the two pristine processes, at every verify position."""
+def _greedy_pairs(greedy: dict | None, compare) -> tuple[dict | None, dict | None]:
+    """``compare`` on the greedy runs: patched against pristine, and the two pristine processes."""
     if not (greedy and "pristine" in greedy and "patched" in greedy):
         return None, None
-    processes = compare_positions(greedy["pristine"], greedy["pristine_b"], bs) if "pristine_b" in greedy else None
-    return compare_positions(greedy["pristine"], greedy["patched"], bs), processes
+    processes = compare(greedy["pristine"], greedy["pristine_b"]) if "pristine_b" in greedy else None
+    return compare(greedy["pristine"], greedy["patched"]), processes
+
+
+def engine_memory(info: dict) -> dict:
+    """An engine's memory as sglang reports it once started (GB as sglang counts them, GiB), beside the
+    probe's own figures: what torch held more after the KV pools and after each capture round."""
+    usage = info.get("memory_usage") or {}
+    probe = info.get("probe_memory") or {}
+    graphs = [(g["runner"], g["gib"]) for g in probe.get("graphs", [])]
+    return {
+        "weights": usage.get("weight"),
+        "kv_pool": usage.get("kvcache"),
+        "graphs": usage.get("graph"),
+        "token_capacity": usage.get("token_capacity"),
+        "probe": {
+            "kv_pool": probe.get("kv_pool_gib"),
+            "draft_kv_pool": probe.get("draft_kv_pool_gib"),
+            "graphs": graphs,
+            "graphs_total": round(sum(gib for _, gib in graphs), 3) if graphs else None,
+        },
+    }
 
 
 def case_row(
@@ -122,10 +163,10 @@ def case_row(
     greedy run per engine with every verify position recorded (the accuracy runs, untimed);
     ``acceptance``: the simulated acceptance length the timed runs ran with (None: greedy)."""
     p_runs, x_runs = runs["pristine"], runs["patched"]
-    bs = case.batch_size
-    pristine, patched = engine_summary(p_runs, bs, skip), engine_summary(x_runs, bs, skip)
-    aa = floor(p_runs[::2], p_runs[1::2], bs, skip) if len(p_runs) >= 2 else None
-    aa_processes = floor(p_runs, runs["pristine_b"], bs, skip) if runs.get("pristine_b") else None
+    bs, window = case.batch_size, fixed_window_s(runs)
+    pristine, patched = engine_summary(p_runs, bs, skip, window), engine_summary(x_runs, bs, skip, window)
+    aa = floor(p_runs[::2], p_runs[1::2], bs, skip, window) if len(p_runs) >= 2 else None
+    aa_processes = floor(p_runs, runs["pristine_b"], bs, skip, window) if runs.get("pristine_b") else None
     identical, divergences, p_repeat = _identity(runs, greedy, acceptance)
     accept = [
         o["meta"].get("spec_accept_length")
@@ -133,7 +174,8 @@ def case_row(
         for o in r["outputs"]
         if o["meta"].get("spec_accept_length") is not None
     ]
-    positions, processes_positions = _verify_positions(greedy, bs)
+    positions, processes_positions = _greedy_pairs(greedy, lambda a, b: compare_positions(a, b, bs))
+    drafts, processes_drafts = _greedy_pairs(greedy, compare_draft_positions)
     aa_floor = aa_processes or aa or {}
     return {
         **(labels or {}),
@@ -177,6 +219,15 @@ def case_row(
         "verify_positions": positions,
         "verify_positions_identical": (positions or {}).get("identical"),
         "verify_positions_two_pristine": processes_positions,
+        "draft_positions": drafts,
+        "draft_positions_identical": (drafts or {}).get("identical"),
+        "draft_positions_two_pristine": processes_drafts,
+        # the same wall time from every run's first token (the shortest run's), and the step gaps' tail
+        "window_s": window,
+        "speedup_tokens_per_s_window": ratio(patched["tokens_per_s_window"], pristine["tokens_per_s_window"]),
+        "speedup_step_interval_percentiles": percentile_ratios(
+            pristine["step_interval_ms_percentiles"], patched["step_interval_ms_percentiles"]
+        ),
         "verify_samples": {
             label: sum(1 for run in rs for r in run.get("verify", []) if r["batch_size"] == bs and not r["profiled"])
             for label, rs in runs.items()

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "engine_probe"))
 
 import engine_probe_hooks  # noqa: E402
+from engine_runs import run_bench  # noqa: E402  (this folder, as pytest puts it on the path)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,9 @@ def test_sglang_builds_v32_layers_and_a_moe_nextn_from_the_config(cpu_check):
     assert draft["experts"] == 32
     # bf16 weights of one engine fit beside a second engine and two KV pools on one H200.
     assert (target["params"] + draft["params"]) * 2 < 12e9
+    # what the memory check counts (bench/engine/memory.py) is what sglang builds
+    counts = engine_model.param_counts(engine_model.dsa_config(4, index_share=True))
+    assert (target["params"], draft["params"]) == (counts["target"], counts["draft"])
 
 
 def test_config_is_v32_per_layer_and_refuses_no_layers():
@@ -277,32 +281,7 @@ def test_case_row_ratios_and_aa_floor():
 
 
 def _bench(tmp_path, folder: str, *extra):
-    out = tmp_path / folder / "engine.json"
-    argv = [
-        "--pristine",
-        str(tmp_path / "pristine"),
-        "--patched",
-        str(tmp_path / "patched"),
-        "--next-n",
-        "2,4",
-        "--grid",
-        "targets",
-        "--reps",
-        "2",
-        "--new-tokens",
-        "6",
-        "--seed-case",
-        "3,2",
-        "--workdir",
-        str(tmp_path / folder / "work"),
-        "--out",
-        str(out),
-        "--worker-script",
-        str(REPO / "tests" / "bench" / "stand_in_engine_worker.py"),
-        *extra,
-    ]
-    status = engine_ab.main(argv)
-    return status, json.loads(out.read_text())
+    return run_bench(tmp_path, folder, *extra)
 
 
 def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
@@ -330,7 +309,8 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     profiled = [r for r in rows if r["batch_size"] * r["ctx"] >= 32 * 16384]
     assert profiled and all(r["indexer_share"]["patched"]["share"] == pytest.approx(0.5) for r in profiled)
     assert all(r["indexer_share"]["patched"] is None for r in rows if r not in profiled)
-    assert len(doc["engines"]) == 8 and all(e["info"]["stand_in"] for e in doc["engines"])
+    # two engines per next_n, three per IndexShare case (its reference for draft positions)
+    assert len(doc["engines"]) == 2 * 2 + 2 * 3 and all(e["info"]["stand_in"] for e in doc["engines"])
     assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
 
@@ -352,7 +332,7 @@ def test_a_seed_case_without_time_left_says_so(tmp_path):
     assert status == 0 and doc["seed_cases"] == []
     for next_n, note in zip((3, 2), doc["notes"], strict=True):
         assert re.fullmatch(
-            rf"seed case n{next_n}: not run \((59|60) s left before the deadline, it needs 120 s\)", note
+            rf"seed case n{next_n}: not run \((59|60) s left before the deadline, it needs 150 s\)", note
         ), note
 
 
@@ -449,11 +429,13 @@ def test_report_keeps_every_row_and_names_the_run(tmp_path):
     combined = engine_report.combined(engine_report.load_runs([run_file, run_file]))
     assert len(combined["rows"]) == 2 * len(doc["rows"]) and {r["run"] for r in combined["rows"]} == {"engine.json"}
     text = engine_report.markdown(combined)
-    table = [line for line in text.splitlines() if line.startswith("| engine | v0.5.14 |")]
+    head = text[: text.index("Decode-step parts")]  # the first table
+    table = [line for line in head.splitlines() if line.startswith("| engine | v0.5.14 |")]
     assert len(table) == len(combined["rows"])
     assert "2.000" in table[0] and "IndexShare case" in text
     # the decode step's parts: the stand-in's draft-extend runs at a quarter of pristine's times, as a graph
-    parts = [line for line in text.splitlines() if line.startswith("| engine |") and line not in table]
+    second = text[text.index("Decode-step parts") : text.index("Draft positions (greedy")]
+    parts = [line for line in second.splitlines() if line.startswith("| engine |")]
     assert len(parts) == len(combined["rows"])
     assert all("| 4.00 -> 1.00 | 4.000 |" in line and "| 0.00 -> 1.00 |" in line for line in parts)
     assert "Draft-extend host ms (median / max): pristine 6.00 / 6.00, patched 1.50 / 1.50" in text
@@ -588,34 +570,53 @@ def test_probe_times_each_part_of_a_decode_step(tmp_path, monkeypatch):
 
 
 _HOOK_TARGETS = """
-import sys
+import importlib, sys
 sys.path[:0] = [sys.argv[1] + "/tests/patched", sys.argv[1] + "/bench/engine_probe"]
 import cpu_sglang
 cpu_sglang.install()
 import engine_probe_hooks
 engine_probe_hooks._probe = engine_probe_hooks.Probe(__import__("pathlib").Path(sys.argv[2]))
-from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as runner_mod, eagle_worker_v2 as worker_mod
-before = {
-    (cls.__name__, name): getattr(cls, name)
-    for cls, name in [
-        (worker_mod.EagleDraftWorker, "draft"),
-        (worker_mod.EagleDraftWorker, "_draft_extend_for_decode"),
-        (worker_mod.EAGLEWorkerV2, "verify"),
-        (worker_mod.EAGLEWorkerV2, "forward_batch_generation"),
-        (runner_mod.EAGLEDraftExtendCudaGraphRunner, "execute"),
-    ]
+targets = {
+    "sglang.srt.speculative.eagle_worker_v2": {
+        "EagleDraftWorker": ["draft", "_draft_extend_for_decode", "_draft_extend_for_prefill"],
+        "EAGLEWorkerV2": ["verify", "forward_batch_generation"],
+    },
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": {"EAGLEDraftExtendCudaGraphRunner": ["execute"]},
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner": {"EAGLEDraftCudaGraphRunner": ["capture_one_shape", "execute"]},
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner": {"DecodeCudaGraphRunner": ["capture"]},
+    "sglang.srt.model_executor.model_runner": {"ModelRunner": ["forward", "alloc_memory_pool"]},
 }
-engine_probe_hooks._hook_eagle_worker(worker_mod)
-engine_probe_hooks._hook_draft_extend_runner(runner_mod)
-classes = {c.__name__: c for c in (worker_mod.EagleDraftWorker, worker_mod.EAGLEWorkerV2, runner_mod.EAGLEDraftExtendCudaGraphRunner)}
-print(sorted(f"{c}.{n}" for (c, n), f in before.items() if getattr(classes[c], n) is f))
+hooks = {
+    "sglang.srt.speculative.eagle_worker_v2": engine_probe_hooks._hook_eagle_worker,
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": engine_probe_hooks._hook_draft_extend_runner,
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner": engine_probe_hooks._hook_draft_runner,
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner": engine_probe_hooks._hook_graph_capture,
+    "sglang.srt.model_executor.model_runner": engine_probe_hooks._hook_model_runner,
+}
+before = {}
+for module_name, classes in targets.items():
+    module = importlib.import_module(module_name)
+    for cls, names in classes.items():
+        before.update({(module_name, cls, n): getattr(getattr(module, cls), n) for n in names})
+for module_name, hook in hooks.items():
+    hook(sys.modules[module_name])
+print(sorted(f"{c}.{n}" for (m, c, n), f in before.items() if getattr(getattr(sys.modules[m], c), n) is f))
 """
 
 
-def test_probe_wraps_the_methods_sglang_has(tmp_path):
-    """The step parts are timed on sglang 0.5.14's own classes (a renamed method would go untimed, silently)."""
+@pytest.mark.parametrize("line", ["v0.5.14", "v0.5.23"])
+def test_probe_wraps_the_methods_sglang_has(tmp_path, line):
+    """Each hook finds its method in sglang 0.5.14's and 0.5.23's own classes (a renamed method would go
+    untimed or unrecorded, silently)."""
+    env = dict(os.environ)
+    if line == "v0.5.23":  # `make test` applies every line; tests/patched's harness imports the tree it is given
+        env["SGLPATCH_SGLANG_TREE"] = str(REPO / "build" / "sglang-v0.5.23" / "python")
     run = subprocess.run(
-        [sys.executable, "-c", _HOOK_TARGETS, str(REPO), str(tmp_path)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", _HOOK_TARGETS, str(REPO), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "[]"  # every one of them wrapped
