@@ -129,9 +129,11 @@ def compare_draft_positions(reference: dict, candidate: dict) -> dict | None:
                     "near_tie": tie,
                 }
             )
+    errors = [r for run in (reference, candidate) for r in run.get("draft_positions", []) if r["kind"] == "error"]
     return {
         "steps": [len(ref), len(cand)],
         "unmatched_steps": len(ref.keys() ^ cand.keys()),
+        "record_errors": [r["error"] for r in errors][:4],
         "positions": positions,
         "identical": same / positions if positions else None,
         "near_ties": near_ties,

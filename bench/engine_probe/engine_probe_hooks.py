@@ -148,6 +148,8 @@ class DraftPositions:
         """A forward of the draft model (``ModelRunner.forward`` of the draft worker); in a timed run,
         two attribute checks and nothing else."""
         logits_output = getattr(output, "logits_output", output)
+        if getattr(logits_output, "next_token_logits", None) is None:  # an idle batch
+            return
         if self.capturing is not None and _capturing():
             self.graph_logits[self.capturing].append(logits_output.next_token_logits)
         elif self.extend is not None:
@@ -253,8 +255,15 @@ class Probe:
     def recording(self) -> bool:
         return bool(self.mode.get("record_positions"))
 
-    def write_draft_positions(self, record: dict) -> None:
-        self._write_line("_draft_positions", DRAFT_POSITIONS_FILE, record)
+    def record_draft(self, kind: str, batch, logits) -> None:
+        """One draft_positions.jsonl line from ``logits()`` (the logits per position); a failure is
+        written as an ``error`` line, never raised into sglang's scheduler."""
+        try:
+            record = draft_record(kind, batch, logits())
+        except Exception as exc:
+            record = {"t": time.time(), "kind": "error", "rids": [], "error": f"{kind}: {type(exc).__name__}: {exc}"}
+        if record:
+            self._write_line("_draft_positions", DRAFT_POSITIONS_FILE, record)
 
     def _write_line(self, handle: str, name: str, record: dict) -> None:
         if getattr(self, handle) is None:
@@ -487,9 +496,7 @@ def _record_draft_loop(worker_class) -> None:
         drafts.loop, drafts.replayed = [], None
         try:
             result = draft(self, batch, *args, **kwargs)
-            record = draft_record("loop", batch, drafts.loop_logits())
-            if record:
-                _probe.write_draft_positions(record)
+            _probe.record_draft("loop", batch, drafts.loop_logits)
             return result
         finally:
             drafts.loop, drafts.replayed = None, None
@@ -511,10 +518,7 @@ def _record_draft_extend(worker_class, name: str) -> None:
         drafts.extend = []
         try:
             result = method(self, batch, *args, **kwargs)
-            if drafts.extend:
-                record = draft_record(kind, batch, [drafts.extend[0].next_token_logits])
-                if record:
-                    _probe.write_draft_positions(record)
+            _probe.record_draft(kind, batch, lambda: [out.next_token_logits for out in drafts.extend])
             return result
         finally:
             drafts.extend = None

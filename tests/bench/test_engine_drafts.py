@@ -305,3 +305,19 @@ def test_the_reference_engine_runs_every_draft_extend_eagerly(monkeypatch):
     monkeypatch.setenv(engine_probe_hooks.EAGER_DRAFT_EXTEND, "1")
     engine_probe_hooks._hook_draft_extend_runner(types.SimpleNamespace(EAGLEDraftExtendCudaGraphRunner=runner_class))
     assert runner_class().can_run_graph(None) is False
+
+
+def test_a_draft_record_that_fails_is_written_as_an_error_never_raised(tmp_path):
+    probe = engine_probe_hooks.Probe(tmp_path)
+    batch = types.SimpleNamespace(reqs=[types.SimpleNamespace(rid="r1.0")])
+    probe.record_draft("loop", batch, lambda: 1 / 0)
+    [line] = (tmp_path / engine_probe_hooks.DRAFT_POSITIONS_FILE).read_text().splitlines()
+    record = json.loads(line)
+    assert (record["kind"], record["rids"], record["error"]) == (
+        "error",
+        [],
+        "loop: ZeroDivisionError: division by zero",
+    )
+    good = {"draft_positions": [_record("extend", 1.0, ["r1.0"], [[3]])]}
+    compared = compare.compare_draft_positions(good, {"draft_positions": [*good["draft_positions"], record]})
+    assert compared["identical"] == 1.0 and compared["record_errors"] == [record["error"]]
