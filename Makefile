@@ -168,7 +168,7 @@ bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts besid
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) --save-jit-cache -- --next-n $(call q,$(if $(filter command line,$(origin NEXT_N)),$(NEXT_N),4)) --grid $(call q,$(if $(filter command line,$(origin GRID)),$(GRID),targets64k)) --two-process-aa --pin-cpus --kv-cache fp8_e4m3 --acceptance 4:3,6:4 --reps 6 --new-tokens 96 --engine-arg sleep_on_idle=true
 
 engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_{run,v0_5_23_run,tpot_}*.json
-	$(PY) bench/engine_report.py docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json docs/results/engine_h200_tpot_*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
+	$(PY) -m bench.engine.report docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json docs/results/engine_h200_tpot_*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
 	$(PY) -m ruff check scripts tests testing bench

@@ -100,6 +100,38 @@ def dsa_config(num_hidden_layers: int = 4, index_share: bool = False) -> dict:
     return config
 
 
+def param_counts(config: dict) -> dict[str, int]:
+    """Parameters sglang builds from ``config``: the target (embedding, decoder layers, norm, head)
+    and the NextN draft (its own embedding and head, which sglang swaps for the target's once
+    loaded, its projections and one MoE decoder layer). tests/bench/engine_cpu_check.py counts
+    both on sglang's own meta-device build."""
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    heads, q_lora, kv_lora = config["num_attention_heads"], config["q_lora_rank"], config["kv_lora_rank"]
+    nope, rope, v = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+    index_heads, index_dim = config["index_n_heads"], config["index_head_dim"]
+    attention = (
+        hidden * (q_lora + kv_lora + rope)  # fused q_a / kv_a projection
+        + q_lora * heads * (nope + rope)
+        + kv_lora * heads * (nope + v)
+        + heads * v * hidden
+        + q_lora
+        + kv_lora  # q_a and kv_a norms
+        + q_lora * index_heads * index_dim
+        + hidden * index_dim
+        + 2 * index_dim
+        + hidden * index_heads  # indexer
+    )
+    dense_ffn = 3 * hidden * config["intermediate_size"]
+    experts = config["n_routed_experts"] + config["n_shared_experts"]
+    moe_ffn = 3 * hidden * config["moe_intermediate_size"] * experts + (hidden + 1) * config["n_routed_experts"]
+    norms = 2 * hidden  # per decoder layer
+    embed_and_head = 2 * vocab * hidden
+    return {
+        "target": embed_and_head + hidden + config["num_hidden_layers"] * (attention + dense_ffn + norms),
+        "draft": embed_and_head + 2 * hidden + 2 * hidden * hidden + hidden + attention + moe_ffn + norms,
+    }
+
+
 def write_model(folder: Path, num_hidden_layers: int = 4, index_share: bool = False) -> Path:
     """Write the model folder (config.json only) and return it."""
     folder = Path(folder)

@@ -11,9 +11,14 @@ per line on stdin, answering each with one JSON line on the file descriptor name
   output tokens per second of the whole run, and the probe's verify-forward and decode-step-part
   records that fall in the window. ``mode`` (bench/engine_probe: ``simulate_acc_len``,
   ``record_positions``) is handed to the scheduler's probe before the first request; with
-  ``record_positions`` the answer also carries the per-position verify records;
+  ``record_positions`` the answer also carries the per-position verify and draft records. The probe
+  reads the mode at a verify forward, and the draft hooks run before the first one: so where
+  ``record_positions`` changes, one short request under the new mode goes first. Request ``i`` of
+  the ``n``-th generate runs as sglang request ``r<n>.<i>``, which names it in the draft records;
 - ``{"op": "profile", "tag": T, "steps": K}``: the next K verify forwards run under the profiler;
-- ``{"op": "info"}``: the resolved server arguments that matter here;
+- ``{"op": "info"}``: the resolved server arguments that matter here, and the memory sglang reports
+  (``get_server_info``'s ``memory_usage``: weights, KV cache, graphs) beside what the probe measured
+  of each capture round (``DIR/memory.json``);
 - ``{"op": "shutdown"}``.
 
 A request names its prompt as ``[pool_index, length]``: the first ``length`` tokens of the
@@ -33,6 +38,8 @@ from pathlib import Path
 
 PROMPT_SEED = 20261201
 MIN_TOKEN_ID = 2  # ids 0 and 1 are the config's bos / eos
+ARMING_REQUEST = {"prompt": [1000, 64], "max_new_tokens": 2}  # a prefix of the warm-up prompt
+EAGER_DRAFT_EXTEND = "SGLPATCH_EAGER_DRAFT_EXTEND"  # bench/engine_probe: draft-extend never replays a graph
 
 
 def prompt_ids(pool_index: int, length: int, vocab_size: int) -> list[int]:
@@ -70,6 +77,12 @@ def write_mode(probe_dir: Path, mode: dict) -> None:
     os.replace(tmp, probe_dir / "mode.json")
 
 
+def request_index(rid) -> int | None:
+    """Request ``i`` of a generate, from its sglang request id ``r<n>.<i>``; None for another id."""
+    head, _, index = str(rid).rpartition(".")
+    return int(index) if head.startswith("r") and index.isdigit() else None
+
+
 class EngineWorker:
     def __init__(self, engine_args: dict, probe_dir: Path, vocab_size: int):
         import sglang
@@ -78,6 +91,8 @@ class EngineWorker:
         self.probe_dir = probe_dir
         self.vocab_size = vocab_size
         self.engine = sglang.Engine(**engine_args)
+        self.generates = 0
+        self.recording = False
 
     def info(self) -> dict:
         info = self.engine.get_server_info()
@@ -101,13 +116,21 @@ class EngineWorker:
             "disable_radix_cache",
             "load_format",
         )
-        return {k: _jsonable(info.get(k)) for k in keep if k in info}
+        out = {k: _jsonable(info.get(k)) for k in keep if k in info}
+        states = info.get("internal_states") or [{}]
+        out["memory_usage"] = _jsonable((states[0] or {}).get("memory_usage"))
+        out["probe_memory"] = self._read_json("memory.json")
+        return out
 
     def generate(self, requests: list[dict], probe_window: bool = True, mode: dict | None = None) -> dict:
         mode = mode or {}
         write_mode(self.probe_dir, mode)
+        if bool(mode.get("record_positions")) != self.recording:
+            self._run(self._generate_all([ARMING_REQUEST], f"arm{self.generates}"))
+            self.recording = bool(mode.get("record_positions"))
+        self.generates += 1
         t_start = time.time()
-        outputs = self.engine.loop.run_until_complete(self._generate_all(requests))
+        outputs = self._run(self._generate_all(requests, f"r{self.generates}"))
         t_end = time.time()
         answer = {
             "t_start": t_start,
@@ -120,13 +143,17 @@ class EngineWorker:
             answer["steps"] = self._probe_records("steps.jsonl", t_start, t_end)
         if mode.get("record_positions"):
             answer["positions"] = self._probe_records("positions.jsonl", t_start, t_end)
+            answer["draft_positions"] = self._probe_records("draft_positions.jsonl", t_start, t_end)
         answer["draft_loops"] = self._read_json("draft_loops.json")
         return answer
 
-    async def _generate_all(self, requests: list[dict]) -> list[dict]:
-        return await asyncio.gather(*(self._generate_one(r) for r in requests))
+    def _run(self, coroutine):
+        return self.engine.loop.run_until_complete(coroutine)
 
-    async def _generate_one(self, request: dict) -> dict:
+    async def _generate_all(self, requests: list[dict], tag: str) -> list[dict]:
+        return await asyncio.gather(*(self._generate_one(r, f"{tag}.{i}") for i, r in enumerate(requests)))
+
+    async def _generate_one(self, request: dict, rid: str) -> dict:
         if request.get("delay_s"):
             await asyncio.sleep(request["delay_s"])
         pool_index, length = request["prompt"]
@@ -136,7 +163,11 @@ class EngineWorker:
             extra = {"return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": -1}
         chunks, last = [], None
         stream = await self.engine.async_generate(
-            input_ids=prompt_ids(pool_index, length, self.vocab_size), sampling_params=params, stream=True, **extra
+            input_ids=prompt_ids(pool_index, length, self.vocab_size),
+            sampling_params=params,
+            stream=True,
+            rid=rid,
+            **extra,
         )
         async for chunk in stream:
             meta = chunk.get("meta_info", {})
@@ -232,6 +263,8 @@ def serve(args, make_worker=None) -> int:
             import sglang  # noqa: F401  (timed apart from the engine start)
         t_import = time.time() - t0
         _wait_for(spec.get("start_after"), spec.get("start_after_timeout_s", 600))
+        if spec.get("eager_draft_extend"):
+            os.environ[EAGER_DRAFT_EXTEND] = "1"  # sglang's scheduler process inherits it
         t1 = time.time()
         worker = make_worker(spec)
         answer({"ready": True, "import_s": t_import, "start_s": time.time() - t1, "info": worker.info()})

@@ -20,8 +20,29 @@ own import order is untouched):
   tokens; null: off), and ``record_positions`` writes, per verify forward, the target's argmax, its
   top-1 minus top-2 logit margin and the row's logit sum for every next_n position of every
   request to ``DIR/positions.jsonl`` (this waits for the GPU: accuracy runs only, never timed ones).
+- with ``record_positions``, also every draft position (``DIR/draft_positions.jsonl``, one line per
+  draft-extend pass and per draft loop: each request's id, and per position the draft model's
+  argmax and top-1 minus top-2 logit margin). Position 0 of a draft (the token draft-extend
+  proposes) comes from the logits ``_draft_extend_for_decode`` / ``_draft_extend_for_prefill``
+  leave on the output of the forward they ran: the eager ``ModelRunner.forward`` of the draft
+  model, or ``EAGLEDraftExtendCudaGraphRunner.execute``, whose ``next_token_logits`` both trees cut
+  to each request's last accepted row before they return. Positions 1.. come from the draft loop's
+  forwards (``EagleDraftWorker.draft_forward``): called eagerly, their logits pass through
+  ``ModelRunner.forward``; replayed from ``EAGLEDraftCudaGraphRunner``'s graph, they are the tensors
+  the capture of that batch size's graph produced, which the probe keeps from the capture
+  (``capture_one_shape``) and reads after each ``execute`` for the rows it replayed. Keeping them
+  adds no kernel and changes no launch: it only keeps the capture's per-step logits alive, so their
+  memory (batch size x vocabulary x 4 bytes per draft forward and captured size) is not given to
+  other buffers of later captures;
+- ``DecodeCudaGraphRunner.capture`` (and the EAGLE draft and draft-extend runners, which inherit it):
+  the memory torch holds in this process before and after each capture round, and after the target
+  KV pool, to ``DIR/memory.json`` (process-local, so another engine starting beside this one does not
+  show in it as it does in sglang's own free-memory figures);
 - ``ModelRunner.alloc_memory_pool``: ``DIR/pool_ready`` once the target model's KV pool exists
   (a second engine on the same GPU starts after it, so its memory profile sees this one's pool).
+- with ``SGLPATCH_EAGER_DRAFT_EXTEND=1`` in the environment (the benchmark's reference engine for
+  draft positions, never a timed one): ``EAGLEDraftExtendCudaGraphRunner.can_run_graph`` says no, so
+  every draft-extend pass runs eagerly, as a tree without the draft-extend graph runs it.
 - ``EagleDraftWorker.draft`` (EAGLE v2): per draft loop, whether the batch carried a
   draft-extend top-k seed (IndexShare), counted into ``DIR/draft_loops.json``.
 - the parts of an EAGLE v2 decode step, each timed like the verify forward (two CUDA events on
@@ -49,6 +70,9 @@ from pathlib import Path
 STEPS_FILE = "steps.jsonl"
 VERIFY_FILE = "verify.jsonl"
 POSITIONS_FILE = "positions.jsonl"
+DRAFT_POSITIONS_FILE = "draft_positions.jsonl"
+MEMORY_FILE = "memory.json"
+EAGER_DRAFT_EXTEND = "SGLPATCH_EAGER_DRAFT_EXTEND"
 MODE_FILE = "mode.json"
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"  # where sglang's verify reads SIMULATE_ACC_LEN each call
 # The timed parts of a decode step (see the module docstring), in the order a step runs them.
@@ -74,6 +98,8 @@ def install(folder: str) -> None:
                 "sglang.srt.model_executor.model_runner": _hook_model_runner,
                 "sglang.srt.speculative.eagle_worker_v2": _hook_eagle_worker,
                 "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": _hook_draft_extend_runner,
+                "sglang.srt.speculative.eagle_draft_cuda_graph_runner": _hook_draft_runner,
+                "sglang.srt.model_executor.runner.decode_cuda_graph_runner": _hook_graph_capture,
             }
         ),
     )
@@ -107,6 +133,70 @@ class AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class DraftPositions:
+    """What the draft hooks collect: each draft-loop graph's per-step logits, kept from its capture (by
+    captured batch size), and inside one recorded call the logits that call produced."""
+
+    def __init__(self):
+        self.graph_logits = {}  # captured batch size -> the logits of each draft forward, in step order
+        self.capturing = None  # the batch size whose draft-loop graph is being captured
+        self.loop = None  # inside a recorded draft loop: its eager forwards' logits, in step order
+        self.replayed = None  # (captured, real) batch size of the draft-loop graph the loop replayed
+        self.extend = None  # inside a recorded draft-extend: the output of its forward (a list of one)
+
+    def saw_draft_forward(self, output) -> None:
+        """A forward of the draft model (``ModelRunner.forward`` of the draft worker); in a timed run,
+        two attribute checks and nothing else."""
+        logits_output = getattr(output, "logits_output", output)
+        if getattr(logits_output, "next_token_logits", None) is None:  # an idle batch
+            return
+        if self.capturing is not None and _capturing():
+            self.graph_logits[self.capturing].append(logits_output.next_token_logits)
+        elif self.extend is not None:
+            self.extend[:] = [logits_output]
+        elif self.loop is not None:
+            self.loop.append(logits_output.next_token_logits)
+
+    def loop_logits(self) -> list:
+        """The recorded draft loop's logits, one tensor per draft forward: the eager ones, or those of
+        the graph it replayed, cut to the batch's own rows."""
+        if self.replayed is None:
+            return list(self.loop or [])
+        size, rows = self.replayed
+        return [logits[:rows] for logits in self.graph_logits.get(size, [])]
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
+
+
+def top2(logits) -> tuple[list[int], list[float]]:
+    """Per row: the argmax and the top-1 minus top-2 margin (waits for the GPU)."""
+    import torch
+
+    top = torch.topk(logits.float(), 2, dim=-1)
+    return top.indices[:, 0].tolist(), [round(m, 5) for m in (top.values[:, 0] - top.values[:, 1]).tolist()]
+
+
+def draft_record(kind: str, batch, logits_per_position: list) -> dict | None:
+    """One draft_positions.jsonl line: per request of ``batch`` (its rid), the argmax and margin at each
+    position ``logits_per_position`` holds; None where there is nothing to record."""
+    rids = [getattr(req, "rid", None) for req in getattr(batch, "reqs", None) or []]
+    if not rids or not logits_per_position or any(logits.shape[0] < len(rids) for logits in logits_per_position):
+        return None
+    tops = [top2(logits[: len(rids)]) for logits in logits_per_position]
+    return {
+        "t": time.time(),
+        "kind": kind,
+        "batch_size": len(rids),
+        "rids": rids,
+        "argmax": [[argmax[row] for argmax, _ in tops] for row in range(len(rids))],
+        "margin": [[margin[row] for _, margin in tops] for row in range(len(rids))],
+    }
+
+
 class Probe:
     def __init__(self, folder: Path):
         self.folder = folder
@@ -122,6 +212,9 @@ class Probe:
         self._mode_stamp = None
         self._env_acc_len = None
         self._positions = None
+        self._draft_positions = None
+        self.drafts = DraftPositions()
+        self.memory = {"graphs": []}
 
     # -- what a run asks for --------------------------------------------------------------
     def apply_mode(self) -> dict:
@@ -146,22 +239,44 @@ class Probe:
 
     def record_positions(self, output, batch_size: int, wall: float) -> None:
         """The target's verdict at every verify position (waits for the GPU)."""
-        import torch
-
         logits = getattr(getattr(output, "logits_output", output), "next_token_logits", None)
         if logits is None:
             return
-        top = torch.topk(logits.float(), 2, dim=-1)
+        argmax, margin = top2(logits)
         record = {
             "t": wall,
             "batch_size": batch_size,
-            "argmax": top.indices[:, 0].tolist(),
-            "margin": [round(m, 5) for m in (top.values[:, 0] - top.values[:, 1]).tolist()],
+            "argmax": argmax,
+            "margin": margin,
             "logit_sum": logits.double().sum(dim=-1).tolist(),
         }
-        if self._positions is None:
-            self._positions = open(self.folder / POSITIONS_FILE, "a", buffering=1)
-        self._positions.write(json.dumps(record) + "\n")
+        self._write_line("_positions", POSITIONS_FILE, record)
+
+    def recording(self) -> bool:
+        return bool(self.mode.get("record_positions"))
+
+    def record_draft(self, kind: str, batch, logits) -> None:
+        """One draft_positions.jsonl line from ``logits()`` (the logits per position); a failure is
+        written as an ``error`` line, never raised into sglang's scheduler."""
+        try:
+            record = draft_record(kind, batch, logits())
+        except Exception as exc:
+            record = {"t": time.time(), "kind": "error", "rids": [], "error": f"{kind}: {type(exc).__name__}: {exc}"}
+        if record:
+            self._write_line("_draft_positions", DRAFT_POSITIONS_FILE, record)
+
+    def _write_line(self, handle: str, name: str, record: dict) -> None:
+        if getattr(self, handle) is None:
+            setattr(self, handle, open(self.folder / name, "a", buffering=1))
+        getattr(self, handle).write(json.dumps(record) + "\n")
+
+    def note_memory(self, key: str, value) -> None:
+        """One figure of this process's GPU memory (memory.json, rewritten whole each time)."""
+        if key == "graphs":
+            self.memory["graphs"].append(value)
+        else:
+            self.memory[key] = value
+        self._write_json(MEMORY_FILE, self.memory)
 
     # -- verify timing --------------------------------------------------------------------
     def start_flusher(self, device) -> None:
@@ -254,7 +369,11 @@ def _hook_model_runner(module) -> None:
     alloc_memory_pool = getattr(runner_class, "alloc_memory_pool", None)
 
     def timed_forward(self, forward_batch, *args, **kwargs):
-        if getattr(self, "is_draft_worker", False) or not forward_batch.forward_mode.is_target_verify():
+        if getattr(self, "is_draft_worker", False):
+            output = forward(self, forward_batch, *args, **kwargs)
+            _probe.drafts.saw_draft_forward(output)
+            return output
+        if not forward_batch.forward_mode.is_target_verify():
             return forward(self, forward_batch, *args, **kwargs)
         _probe.start_flusher(torch.cuda.current_device())
         mode = _probe.apply_mode()
@@ -291,8 +410,13 @@ def _hook_model_runner(module) -> None:
     if alloc_memory_pool is not None:
 
         def alloc_then_mark(self, *args, **kwargs):
+            before = torch.cuda.memory_reserved()
             result = alloc_memory_pool(self, *args, **kwargs)
-            if not getattr(self, "is_draft_worker", False):
+            draft = getattr(self, "is_draft_worker", False)
+            _probe.note_memory(
+                "draft_kv_pool_gib" if draft else "kv_pool_gib", _gib(torch.cuda.memory_reserved() - before)
+            )
+            if not draft:
                 (_probe.folder / "pool_ready").write_text(str(time.time()))
             return result
 
@@ -356,6 +480,50 @@ def _hook_eagle_worker(module) -> None:
         return draft(self, batch, *args, **kwargs)
 
     worker_class.draft = counted_draft
+    _record_draft_loop(worker_class)
+    for name in ("_draft_extend_for_decode", "_draft_extend_for_prefill"):
+        _record_draft_extend(worker_class, name)
+
+
+def _record_draft_loop(worker_class) -> None:
+    """In a recorded run, each draft loop's positions 1.. (module docstring)."""
+    draft = worker_class.draft
+
+    def recorded_draft(self, batch, *args, **kwargs):
+        if not _probe.recording():
+            return draft(self, batch, *args, **kwargs)
+        drafts = _probe.drafts
+        drafts.loop, drafts.replayed = [], None
+        try:
+            result = draft(self, batch, *args, **kwargs)
+            _probe.record_draft("loop", batch, drafts.loop_logits)
+            return result
+        finally:
+            drafts.loop, drafts.replayed = None, None
+
+    worker_class.draft = recorded_draft
+
+
+def _record_draft_extend(worker_class, name: str) -> None:
+    """In a recorded run, the position 0 each draft-extend pass proposes (module docstring)."""
+    method = getattr(worker_class, name, None)
+    if method is None:
+        return
+    kind = "prefill_extend" if name.endswith("prefill") else "extend"
+
+    def recorded_extend(self, batch, *args, **kwargs):
+        if not _probe.recording():
+            return method(self, batch, *args, **kwargs)
+        drafts = _probe.drafts
+        drafts.extend = []
+        try:
+            result = method(self, batch, *args, **kwargs)
+            _probe.record_draft(kind, batch, lambda: [out.next_token_logits for out in drafts.extend])
+            return result
+        finally:
+            drafts.extend = None
+
+    setattr(worker_class, name, recorded_extend)
 
 
 def _hook_draft_extend_runner(module) -> None:
@@ -366,6 +534,60 @@ def _hook_draft_extend_runner(module) -> None:
 
     def counted_execute(self, *args, **kwargs):
         _probe.draft_extend_replays += 1
-        return execute(self, *args, **kwargs)
+        output = execute(self, *args, **kwargs)
+        if _probe.drafts.extend is not None:
+            _probe.drafts.extend[:] = [output]
+        return output
 
     runner_class.execute = counted_execute
+    if os.environ.get(EAGER_DRAFT_EXTEND) == "1":
+        runner_class.can_run_graph = lambda self, forward_batch: False
+
+
+def _hook_draft_runner(module) -> None:
+    """The draft loop's graph: keep each captured size's per-step logits; note which size a loop replays."""
+    runner_class = getattr(module, "EAGLEDraftCudaGraphRunner", None)
+    if runner_class is None:
+        return
+    capture_one_shape, execute = runner_class.capture_one_shape, runner_class.execute
+
+    def kept_capture(self, size, *args, **kwargs):
+        drafts = _probe.drafts
+        drafts.capturing, drafts.graph_logits[size] = size, []
+        try:
+            return capture_one_shape(self, size, *args, **kwargs)
+        finally:
+            drafts.capturing = None
+
+    def noted_execute(self, forward_batch, *args, **kwargs):
+        output = execute(self, forward_batch, *args, **kwargs)
+        _probe.drafts.replayed = (self.bs, self.raw_bs)
+        return output
+
+    runner_class.capture_one_shape = kept_capture
+    runner_class.execute = noted_execute
+
+
+def _hook_graph_capture(module) -> None:
+    """Every capture round of a decode-side graph runner: the memory torch holds before and after it."""
+    runner_class = getattr(module, "DecodeCudaGraphRunner", None)
+    capture = getattr(runner_class, "capture", None)
+    if capture is None:
+        return
+
+    def measured_capture(self, *args, **kwargs):
+        import torch
+
+        before = torch.cuda.memory_reserved()
+        try:
+            return capture(self, *args, **kwargs)
+        finally:
+            _probe.note_memory(
+                "graphs", {"runner": type(self).__name__, "gib": _gib(torch.cuda.memory_reserved() - before)}
+            )
+
+    runner_class.capture = measured_capture
+
+
+def _gib(nbytes: int) -> float:
+    return round(nbytes / (1 << 30), 3)

@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
-from bench.engine_ab import part_records, step_parts  # noqa: E402
+from bench.engine.measures import part_records, step_parts  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
 RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart

@@ -2,7 +2,7 @@
 
     python tests/bench/engine_cpu_check.py MODEL_DIR NEXT_N [--index-share]
 
-Resolves ``ServerArgs`` from bench/engine_ab.py's ``engine_args`` and builds both models sglang's
+Resolves ``ServerArgs`` from bench/engine/sizing.py's ``engine_args`` and builds both models sglang's
 engine would build from that folder, on the meta device (shapes only, no memory): the target
 ``DeepseekV32ForCausalLM`` and the NextN draft ``DeepseekV3ForCausalLMNextN``. Prints one JSON
 object. Stand-ins, only for what a CPU cannot answer: ``torch.cuda.get_device_capability``
@@ -31,7 +31,8 @@ import torch  # noqa: E402
 
 torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
 
-from bench.engine_ab import GRIDS, KV_CACHES, engine_args, sizing_for  # noqa: E402
+from bench.engine.grid import GRIDS  # noqa: E402
+from bench.engine.sizing import KV_CACHES, engine_args, sizing_for  # noqa: E402
 
 
 def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16", grid: str = "full") -> dict:

@@ -8,7 +8,17 @@ asks for it), one verify record per output token with a GPU time that depends on
 per output token the decode step's parts (the patched tree's draft-extend replays a graph and
 takes a quarter of pristine's eager GPU and host time). A run's ``mode`` is honoured as sglang's
 probe would: a simulated acceptance length emits that many tokens (all id 100) per step, and
-``record_positions`` answers one positions record per step with every next_n position.
+``record_positions`` answers one positions record per step with every next_n position, and the
+draft records the probe writes (each request's first draft position from its prefill, then per
+step a draft-extend's position 0 and a draft loop's positions 1..next_n-2). It reports memory as
+sglang and the probe do (the patched tree one capture round more: its draft-extend graph).
+
+Two mutations of the patched tree's draft, each named by the run's folder, show that the draft
+comparison catches what only lowers acceptance: ``stale-lengths`` (a replayed draft-extend that reads
+the step before's lengths: every draft position from the second step on follows the step before),
+``wrong-seed-row`` (with IndexShare, each request's draft loop seeded from the next request's row:
+positions 1.. follow that request). ``patched_eager`` (the patched tree, draft-extend eager) has
+neither.
 """
 
 from __future__ import annotations
@@ -29,16 +39,40 @@ class StandInEngine:
         self.probe_dir = Path(spec["probe_dir"])
         self.label = self.probe_dir.name
         self.patched = "patched" in self.label
+        self.run_kind = self.probe_dir.parent.parent.name  # the test's folder: what this run stands in for
+        # the mutations live in the draft-extend graph, which the eager reference never replays
+        self.mutation = self.run_kind if self.patched and not spec.get("eager_draft_extend") else None
+        config = json.loads((Path(spec["engine"]["model_path"]) / "config.json").read_text())
+        self.index_share = bool(config.get("index_share_for_mtp_iteration"))
+        self.generates = 0
         self.next_n = spec["engine"]["speculative_num_draft_tokens"]
         # sglang sizes its KV pool to max_total_tokens, or smaller where the GPU's memory is short
         self.kv_tokens = spec["engine"]["max_total_tokens"]
-        if self.probe_dir.parent.parent.name == "short-memory" and self.patched:
+        if self.run_kind == "short-memory" and self.patched:
             self.kv_tokens //= 2
         (self.probe_dir / "pool_ready").write_text(str(time.time()))
         self.profile_tag = None
 
     def info(self) -> dict:
-        return {"stand_in": True, "speculative_num_draft_tokens": self.next_n, "max_total_num_tokens": self.kv_tokens}
+        graphs = [{"runner": "DecodeCudaGraphRunner", "gib": 0.7}, {"runner": "EAGLEDraftCudaGraphRunner", "gib": 0.36}]
+        if self.patched:
+            graphs.append({"runner": "EAGLEDraftExtendCudaGraphRunner", "gib": 0.64})
+        return {
+            "stand_in": True,
+            "speculative_num_draft_tokens": self.next_n,
+            "max_total_num_tokens": self.kv_tokens,
+            "memory_usage": {
+                "weight": 9.43,
+                "kvcache": self.kv_tokens * 3940 / 2**30,
+                "graph": 0.7,
+                "token_capacity": self.kv_tokens,
+            },
+            "probe_memory": {
+                "kv_pool_gib": self.kv_tokens * 3152 / 2**30,
+                "draft_kv_pool_gib": self.kv_tokens * 788 / 2**30,
+                "graphs": graphs,
+            },
+        }
 
     def die_as_a_cuda_fault_does(self):
         """What sglang's scheduler left in the H200's log when a kernel faulted: the traceback, then
@@ -57,12 +91,13 @@ class StandInEngine:
         outputs, verify = [], []
         bs = len(requests)
         decoding = max(r["max_new_tokens"] for r in requests) > 1  # not the prompt pool's prefill
-        if not self.patched and self.probe_dir.parent.parent.name == "crash" and bs >= 32 and decoding:
+        self.generates += 1
+        if not self.patched and self.run_kind == "crash" and bs >= 32 and decoding:
             self.die_as_a_cuda_fault_does()
         for r in requests:
             pool_index, length = r["prompt"]
             ids = [(pool_index * 7 + length + k) % 1000 for k in range(r["max_new_tokens"])]
-            if self.patched and self.probe_dir.parent.parent.name == "diverge" and pool_index == 0 and len(ids) > 3:
+            if self.patched and self.run_kind == "diverge" and pool_index == 0 and len(ids) > 3:
                 ids[3] += 1
             if acceptance > 1:
                 ids = [100] * len(ids)
@@ -133,6 +168,7 @@ class StandInEngine:
         }
         if mode.get("record_positions"):
             answer["positions"] = self.positions(outputs, bs, t_start)
+            answer["draft_positions"] = self.draft_positions(requests, t_start)
         if probe_window:
             answer["verify"] = verify
             answer["steps"] = parts
@@ -149,11 +185,7 @@ class StandInEngine:
             for i, o in enumerate(outputs):
                 token = o["output_ids"][min(k, len(o["output_ids"]) - 1)]
                 for j in range(self.next_n):
-                    flip = (
-                        self.patched
-                        and self.probe_dir.parent.parent.name == "diverge"
-                        and (i, k, j) == (0, 3, self.next_n - 1)
-                    )
+                    flip = self.patched and self.run_kind == "diverge" and (i, k, j) == (0, 3, self.next_n - 1)
                     argmax.append(token + j + flip)
                     margin.append(0.01 if (i, k, j) == (0, 3, self.next_n - 1) else 1.5)
             records.append(
@@ -166,6 +198,37 @@ class StandInEngine:
                 }
             )
         return records
+
+    def draft_positions(self, requests, t_start) -> list[dict]:
+        """The probe's draft records for these requests, all in one batch (module docstring)."""
+        rids = [f"r{self.generates}.{i}" for i in range(len(requests))]
+        prompts = [r["prompt"][0] for r in requests]
+        records = [self.draft_record("prefill_extend", t_start, rids, prompts, 0, [0])]
+        for step in range(max(r["max_new_tokens"] for r in requests)):
+            live = [i for i, r in enumerate(requests) if r["max_new_tokens"] > step]
+            t = t_start + 1e-4 * (step + 1)
+            ids, live_prompts = [rids[i] for i in live], [prompts[i] for i in live]
+            records.append(self.draft_record("extend", t, ids, live_prompts, step, [0]))
+            if self.next_n > 2:
+                positions = list(range(1, self.next_n - 1))
+                records.append(self.draft_record("loop", t + 5e-5, ids, live_prompts, step, positions))
+        return records
+
+    def draft_record(self, kind, t, rids, prompts, step, positions) -> dict:
+        if self.mutation == "stale-lengths" and kind != "prefill_extend":
+            step = max(step - 1, 0)
+        rows = prompts
+        if self.mutation == "wrong-seed-row" and self.index_share and kind == "loop":
+            rows = prompts[1:] + prompts[:1]
+        argmax = [[(prompt * 31 + step * 7 + p * 3 + (kind == "loop")) % 1000 for p in positions] for prompt in rows]
+        return {
+            "t": t,
+            "kind": kind,
+            "batch_size": len(rids),
+            "rids": rids,
+            "argmax": argmax,
+            "margin": [[1.5] * len(positions) for _ in rows],
+        }
 
     def profile(self, tag, steps) -> dict:
         self.profile_tag = tag

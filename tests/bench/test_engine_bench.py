@@ -1,4 +1,4 @@
-"""CPU checks of the engine benchmark (bench/engine_ab.py, engine_worker.py, engine_model.py, engine_probe).
+"""CPU checks of the engine benchmark (bench/engine_ab.py, bench/engine/, engine_worker.py, engine_model.py, engine_probe).
 
 - sglang accepts the model and the arguments: ServerArgs resolves and both models build on the
   meta device (tests/bench/engine_cpu_check.py, in a process of its own);
@@ -27,11 +27,13 @@ from pathlib import Path
 import pytest
 
 from bench import engine_ab, engine_model, engine_worker
+from bench.engine import compare, grid, measures, processes, rows, schedule, sizing
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "engine_probe"))
 
 import engine_probe_hooks  # noqa: E402
+from engine_runs import run_bench  # noqa: E402  (this folder, as pytest puts it on the path)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +100,9 @@ def test_sglang_builds_v32_layers_and_a_moe_nextn_from_the_config(cpu_check):
     assert draft["experts"] == 32
     # bf16 weights of one engine fit beside a second engine and two KV pools on one H200.
     assert (target["params"] + draft["params"]) * 2 < 12e9
+    # what the memory check counts (bench/engine/memory.py) is what sglang builds
+    counts = engine_model.param_counts(engine_model.dsa_config(4, index_share=True))
+    assert (target["params"], draft["params"]) == (counts["target"], counts["draft"])
 
 
 def test_config_is_v32_per_layer_and_refuses_no_layers():
@@ -118,18 +123,18 @@ def test_prompts_are_prefixes_of_the_pool_prompts():
 
 
 def test_every_case_fits_the_pool_and_asks_for_distinct_prompts():
-    for grid in engine_ab.GRIDS.values():
-        for spec in grid:
-            case = engine_ab.Case(*spec, 8)
+    for cases in grid.GRIDS.values():
+        for spec in cases:
+            case = grid.Case(*spec, 8)
             requests = case.requests()
             assert len(requests) == case.batch_size
             assert sorted(r["prompt"][0] for r in requests) == list(range(case.batch_size))
             for r in requests:
-                assert case.ctx // 2 <= r["prompt"][1] <= case.ctx <= engine_ab.MAX_CTX
+                assert case.ctx // 2 <= r["prompt"][1] <= case.ctx <= grid.MAX_CTX
     with pytest.raises(ValueError):
-        engine_ab.Case(engine_ab.POOL_PROMPTS + 1, 4096, "uniform", 8).requests()
+        grid.Case(grid.POOL_PROMPTS + 1, 4096, "uniform", 8).requests()
     with pytest.raises(ValueError):
-        engine_ab.Case(1, 2 * engine_ab.MAX_CTX, "uniform", 8).requests()
+        grid.Case(1, 2 * grid.MAX_CTX, "uniform", 8).requests()
 
 
 def _run(gpu_ms, bs=4, outputs=None, t0=0.0):
@@ -142,9 +147,9 @@ def _run(gpu_ms, bs=4, outputs=None, t0=0.0):
 
 def test_verify_step_leaves_out_warmup_steps_and_other_batch_sizes():
     runs = [_run([9.0, 9.0, 1.0, 1.0, 1.2]), _run([9.0, 9.0, 1.1, 1.1, 1.1])]
-    assert engine_ab.verify_step_us(runs, 4, skip=2) == pytest.approx(1100.0)
-    assert engine_ab.verify_step_us(runs, 4, skip=0) == pytest.approx(1150.0)
-    assert engine_ab.verify_step_us(runs, 7, skip=2) is None
+    assert measures.verify_step_us(runs, 4, skip=2) == pytest.approx(1100.0)
+    assert measures.verify_step_us(runs, 4, skip=0) == pytest.approx(1150.0)
+    assert measures.verify_step_us(runs, 7, skip=2) is None
 
 
 def test_step_interval_is_the_gap_between_verify_starts():
@@ -153,7 +158,7 @@ def test_step_interval_is_the_gap_between_verify_starts():
         for i, r in enumerate(r for r in run["verify"] if r["batch_size"] == 4):
             r["t"] = run["verify"][0]["t"] + 0.008 * i + (0.5 if i == 0 else 0.0)
     # the first (slow) gap is left out with skip=1; the batch-size-3 record is ignored
-    assert engine_ab.step_interval_ms(runs, 4, skip=1) == pytest.approx(8.0)
+    assert measures.step_interval_ms(runs, 4, skip=1) == pytest.approx(8.0)
 
 
 def _part_record(part, t, bs=4, gpu=1.0, host=2.0, graph=None):
@@ -170,7 +175,7 @@ def test_step_parts_are_medians_per_part_without_warmup_or_other_batch_sizes():
         + [_part_record("step", i, gpu=10.0, host=11.0) for i in range(3)]
         + [_part_record("draft_extend", 9, bs=3, gpu=99.0, host=99.0, graph=True)]
     }
-    parts = engine_ab.step_parts([run], 4, skip=1)
+    parts = measures.step_parts([run], 4, skip=1)
     assert set(parts) == {"draft_extend", "step"}
     assert parts["draft_extend"] == {
         "gpu_ms": pytest.approx(4.5),
@@ -181,38 +186,36 @@ def test_step_parts_are_medians_per_part_without_warmup_or_other_batch_sizes():
     }
     assert parts["step"]["samples"] == 2 and "graph" not in parts["step"]
     # every batch size (the IndexShare case): the bs=3 record counts, nothing is skipped
-    assert engine_ab.step_parts([run], None, skip=0)["draft_extend"]["samples"] == 6
-    assert engine_ab.step_parts([{"verify": []}], 4, skip=0) == {}
+    assert measures.step_parts([run], None, skip=0)["draft_extend"]["samples"] == 6
+    assert measures.step_parts([{"verify": []}], 4, skip=0) == {}
 
 
 def test_pool_holds_only_the_prompts_the_grid_asks_for_each_to_its_longest_prefix():
-    pool = engine_ab.pool_for([(8, 65536, "uniform")])
+    pool = grid.pool_for([(8, 65536, "uniform")])
     assert [r["prompt"] for r in pool] == [[i, 65536] for i in range(8)]
     # the earlier runs' pool: 32 prompts of 64k, 32 more of 16k
-    full = engine_ab.pool_for(engine_ab.GRIDS["full"])
+    full = grid.pool_for(grid.GRIDS["full"])
     assert len(full) == 64 and sum(r["prompt"][1] for r in full) == 32 * 65536 + 32 * 16384
-    wide_long = engine_ab.pool_for(engine_ab.GRIDS["wide_long"])
+    wide_long = grid.pool_for(grid.GRIDS["wide_long"])
     assert [r["prompt"] for r in wide_long[7:9]] == [[7, 131072], [8, 16384]] and len(wide_long) == 128
-    ragged = engine_ab.pool_for([(4, 16384, "ragged")])
-    assert [r["prompt"][1] for r in ragged] == [
-        r["prompt"][1] for r in engine_ab.Case(4, 16384, "ragged", 1).requests()
-    ]
+    ragged = grid.pool_for([(4, 16384, "ragged")])
+    assert [r["prompt"][1] for r in ragged] == [r["prompt"][1] for r in grid.Case(4, 16384, "ragged", 1).requests()]
 
 
 def test_engines_are_sized_for_their_grid():
-    sizing = engine_ab.sizing_for(engine_ab.GRIDS["wide_long"], new_tokens=96, reps=8)
-    assert (sizing.max_bs, sizing.max_ctx) == (128, 131072)
+    wide_long = sizing.sizing_for(grid.GRIDS["wide_long"], new_tokens=96, reps=8)
+    assert (wide_long.max_bs, wide_long.max_ctx) == (128, 131072)
     pool = 8 * 131072 + 120 * 16384
-    assert sizing.needed_kv_tokens == pool + 10 * 136 * 112 + 8 * 1040
+    assert wide_long.needed_kv_tokens == pool + 10 * 136 * 112 + 8 * 1040
     assert (
-        sizing.kv_tokens % 100_000 == 0
-        and sizing.needed_kv_tokens <= sizing.kv_tokens < sizing.needed_kv_tokens + 100_000
+        wide_long.kv_tokens % 100_000 == 0
+        and wide_long.needed_kv_tokens <= wide_long.kv_tokens < wide_long.needed_kv_tokens + 100_000
     )
-    args = engine_ab.engine_args(Path("M"), 4, sizing, {})
+    args = sizing.engine_args(Path("M"), 4, wide_long, {})
     assert args["cuda_graph_bs_decode"][-3:] == [64, 96, 128] and args["max_running_requests"] == 128
-    assert args["context_length"] == 131072 + 1024 and args["max_total_tokens"] == sizing.kv_tokens
+    assert args["context_length"] == 131072 + 1024 and args["max_total_tokens"] == wide_long.kv_tokens
     # a grid of at most 64 requests keeps the graphs every earlier run captured
-    small = engine_ab.engine_args(Path("M"), 4, engine_ab.sizing_for(engine_ab.GRIDS["sizes"], 96, 8), {})
+    small = sizing.engine_args(Path("M"), 4, sizing.sizing_for(grid.GRIDS["sizes"], 96, 8), {})
     assert small["cuda_graph_bs_decode"] == [1, 2, 4, 8, 12, 16, 24, 32, 48, 64] and small["max_running_requests"] == 64
 
 
@@ -221,7 +224,7 @@ def test_a_kv_pool_too_small_for_the_grid_is_refused_before_anything_starts(tmp_
     argv += ["--grid", "wide", "--engine-arg", "max_total_tokens=1000000", "--workdir", str(tmp_path / "w")]
     assert engine_ab.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    need = engine_ab.sizing_for(engine_ab.GRIDS["wide"], 48, 4).needed_kv_tokens
+    need = sizing.sizing_for(grid.GRIDS["wide"], 48, 4).needed_kv_tokens
     assert len(err.splitlines()) == 1 and f"max_total_tokens >= {need} " in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
 
@@ -229,10 +232,10 @@ def test_a_kv_pool_too_small_for_the_grid_is_refused_before_anything_starts(tmp_
 def test_compare_outputs_finds_the_first_divergence():
     a = [{"output_ids": [1, 2, 3, 4]}, {"output_ids": [5, 6]}]
     b = [{"output_ids": [1, 2, 9, 4]}, {"output_ids": [5, 6]}]
-    assert engine_ab.compare_outputs(a, b) == (0.5, [{"request": 0, "position": 2}])
-    assert engine_ab.first_divergence([1, 2], [1, 2, 3]) == 2
-    assert engine_ab.logit_margin([[[-0.1, 5], [-0.4, 6]]], 0) == pytest.approx(0.3)
-    assert engine_ab.logit_margin([[[-0.1, 5]]], 0) is None
+    assert compare.compare_outputs(a, b) == (0.5, [{"request": 0, "position": 2}])
+    assert compare.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert compare.logit_margin([[[-0.1, 5], [-0.4, 6]]], 0) == pytest.approx(0.3)
+    assert compare.logit_margin([[[-0.1, 5]]], 0) is None
 
 
 def test_indexer_share_counts_indexer_kernels_over_all_kernels():
@@ -255,20 +258,20 @@ def test_indexer_share_counts_indexer_kernels_over_all_kernels():
             },
         ]
     }
-    share = engine_ab.indexer_share(profile)
+    share = measures.indexer_share(profile)
     assert share["steps"] == 2
     assert share["share"] == pytest.approx((400 / 1005 + 400 / 1000) / 2)
     assert share["indexer_us"]["paged_mqa_logits"] == pytest.approx(305.0)
-    assert engine_ab.indexer_share({"steps": []}) is None
+    assert measures.indexer_share({"steps": []}) is None
 
 
 def test_case_row_ratios_and_aa_floor():
-    case = engine_ab.Case(4, 4096, "uniform", 8)
+    case = grid.Case(4, 4096, "uniform", 8)
     runs = {
         "pristine": [_run([2.0] * 6), _run([2.2] * 6)],
         "patched": [_run([1.0] * 6), _run([1.0] * 6)],
     }
-    row = engine_ab.case_row(case, 2, runs, {}, skip=2)
+    row = rows.case_row(case, 2, runs, {}, skip=2)
     assert row["pristine"]["verify_step_us"] == pytest.approx(2100.0)
     assert row["speedup_verify"] == pytest.approx(2.1)
     assert row["aa_noise"]["verify"] == pytest.approx(2.0 / 2.2)
@@ -278,32 +281,7 @@ def test_case_row_ratios_and_aa_floor():
 
 
 def _bench(tmp_path, folder: str, *extra):
-    out = tmp_path / folder / "engine.json"
-    argv = [
-        "--pristine",
-        str(tmp_path / "pristine"),
-        "--patched",
-        str(tmp_path / "patched"),
-        "--next-n",
-        "2,4",
-        "--grid",
-        "targets",
-        "--reps",
-        "2",
-        "--new-tokens",
-        "6",
-        "--seed-case",
-        "3,2",
-        "--workdir",
-        str(tmp_path / folder / "work"),
-        "--out",
-        str(out),
-        "--worker-script",
-        str(REPO / "tests" / "bench" / "stand_in_engine_worker.py"),
-        *extra,
-    ]
-    status = engine_ab.main(argv)
-    return status, json.loads(out.read_text())
+    return run_bench(tmp_path, folder, *extra)
 
 
 def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
@@ -311,7 +289,7 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     assert status == 0, doc["notes"]
     rows = doc["rows"]
     assert [(r["next_n"], r["batch_size"], r["ctx"], r["lengths"]) for r in rows] == [
-        (n, *spec) for n in (2, 4) for spec in engine_ab.GRIDS["targets"]
+        (n, *spec) for n in (2, 4) for spec in grid.GRIDS["targets"]
     ]
     for row in rows:
         assert row["speedup_verify"] == pytest.approx(2.0)  # the stand-in's patched tree is twice as fast
@@ -321,7 +299,7 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
         assert row["patched"]["parts"]["draft_extend"]["graph"] == 1.0
         assert row["pristine"]["parts"]["draft_extend"]["graph"] == 0.0
         assert row["speedup_parts"]["draft_extend"] == {"gpu": pytest.approx(4.0), "host": pytest.approx(4.0)}
-        assert set(row["speedup_parts"]) == set(engine_ab.STEP_PARTS)
+        assert set(row["speedup_parts"]) == set(measures.STEP_PARTS)
         assert row["aa_noise"]["step_gpu"] == pytest.approx(1.0)
     assert [s["next_n"] for s in doc["seed_cases"]] == [3, 2]
     for seed in doc["seed_cases"]:
@@ -331,7 +309,8 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     profiled = [r for r in rows if r["batch_size"] * r["ctx"] >= 32 * 16384]
     assert profiled and all(r["indexer_share"]["patched"]["share"] == pytest.approx(0.5) for r in profiled)
     assert all(r["indexer_share"]["patched"] is None for r in rows if r not in profiled)
-    assert len(doc["engines"]) == 8 and all(e["info"]["stand_in"] for e in doc["engines"])
+    # two engines per next_n, three per IndexShare case (its reference for draft positions)
+    assert len(doc["engines"]) == 2 * 2 + 2 * 3 and all(e["info"]["stand_in"] for e in doc["engines"])
     assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
 
@@ -341,7 +320,7 @@ def test_an_engine_given_a_smaller_kv_pool_than_the_grid_needs_is_named(tmp_path
     assert status == 0
     [note] = [note for note in doc["notes"] if "KV pool" in note]
     asked = doc["meta"]["engine_args"]["max_total_tokens"]
-    need = engine_ab.sizing_for(engine_ab.GRIDS["targets"], 6, 2).needed_kv_tokens
+    need = sizing.sizing_for(grid.GRIDS["targets"], 6, 2).needed_kv_tokens
     assert note == (
         f"n2-patched: a KV pool of {asked // 2} tokens, below the {need} the grid needs: "
         "pool prompts may be evicted and prefilled again inside timed runs"
@@ -353,7 +332,7 @@ def test_a_seed_case_without_time_left_says_so(tmp_path):
     assert status == 0 and doc["seed_cases"] == []
     for next_n, note in zip((3, 2), doc["notes"], strict=True):
         assert re.fullmatch(
-            rf"seed case n{next_n}: not run \((59|60) s left before the deadline, it needs 120 s\)", note
+            rf"seed case n{next_n}: not run \((59|60) s left before the deadline, it needs 150 s\)", note
         ), note
 
 
@@ -370,10 +349,10 @@ def test_an_engine_that_dies_is_named_with_its_exception(tmp_path):
 
 def test_first_error_needs_a_traceback():
     assert (
-        engine_ab.first_error("ValueError: printed, not raised\nTraceback (most recent call last):\n  x\nKeyError: 'k'")
+        processes.first_error("ValueError: printed, not raised\nTraceback (most recent call last):\n  x\nKeyError: 'k'")
         == "KeyError: 'k'"
     )
-    assert engine_ab.first_error("Thread 0x1 (most recent call first):\n  File wait") is None
+    assert processes.first_error("Thread 0x1 (most recent call first):\n  File wait") is None
 
 
 def test_driver_reports_a_divergence_with_its_margin(tmp_path):
@@ -385,9 +364,9 @@ def test_driver_reports_a_divergence_with_its_margin(tmp_path):
 
 
 def test_parallel_labels_and_engine_args_reach_the_rows(tmp_path):
-    assert engine_ab.parallel_label({}) == "tp1"
-    assert engine_ab.parallel_label({"tp_size": 2}) == "tp2"
-    assert engine_ab.parallel_label({"tp_size": 2, "dp_size": 2, "enable_dp_attention": True}) == "dp2"
+    assert sizing.parallel_label({}) == "tp1"
+    assert sizing.parallel_label({"tp_size": 2}) == "tp2"
+    assert sizing.parallel_label({"tp_size": 2, "dp_size": 2, "enable_dp_attention": True}) == "dp2"
     status, doc = _bench(
         tmp_path,
         "dp",
@@ -443,25 +422,27 @@ def test_seed_found_under_either_name_and_a_flag_wins():
 
 
 def test_report_keeps_every_row_and_names_the_run(tmp_path):
-    from bench import engine_report
+    from bench.engine import report as engine_report
 
     status, doc = _bench(tmp_path, "report")
     run_file = tmp_path / "report" / "engine.json"
     combined = engine_report.combined(engine_report.load_runs([run_file, run_file]))
     assert len(combined["rows"]) == 2 * len(doc["rows"]) and {r["run"] for r in combined["rows"]} == {"engine.json"}
     text = engine_report.markdown(combined)
-    table = [line for line in text.splitlines() if line.startswith("| engine | v0.5.14 |")]
+    head = text[: text.index("Decode-step parts")]  # the first table
+    table = [line for line in head.splitlines() if line.startswith("| engine | v0.5.14 |")]
     assert len(table) == len(combined["rows"])
     assert "2.000" in table[0] and "IndexShare case" in text
     # the decode step's parts: the stand-in's draft-extend runs at a quarter of pristine's times, as a graph
-    parts = [line for line in text.splitlines() if line.startswith("| engine |") and line not in table]
+    second = text[text.index("Decode-step parts") : text.index("Draft positions (greedy")]
+    parts = [line for line in second.splitlines() if line.startswith("| engine |")]
     assert len(parts) == len(combined["rows"])
     assert all("| 4.00 -> 1.00 | 4.000 |" in line and "| 0.00 -> 1.00 |" in line for line in parts)
     assert "Draft-extend host ms (median / max): pristine 6.00 / 6.00, patched 1.50 / 1.50" in text
 
 
 def test_report_labels_rows_of_a_run_past_the_version_gate_and_keeps_notes_short(tmp_path):
-    from bench import engine_report
+    from bench.engine import report as engine_report
 
     _bench(tmp_path, "gate", "--next-n", "2", "--env", "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1")
     run_file = tmp_path / "gate" / "engine.json"
@@ -589,34 +570,53 @@ def test_probe_times_each_part_of_a_decode_step(tmp_path, monkeypatch):
 
 
 _HOOK_TARGETS = """
-import sys
+import importlib, sys
 sys.path[:0] = [sys.argv[1] + "/tests/patched", sys.argv[1] + "/bench/engine_probe"]
 import cpu_sglang
 cpu_sglang.install()
 import engine_probe_hooks
 engine_probe_hooks._probe = engine_probe_hooks.Probe(__import__("pathlib").Path(sys.argv[2]))
-from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as runner_mod, eagle_worker_v2 as worker_mod
-before = {
-    (cls.__name__, name): getattr(cls, name)
-    for cls, name in [
-        (worker_mod.EagleDraftWorker, "draft"),
-        (worker_mod.EagleDraftWorker, "_draft_extend_for_decode"),
-        (worker_mod.EAGLEWorkerV2, "verify"),
-        (worker_mod.EAGLEWorkerV2, "forward_batch_generation"),
-        (runner_mod.EAGLEDraftExtendCudaGraphRunner, "execute"),
-    ]
+targets = {
+    "sglang.srt.speculative.eagle_worker_v2": {
+        "EagleDraftWorker": ["draft", "_draft_extend_for_decode", "_draft_extend_for_prefill"],
+        "EAGLEWorkerV2": ["verify", "forward_batch_generation"],
+    },
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": {"EAGLEDraftExtendCudaGraphRunner": ["execute"]},
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner": {"EAGLEDraftCudaGraphRunner": ["capture_one_shape", "execute"]},
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner": {"DecodeCudaGraphRunner": ["capture"]},
+    "sglang.srt.model_executor.model_runner": {"ModelRunner": ["forward", "alloc_memory_pool"]},
 }
-engine_probe_hooks._hook_eagle_worker(worker_mod)
-engine_probe_hooks._hook_draft_extend_runner(runner_mod)
-classes = {c.__name__: c for c in (worker_mod.EagleDraftWorker, worker_mod.EAGLEWorkerV2, runner_mod.EAGLEDraftExtendCudaGraphRunner)}
-print(sorted(f"{c}.{n}" for (c, n), f in before.items() if getattr(classes[c], n) is f))
+hooks = {
+    "sglang.srt.speculative.eagle_worker_v2": engine_probe_hooks._hook_eagle_worker,
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": engine_probe_hooks._hook_draft_extend_runner,
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner": engine_probe_hooks._hook_draft_runner,
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner": engine_probe_hooks._hook_graph_capture,
+    "sglang.srt.model_executor.model_runner": engine_probe_hooks._hook_model_runner,
+}
+before = {}
+for module_name, classes in targets.items():
+    module = importlib.import_module(module_name)
+    for cls, names in classes.items():
+        before.update({(module_name, cls, n): getattr(getattr(module, cls), n) for n in names})
+for module_name, hook in hooks.items():
+    hook(sys.modules[module_name])
+print(sorted(f"{c}.{n}" for (m, c, n), f in before.items() if getattr(getattr(sys.modules[m], c), n) is f))
 """
 
 
-def test_probe_wraps_the_methods_sglang_has(tmp_path):
-    """The step parts are timed on sglang 0.5.14's own classes (a renamed method would go untimed, silently)."""
+@pytest.mark.parametrize("line", ["v0.5.14", "v0.5.23"])
+def test_probe_wraps_the_methods_sglang_has(tmp_path, line):
+    """Each hook finds its method in sglang 0.5.14's and 0.5.23's own classes (a renamed method would go
+    untimed or unrecorded, silently)."""
+    env = dict(os.environ)
+    if line == "v0.5.23":  # `make test` applies every line; tests/patched's harness imports the tree it is given
+        env["SGLPATCH_SGLANG_TREE"] = str(REPO / "build" / "sglang-v0.5.23" / "python")
     run = subprocess.run(
-        [sys.executable, "-c", _HOOK_TARGETS, str(REPO), str(tmp_path)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", _HOOK_TARGETS, str(REPO), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "[]"  # every one of them wrapped
@@ -670,15 +670,15 @@ def test_a_verify_position_that_flips_is_counted_with_its_margins(tmp_path):
 
 def test_run_and_start_orders_and_the_cores_each_engine_gets():
     three = ("pristine", "pristine_b", "patched")
-    order = engine_ab.run_order(three, 6)
+    order = schedule.run_order(three, 6)
     for label in three:  # each engine takes each place in the order twice over six repeats
         assert [order[i::3].count(label) for i in range(3)] == [2, 2, 2]
-    assert engine_ab.run_order(("a", "b"), 3) == ["a", "b", "b", "a", "a", "b"]
-    assert [engine_ab.start_order(three, k)[0] for k in range(4)] == ["pristine", "pristine_b", "patched", "pristine"]
-    assert engine_ab.cpu_groups(list(range(16)), 3) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
-    assert engine_ab.cpu_groups([0, 1], 3) is None
+    assert schedule.run_order(("a", "b"), 3) == ["a", "b", "b", "a", "a", "b"]
+    assert [schedule.start_order(three, k)[0] for k in range(4)] == ["pristine", "pristine_b", "patched", "pristine"]
+    assert schedule.cpu_groups(list(range(16)), 3) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
+    assert schedule.cpu_groups([0, 1], 3) is None
     groups = [[0, 1], [2, 3], [4, 5]]
-    dealt = [engine_ab.cores_for_rep(three, groups, rep) for rep in range(3)]
+    dealt = [schedule.cores_for_rep(three, groups, rep) for rep in range(3)]
     assert dealt[0] == {"pristine": [0, 1], "pristine_b": [2, 3], "patched": [4, 5]}
     for label in three:  # every engine on every group once in three reps
         assert sorted(d[label] for d in dealt) == groups
@@ -691,8 +691,8 @@ def test_host_gap_is_the_time_between_step_calls():
     steps = [
         {"t": t, "part": "step", "batch_size": 4, "host_ms": 6.0, "gpu_ms": 7.0} for t in (0.0, 0.010, 0.021, 0.030)
     ]
-    assert engine_ab.step_parts([{"steps": steps}], 4, 0)["step"]["host_gap_ms"] == pytest.approx(4.0)
-    assert "step" not in engine_ab.step_parts([{"steps": steps}], 8, 0)
+    assert measures.step_parts([{"steps": steps}], 4, 0)["step"]["host_gap_ms"] == pytest.approx(4.0)
+    assert "step" not in measures.step_parts([{"steps": steps}], 8, 0)
 
 
 def test_probe_applies_a_runs_mode_and_records_every_position(tmp_path, monkeypatch):
@@ -715,13 +715,13 @@ def test_probe_applies_a_runs_mode_and_records_every_position(tmp_path, monkeypa
 
 
 def test_report_shows_what_a_server_sees_beside_the_two_process_floor(tmp_path):
-    from bench import engine_report
+    from bench.engine import report as engine_report
 
     _bench(tmp_path, "served", "--next-n", "4", "--two-process-aa", "--acceptance", "4:3", "--new-tokens", "24")
     run_file = tmp_path / "served" / "engine.json"
     text = engine_report.markdown(engine_report.combined(engine_report.load_runs([run_file])))
     served = [line for line in text.splitlines() if line.startswith("| engine | v0.5.14 | bfloat16 | 4 | 4 | 3.0 |")]
-    assert len(served) == len(engine_ab.GRIDS["targets"])
+    assert len(served) == len(grid.GRIDS["targets"])
     assert all(
         " | 1.000 | " in line and line.endswith("| 1.0 | 1.0000 of " + line.split(" of ")[-1]) for line in served
     )
@@ -732,7 +732,7 @@ def test_report_shows_what_a_server_sees_beside_the_two_process_floor(tmp_path):
 def test_core_groups_keep_smt_siblings_together(tmp_path):
     # 8 physical cores, two threads each, numbered as Linux usually does: cpu N and N+8 share a core.
     core_of = {cpu: (0, cpu % 8) for cpu in range(16)}
-    groups = engine_ab.cpu_groups(list(range(16)), 3, core_of)
+    groups = schedule.cpu_groups(list(range(16)), 3, core_of)
     assert groups == [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13]]
     cores = [{core_of[c] for c in g} for g in groups]
     assert not (cores[0] & cores[1]) and not (cores[1] & cores[2])
@@ -741,10 +741,10 @@ def test_core_groups_keep_smt_siblings_together(tmp_path):
         topology.mkdir(parents=True)
         (topology / "physical_package_id").write_text(f"{package}\n")
         (topology / "core_id").write_text(f"{core}\n")
-    assert engine_ab.physical_cores(list(range(16)), tmp_path) == core_of
-    assert engine_ab.physical_cores([99], tmp_path) == {}
+    assert schedule.physical_cores(list(range(16)), tmp_path) == core_of
+    assert schedule.physical_cores([99], tmp_path) == {}
     # one thread per core: the plain split
-    assert engine_ab.cpu_groups(list(range(16)), 3, {c: (0, c) for c in range(16)})[0] == [0, 1, 2, 3, 4]
+    assert schedule.cpu_groups(list(range(16)), 3, {c: (0, c) for c in range(16)})[0] == [0, 1, 2, 3, 4]
 
 
 def test_mean_of_runs_weighs_a_bimodal_host_as_often_as_it_came():
@@ -753,14 +753,14 @@ def test_mean_of_runs_weighs_a_bimodal_host_as_often_as_it_came():
 
     pristine = [run(3.0), run(3.0), run(4.0), run(4.0), run(4.0)]
     patched = [run(3.0), run(3.0), run(3.0), run(4.0), run(4.0)]
-    assert engine_ab.tpot_ms(pristine) == 4.0 and engine_ab.tpot_ms(patched) == 3.0
-    assert engine_ab.tpot_ms_per_run(pristine) == [3.0, 3.0, 4.0, 4.0, 4.0]
-    assert engine_ab.mean_tpot_ms(pristine) == pytest.approx(3.6)
-    assert engine_ab.mean_tpot_ms(patched) == pytest.approx(3.4)
-    assert engine_ab.mean_tpot_ms([]) is None
+    assert measures.tpot_ms(pristine) == 4.0 and measures.tpot_ms(patched) == 3.0
+    assert measures.tpot_ms_per_run(pristine) == [3.0, 3.0, 4.0, 4.0, 4.0]
+    assert measures.mean_tpot_ms(pristine) == pytest.approx(3.6)
+    assert measures.mean_tpot_ms(patched) == pytest.approx(3.4)
+    assert measures.mean_tpot_ms([]) is None
     # a run without a TPOT keeps its place beside the run's cores, and the mean leaves it out
-    assert engine_ab.tpot_ms_per_run([run(3.0), {"outputs": []}, run(4.0)]) == [3.0, None, 4.0]
-    assert engine_ab.mean_tpot_ms([run(3.0), {"outputs": []}, run(4.0)]) == pytest.approx(3.5)
+    assert measures.tpot_ms_per_run([run(3.0), {"outputs": []}, run(4.0)]) == [3.0, None, 4.0]
+    assert measures.mean_tpot_ms([run(3.0), {"outputs": []}, run(4.0)]) == pytest.approx(3.5)
 
 
 def test_an_engine_is_moved_to_other_cores_with_its_children():
@@ -770,18 +770,18 @@ def test_an_engine_is_moved_to_other_cores_with_its_children():
     )
     try:
         deadline = time.time() + 10
-        while len(engine_ab.process_tree(child.pid)) < 2 and time.time() < deadline:
+        while len(processes.process_tree(child.pid)) < 2 and time.time() < deadline:
             time.sleep(0.05)
-        tree = engine_ab.process_tree(child.pid)
+        tree = processes.process_tree(child.pid)
         assert tree[0] == child.pid and len(tree) == 2
         cpus = sorted(os.sched_getaffinity(0))[:1]
-        engine = engine_ab.EngineProcess.__new__(engine_ab.EngineProcess)
+        engine = processes.EngineProcess.__new__(processes.EngineProcess)
         engine.proc = child
         engine.pin(cpus)
         assert engine.pinned == cpus
         assert all(sorted(os.sched_getaffinity(pid)) == cpus for pid in tree)
     finally:
-        for pid in engine_ab.process_tree(child.pid)[::-1]:
+        for pid in processes.process_tree(child.pid)[::-1]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         child.wait()

@@ -6,13 +6,14 @@ import subprocess
 from pathlib import Path
 
 from bench import indexer_step
+from bench.indexer import grids
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "ci" / "run_gpu_layouts.sh"
 
 
 def test_holdout_grid_is_the_issues():
-    g = indexer_step.GRIDS["holdout"]
+    g = grids.GRIDS["holdout"]
     assert g["batch_sizes"] == (2, 6, 12, 16, 24, 48, 96)
     assert g["ctxs"] == (2048, 8192, 32768, 131072)
     assert set(g["next_ns"]) == {2, 3, 4, 5, 6} and set(g["lengths"]) == {"uniform", "ragged"}
@@ -23,16 +24,16 @@ def test_holdout_grid_is_the_issues():
 
 
 def test_cases_are_counted_once_and_keep_their_grids():
-    cases = indexer_step.grid_cases(["holdout", "odd", "identity"])
+    cases = grids.grid_cases(["holdout", "odd", "identity"])
     assert len(cases) == 280 + 36  # identity is a subset of the hold-out grid
     assert cases[(3, 48, 8192, "ragged")] == ["holdout", "identity"]
     assert cases[(5, 128, 65536, "uniform")] == ["odd"]
-    assert all(n == 6 or n % 2 for n, *_ in indexer_step.grid_cases(["odd"]))
+    assert all(n == 6 or n % 2 for n, *_ in grids.grid_cases(["odd"]))
 
 
 def test_estimate_grows_with_the_work():
-    small = indexer_step.estimate_s([(2, 2, 2048, "ragged")], (True,), 10, 5, True)
-    large = indexer_step.estimate_s([(6, 96, 131072, "uniform")], (True,), 10, 5, True)
+    small = grids.estimate_s([(2, 2, 2048, "ragged")], (True,), 10, 5, True)
+    large = grids.estimate_s([(6, 96, 131072, "uniform")], (True,), 10, 5, True)
     assert 0 < small < large
 
 

@@ -4,7 +4,7 @@ The real run needs a CUDA device (DeepGEMM, sgl-kernel, CUDA graphs). This drive
 (grids, eager and graph variants, the per-token / chosen comparison, the comparison's self-check,
 the pristine dump and compare, the JSON) with a fixture whose "kernel" is plain torch: logits a
 fixed function of (token, key), top-k the largest per row, returned as KV slots of the fixture's
-own page layout (indexer_step.fixture_slots, as the real fixture lays them out and as sgl-kernel's
+own page layout (fixture.fixture_slots, as the real fixture lays them out and as sgl-kernel's
 fused PAGED top-k returns them). A CUDA graph stands in as a recorded call replayed in place.
 """
 
@@ -17,9 +17,10 @@ import types
 import pytest
 import torch
 
-from bench import indexer_step, indexer_trees
+from bench import indexer_step
+from bench.indexer import case, fixture, trees
 
-TOPK = indexer_step.INDEX_TOPK
+TOPK = fixture.INDEX_TOPK
 
 
 class FakeBackend:
@@ -28,7 +29,7 @@ class FakeBackend:
         self.forward_metadata = None
 
     def _meta(self, fb):
-        width = -(-max(fb.lengths) // indexer_step.PAGE)
+        width = -(-max(fb.lengths) // fixture.PAGE)
         table = torch.zeros((len(fb.lengths) * fb.next_n, width), dtype=torch.int32)
         # what a captured graph reads: the metadata buffers, refreshed in place at replay
         self.forward_metadata = types.SimpleNamespace(
@@ -43,13 +44,13 @@ class FakeBackend:
 
 
 class FakeFixture:
-    """What run() and run_case() use of indexer_step.Fixture."""
+    """What run() and run_case() use of bench/indexer/fixture.py's Fixture."""
 
-    def __init__(self, max_bs, max_ctx, next_ns, device, calls, seed=indexer_step.FIXTURE_SEED, chosen=None):
+    def __init__(self, max_bs, max_ctx, next_ns, device, calls, seed=fixture.FIXTURE_SEED, chosen=None, tree=None):
         self.torch, self.device, self.calls = torch, device, calls
         self.max_ctx = max_ctx
         # the real fixture's page layout: its KV slots depend on its size and seed
-        self.slots = indexer_step.fixture_slots(torch, max_bs, max_ctx, seed)
+        self.slots = fixture.fixture_slots(torch, max_bs, max_ctx, seed)
         self.entry_pos = torch.full((int(self.slots.max()) + 1,), -1, dtype=torch.int64)
         self.entry_pos[self.slots.reshape(-1)] = torch.arange(max_ctx).repeat(max_bs)
         chosen = chosen or {2: "native", 3: "per_token", 4: "paired"}
@@ -108,9 +109,9 @@ def cpu_bench(monkeypatch):
         indexer_step.GRIDS, "cpu", dict(next_ns=(2, 3), batch_sizes=(2, 3), ctxs=(4096,), lengths=("ragged",))
     )
     monkeypatch.setattr(indexer_step, "Fixture", FakeFixture)
-    monkeypatch.setattr(indexer_step, "CapturedStep", ReplayedCall)
+    monkeypatch.setattr(case, "CapturedStep", ReplayedCall)
     monkeypatch.setattr(indexer_step, "select_tree", lambda tree: None)
-    monkeypatch.setattr(indexer_trees, "for_tree", lambda tree: indexer_trees.Tree("0.5.14"))
+    monkeypatch.setattr(trees, "for_tree", lambda tree: trees.Tree("0.5.14"))
     monkeypatch.setattr(indexer_step.Calls, "install", lambda self, names=None: None)
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(__version__="0.5.14"))
 

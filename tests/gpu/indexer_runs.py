@@ -81,9 +81,9 @@ def assert_logits_bit_identical(runs: dict) -> None:
 
 def assert_grid_covered(runs: dict) -> None:
     """Both runs have a row for every case of the grid, eager and CUDA graph; graph rows are timed."""
-    from bench import indexer_step
+    from bench.indexer.grids import GRIDS
 
-    g = indexer_step.GRIDS[runs["grid"]]
+    g = GRIDS[runs["grid"]]
     want = {
         (n, b, c, kind, graph)
         for n in g["next_ns"]

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 # `pythonpath = ["."]` puts it for the tests, so `bench` is imported as the package it is.
 sys.path.insert(0, str(REPO))
 
-from bench import indexer_step as ix  # noqa: E402
+from bench.indexer import fixture as ix  # noqa: E402
 
 # index_topk 2048 (DeepSeek-V3.2's; sgl-kernel's fused top-k transform takes no other), and
 # prefixes longer than that, so the top-k is a choice.
@@ -111,15 +111,7 @@ def build(torch, device):
     from sglang.test.kits.attention_unittest.attention_methods import dsa_attention as kit
     from sglang.test.kits.attention_unittest.runner_modes import speculative_draft_runner as sdr
 
-    case = kit.DSAAttentionCase(
-        name="sglpatch_seeded_draft_loop",
-        backend="dsa",
-        forward_mode=ForwardMode.DECODE,
-        num_heads=4,
-        num_kv_heads=1,
-        page_size=kit.DSA_PAGE_SIZE,
-        prefix_lens=PREFIX_LENS,
-    )
+    case = ix.kit_case(kit, "sglpatch_seeded_draft_loop", ForwardMode.DECODE, 4, PREFIX_LENS)
     bs = case.batch_size
     settings = sdr.EagleDraftRunnerSettings(
         topk=1,
@@ -135,14 +127,7 @@ def build(torch, device):
         rtol=kit.DSA_SPARSE_RTOL,
     )
     fixture = kit.build_dsa_sparse_attention_fixture(
-        None,
-        case,
-        max_context_len=MAX_CONTEXT,
-        dtype=torch.bfloat16,
-        device=device,
-        disable_cuda_graph=False,
-        runner_batch_size=bs,
-        index_topk=INDEX_TOPK,
+        None, case, max_context_len=MAX_CONTEXT, index_topk=INDEX_TOPK, **ix.graph_runner(torch, device, bs)
     )
     runner = fixture.runner
     sdr._configure_runner_for_eagle_draft(runner, case, settings)

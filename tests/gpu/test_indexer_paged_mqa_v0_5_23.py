@@ -1,6 +1,6 @@
 """The v0.5.23 line's patch on a GPU, through sglang 0.5.23's own indexer: top-k identical.
 
-``bench/indexer_step.py`` (its 0.5.23 adapter in ``bench/indexer_trees.py``) runs the real
+``bench/indexer_step.py`` (its 0.5.23 adapter in ``bench/indexer/trees.py``) runs the real
 code path of each tree: the DSA test kit's mock runner and a real ``DeepseekSparseAttnBackend``
 building TARGET_VERIFY metadata eagerly and through its CUDA-graph capture and replay path,
 ``Indexer._store_index_k_cache`` writing the fp8 index-K cache, ``Indexer._get_topk_paged``

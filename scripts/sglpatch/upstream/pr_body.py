@@ -52,7 +52,7 @@ class Group:
     benchmark: str | None = None  # benchmark JSON, project-relative
     accuracy_notes: list[str] = field(default_factory=list)  # what each GPU result ran, and what it did not
     speed_notes: list[str] = field(default_factory=list)  # said instead of a table when there is no benchmark
-    # sglang's own engine, pristine vs patched: {"file": bench/engine_report.py JSON, "line": ..., "next_n": [...],
+    # sglang's own engine, pristine vs patched: {"file": bench/engine/report.py JSON, "line": ..., "next_n": [...],
     # "runs": [file names]}; each key but "file" narrows the rows cited
     engine: dict | None = None
     # [{"pr": N, "note": how this PR differs}]; "repo": "owner/name" for a PR outside sglang

@@ -58,7 +58,7 @@ class Tree:
         self.version = version
         self.notes: list[str] = []
         if self.decode_impl:
-            self.notes.append(f"dsa_decode_backend={self.decode_impl} (see bench/indexer_trees.py)")
+            self.notes.append(f"dsa_decode_backend={self.decode_impl} (see bench/indexer/trees.py)")
 
     def import_act_quant(self):
         mod, name = self.act_quant.split(":")
@@ -163,4 +163,4 @@ def for_tree(tree: Path) -> Tree:
                 adapter = cls(version)
                 adapter.notes.append(f"no sglang/_version.py: taken for {release} ({mod} is there)")
                 return adapter
-    raise SystemExit(f"no bench/indexer_trees.py adapter for sglang {version} ({tree}); known: {sorted(ADAPTERS)}")
+    raise SystemExit(f"no bench/indexer/trees.py adapter for sglang {version} ({tree}); known: {sorted(ADAPTERS)}")

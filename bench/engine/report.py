@@ -1,6 +1,6 @@
 """Tables and a picture from bench/engine_ab.py runs (the JSON its --out writes), one or several.
 
-    python bench/engine_report.py docs/results/engine_h200_run*.json \\
+    python -m bench.engine.report docs/results/engine_h200_run*.json \\
         --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
 
 The combined JSON keeps every row as its run wrote it, adds the run it came from (``run``: file
@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.engine_ab import row_labels  # noqa: E402
+from bench.engine.rows import row_labels
 
 
 def load_runs(paths: list[Path]) -> list[dict]:
@@ -132,6 +130,9 @@ def markdown(doc: dict) -> str:
     served = [r for r in doc["rows"] if r.get("simulated_acceptance") or r.get("aa_noise_processes")]
     if served:
         out += ["", *served_table(served)]
+    drafted = [r for r in doc["rows"] if r.get("draft_positions") or r.get("mem_gb")]
+    if drafted:
+        out += ["", *draft_and_memory_table(drafted)]
     for run, s in [(about, case) for about in doc["runs"] for case in about.get("seed_cases") or []]:
         out.append("")
         out.append(
@@ -145,6 +146,12 @@ def markdown(doc: dict) -> str:
             out[-1] += (
                 f" Draft-extend host ms (median / max): pristine {_host(parts['pristine'])}, patched "
                 f"{_host(parts['patched'])}; its graph share: {_pair(parts['pristine'], parts['patched'], 'draft_extend', 'graph')}."
+            )
+        if s.get("draft_positions"):
+            out[
+                -1
+            ] += (
+                f" Draft positions identical to the patched tree's eager draft-extend: {_drafts(s['draft_positions'])}."
             )
     return "\n".join(out) + "\n"
 
@@ -177,6 +184,55 @@ def served_table(rows: list[dict]) -> list[str]:
             f"{_f(positions.get('identical'), 4)} of {positions.get('positions', '-')} ({positions.get('near_ties', '-')}) |"
         )
     return out
+
+
+def draft_and_memory_table(rows: list[dict]) -> list[str]:
+    """Every draft position compared, each engine's memory, and the step gaps' tail beside tokens/s over
+    one wall time (rows of runs that recorded them)."""
+    out = [
+        "Draft positions (greedy runs: every draft position of every request, patched against pristine, and "
+        "the two pristine processes), memory as sglang reports it once the engine has started (GiB; graphs: "
+        "sglang's figure, then the probe's capture rounds), the step gaps' percentiles and output tokens/s over "
+        "the same wall time in every run:",
+        "",
+        "| run | line | next_n | requests | ctx | lengths | draft positions identical (near-ties) | two pristine | "
+        "KV pool | graphs pristine | graphs patched | step gap ms p50 / p90 / p99 pristine -> patched | "
+        "x p90 (A/A) | tokens/s, same wall time | x (A/A) |",
+        "|" + "---|" * 15,
+    ]
+    for r in rows:
+        memory = r.get("mem_gb") or {}
+        aa = r.get("aa_noise_processes") or r.get("aa_noise") or {}
+        tail = r.get("speedup_step_interval_percentiles") or {}
+        out.append(
+            f"| {_run_name(r['run'])} | {r['line']} | {r['next_n']} | {r['batch_size']} | {r['ctx'] // 1024}k | "
+            f"{r['lengths']} | {_drafts(r.get('draft_positions'))} | {_drafts(r.get('draft_positions_two_pristine'))} | "
+            f"{_f((memory.get('patched') or {}).get('kv_pool'), 1)} | {_graphs(memory.get('pristine'))} | "
+            f"{_graphs(memory.get('patched'))} | {_tail(r['pristine'])} -> {_tail(r['patched'])} | "
+            f"{_f(tail.get('p90'), 3)} ({_f((aa.get('step_interval_percentiles') or {}).get('p90'), 3)}) | "
+            f"{_f(r['pristine'].get('tokens_per_s_window'))} -> {_f(r['patched'].get('tokens_per_s_window'))} | "
+            f"{_f(r.get('speedup_tokens_per_s_window'), 3)} ({_f(aa.get('tokens_per_s_window'), 3)}) |"
+        )
+    return out
+
+
+def _drafts(compared: dict | None) -> str:
+    if not compared:
+        return "-"
+    return f"{_f(compared.get('identical'), 4)} of {compared['positions']} ({compared['near_ties']})"
+
+
+def _graphs(memory: dict | None) -> str:
+    if not memory:
+        return "-"
+    sglang = memory.get("graphs")
+    sglang = sum(sglang.values()) if isinstance(sglang, dict) else sglang
+    return f"{_f(sglang, 2)} / {_f((memory.get('probe') or {}).get('graphs_total'), 2)}"
+
+
+def _tail(engine: dict) -> str:
+    tail = engine.get("step_interval_ms_percentiles") or {}
+    return " / ".join(_f(tail.get(p), 2) for p in ("p50", "p90", "p99"))
 
 
 def seed_cases(run: dict) -> list[dict]:

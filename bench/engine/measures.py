@@ -1,0 +1,210 @@
+"""What one engine's runs measured, from the worker's answers and the probe's records (pure functions).
+
+A run is one ``generate`` answer of bench/engine_worker.py: its outputs (ids, streamed chunks, TPOT),
+its output tokens/s, and the probe's records that fell in its window (``verify``: one per
+TARGET_VERIFY forward; ``steps``: one per part of each decode step).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+STEP_PARTS = ("step", "draft", "verify", "draft_extend")
+
+# Kernels of the indexer's top-k step inside a verify forward, by name (DeepGEMM's paged-MQA
+# logits, the Triton single-read kernel of the v0.5.14 line's patch 5, the top-k transforms).
+INDEXER_KERNELS = {
+    "paged_mqa_logits": lambda n: "paged_mqa_logits" in n and "metadata" not in n,
+    "single_read": lambda n: "single_read" in n,
+    "topk": lambda n: "topk" in n.lower(),
+}
+
+
+def verify_step_us(runs: list[dict], batch_size: int, skip: int) -> float | None:
+    """Median GPU time of the verify forwards of these runs, the first ``skip`` of each run left out."""
+    samples = []
+    for run in runs:
+        records = sorted(
+            (r for r in run.get("verify", []) if r["batch_size"] == batch_size and not r["profiled"]),
+            key=lambda r: r["t"],
+        )
+        samples += [r["gpu_ms"] * 1000.0 for r in records[skip:]]
+    return statistics.median(samples) if samples else None
+
+
+def step_gaps_ms(runs: list[dict], batch_size: int, skip: int) -> list[float]:
+    """Wall time from one verify forward's start to the next, in the scheduler, every step of these
+    runs (the first ``skip`` of each left out)."""
+    gaps = []
+    for run in runs:
+        starts = sorted(r["t"] for r in run.get("verify", []) if r["batch_size"] == batch_size)[skip:]
+        gaps += [(b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
+    return gaps
+
+
+def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | None:
+    """The median step gap: with dummy weights every step yields one token per request, so this is the
+    engine's own time per output token, free of the streaming path's noise."""
+    gaps = step_gaps_ms(runs, batch_size, skip)
+    return statistics.median(gaps) if gaps else None
+
+
+PERCENTILES = (10, 50, 90, 99)
+
+
+def step_interval_percentiles(runs: list[dict], batch_size: int, skip: int) -> dict | None:
+    """The step gaps' 10th, 50th, 90th and 99th percentiles: where runs fall into a fast and a slow
+    mode, the tail shows what the median hides."""
+    gaps = step_gaps_ms(runs, batch_size, skip)
+    if len(gaps) < 2:
+        return None
+    cuts = statistics.quantiles(gaps, n=100, method="inclusive")
+    return {f"p{p}": cuts[p - 1] for p in PERCENTILES}
+
+
+def _first_token_s(run: dict) -> float | None:
+    starts = [o["chunks"][0][0] for o in run.get("outputs", []) if o.get("chunks")]
+    return min(starts) if starts else None
+
+
+def decode_span_s(run: dict) -> float | None:
+    """From the run's first streamed token to its last."""
+    first = _first_token_s(run)
+    ends = [o["chunks"][-1][0] for o in run.get("outputs", []) if o.get("chunks")]
+    return max(ends) - first if first is not None else None
+
+
+def _tokens_by(chunks: list, t: float) -> int:
+    """Completion tokens a request had streamed by wall time ``t``."""
+    return max((n for at, n in chunks if at <= t), default=0)
+
+
+def tokens_per_s_window(runs: list[dict], window_s: float | None) -> float | None:
+    """Output tokens per second over the same wall time in every run (``window_s`` from each run's
+    first streamed token), the median over runs: a rate no run's length or tail moves."""
+    rates = []
+    for run in runs:
+        first = _first_token_s(run)
+        if first is None or not window_s:
+            continue
+        chunks = [o["chunks"] for o in run["outputs"] if o.get("chunks")]
+        tokens = sum(_tokens_by(c, first + window_s) - _tokens_by(c, first) for c in chunks)
+        rates.append(tokens / window_s)
+    return statistics.median(rates) if rates else None
+
+
+def part_records(run: dict, part: str, batch_size: int | None, skip: int) -> list[dict]:
+    """One run's records of one part of the decode step at ``batch_size`` (None: every batch
+    size), in launch order, the first ``skip`` left out."""
+    records = sorted(
+        (
+            r
+            for r in run.get("steps", [])
+            if r["part"] == part and (batch_size is None or r["batch_size"] == batch_size)
+        ),
+        key=lambda r: r["t"],
+    )
+    return records[skip:]
+
+
+def step_parts(runs: list[dict], batch_size: int | None, skip: int) -> dict:
+    """Per part of the decode step (bench/engine_probe's steps records): median GPU and host time,
+    the first ``skip`` of each run left out, at ``batch_size`` (None: every batch size, for the
+    IndexShare case whose batches merge and shrink); for draft-extend also the fraction of them
+    that replayed a CUDA graph; for the whole step also the host gap between steps."""
+    parts = {}
+    for part in STEP_PARTS:
+        per_run = [part_records(run, part, batch_size, skip) for run in runs]
+        chosen = [r for records in per_run for r in records]
+        if not chosen:
+            continue
+        parts[part] = {
+            "gpu_ms": statistics.median(r["gpu_ms"] for r in chosen),
+            "host_ms": statistics.median(r["host_ms"] for r in chosen),
+            "host_ms_max": max(r["host_ms"] for r in chosen),
+            "samples": len(chosen),
+        }
+        if part == "draft_extend":
+            parts[part]["graph"] = sum(bool(r.get("graph")) for r in chosen) / len(chosen)
+        if part == "step":
+            gap = _median_host_gap(per_run)
+            if gap is not None:
+                parts[part]["host_gap_ms"] = gap
+    return parts
+
+
+def _median_host_gap(steps_per_run: list[list[dict]]) -> float | None:
+    """Median host time from the end of one decode step's Python call to the start of the next:
+    the scheduler's own work between steps (batch bookkeeping, output processing)."""
+    gaps = [
+        (b["t"] - a["t"]) * 1000.0 - a["host_ms"]
+        for steps in steps_per_run
+        for a, b in zip(steps, steps[1:], strict=False)
+    ]
+    return statistics.median(gaps) if gaps else None
+
+
+def part_value(parts: dict, part: str, what: str) -> float | None:
+    return (parts.get(part) or {}).get(what)
+
+
+def tpot_ms(runs: list[dict]) -> float | None:
+    values = [o["tpot_ms"] for run in runs for o in run["outputs"] if o.get("tpot_ms") is not None]
+    return statistics.median(values) if values else None
+
+
+def tpot_ms_per_run(runs: list[dict]) -> list[float | None]:
+    """Each run's own TPOT (the median over its requests; None for a run without one), in run order,
+    so that it lines up with the run's other records (its cores)."""
+    return [tpot_ms([run]) for run in runs]
+
+
+def mean_tpot_ms(runs: list[dict]) -> float | None:
+    """The mean of the runs' own TPOTs: where whole runs fall into a fast or a slow mode (the host's
+    speed moves run by run), the median over every request picks one mode; the mean weighs both as
+    often as they came."""
+    values = [t for t in tpot_ms_per_run(runs) if t is not None]
+    return statistics.fmean(values) if values else None
+
+
+def tokens_per_s(runs: list[dict]) -> float | None:
+    values = [run["tokens_per_s"] for run in runs if run.get("tokens_per_s")]
+    return statistics.median(values) if values else None
+
+
+def layouts_seen(runs: list[dict], batch_size: int) -> list[str]:
+    seen = set()
+    for run in runs:
+        for r in run.get("verify", []):
+            if r["batch_size"] == batch_size:
+                seen.add(f"{r.get('layout') or '-'} {r.get('ctx_lens_2d')} {'graph' if r.get('graph') else 'eager'}")
+    return sorted(seen)
+
+
+def indexer_share(profile: dict | None) -> dict | None:
+    """Per profiled verify forward: indexer kernels' time over all kernels' time, then the median."""
+    if not profile or not profile.get("steps"):
+        return None
+    shares, per_kind, total_us, kernel_names = [], {}, [], set()
+    for step in profile["steps"]:
+        kernels = step["kernels"]
+        total = sum(us for us, _ in kernels.values())
+        if total <= 0:
+            continue
+        matched = 0.0
+        for kind, match in INDEXER_KERNELS.items():
+            us = sum(v[0] for name, v in kernels.items() if match(name))
+            per_kind.setdefault(kind, []).append(us)
+            matched += us
+            kernel_names.update(name for name in kernels if match(name))
+        shares.append(matched / total)
+        total_us.append(total)
+    if not shares:
+        return None
+    return {
+        "share": statistics.median(shares),
+        "kernel_us": statistics.median(total_us),
+        "indexer_us": {k: statistics.median(v) for k, v in per_kind.items()},
+        "indexer_kernels": sorted(kernel_names)[:12],
+        "steps": len(shares),
+    }
