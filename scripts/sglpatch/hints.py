@@ -9,7 +9,10 @@ Only the sglpatch that make starts gets the variable, not what make test runs be
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
+
+from sglpatch import project
 
 FROM_MAKE = "SGLPATCH_FROM_MAKE"
 
@@ -54,3 +57,14 @@ def recover(root: Path | str | None = None) -> str:
 
 def revert(root: Path | str) -> str:
     return _command(f"make revert SGLANG={root}", f"sglpatch revert --sglang {root}")
+
+
+def move_aside(folder: Path) -> str:
+    """`mv -n FOLDER PLACE`: a folder under build/ holding the user's work, moved beside the project, where
+    `make clean` (rm -rf build) does not reach; PLACE is a name not yet taken, so nothing is written over."""
+    root = project.PROJECT_ROOT
+    place = root.parent / f"{root.name}-{folder.name}-mine"
+    number = 2
+    while place.exists() or place.is_symlink():
+        place, number = root.parent / f"{root.name}-{folder.name}-mine-{number}", number + 1
+    return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(place))}`"

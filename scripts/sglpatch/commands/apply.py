@@ -20,6 +20,7 @@ from sglpatch.target.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.target.target import Target, dirty_paths, target_lock
 from sglpatch.target.target_state import Applied, TargetState
+from sglpatch.target.user_work import work_of_the_user
 from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
 from sglpatch.target.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.target.write_states import WriteState
@@ -124,9 +125,11 @@ def _take_out_an_earlier_series(state: Applied) -> None:
     target, record = state.target, state.record
     edited = dirty_paths(target, target.paths_or_package(record.touched))
     if not state.in_place or edited:
+        yours = "; ".join(work_of_the_user(target, record)) or "HEAD moved from where the apply left it"
         raise FatalError(
-            f"{target.root} carries an earlier version of the series and changes of its own; "
-            f"run `make clean` (it only removes build/), then {hints.apply()}"
+            f"{target.root} carries an earlier version of the series and work of your own ({yours}); nothing was "
+            f"changed: to keep that work, move the folder out of build/ ({hints.move_aside(target.root)}), "
+            f"then {hints.apply()} builds a fresh one"
         )
     say(f"{target.root} carries an earlier version of the series: taking it out first")
     with write_phase(f"the earlier series is out: {target.root} is at the pin"):
