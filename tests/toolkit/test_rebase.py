@@ -11,42 +11,17 @@ import sys
 
 import pytest
 
-from sglpatch.git import Git, init_repo
+from sglpatch.git import Git
 from sglpatch.project import default_patch_dir
-from sglpatch.rebase.releases import check_out_release
 from sglpatch.series import load_series
-from sglpatch.wheels import cache_dir, fetch_wheel
+from sglpatch.wheels import cache_dir
 from testing.sglang_trees import BACKEND, OVERLAP, SECOND, make_series, one_patch_series
 from testing.tree_bytes import fingerprint
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
-LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
 BROKEN_SYNTAX = (SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")  # a prefix that cannot compile
-
-
-@pytest.fixture(scope="session")
-def release_chain(tmp_path_factory, wheel_path, project_pin):
-    """A repo where each release is a commit on top of the previous one, tagged v<release>."""
-    root = tmp_path_factory.mktemp("chain") / "sglang"
-    repo = init_repo(root)
-    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
-    for release in LATER:
-        check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
-    return root
-
-
-@pytest.fixture
-def chain(tmp_path, release_chain):
-    dest = tmp_path / "chain"
-    # --no-checkout: the one checkout is of v0.5.14 (not the newest release first, then v0.5.14)
-    subprocess.run(["git", "clone", "-q", "--no-checkout", str(release_chain), str(dest)], check=True)
-    git = Git(dest)
-    git.run("checkout", "-q", "-b", "work", "v0.5.14")
-    git.run("config", "user.name", "Target User")
-    git.run("config", "user.email", "target@example.com")
-    return dest
 
 
 def changed_line(release_chain, path):

@@ -35,7 +35,7 @@ from sglpatch.rebase._series_digest import series_digest
 from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
-from sglpatch.series_writer import render_series
+from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series
 from sglpatch.target import rebase_store
 from sglpatch.target.checkout_record import CheckoutRecord
 from sglpatch.target.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
@@ -537,6 +537,8 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
         if kept:
             new_pin = _pin_for(state.release, load_pin(Path(state.patch_dir)))
             files = render_series(git, state.onto, "HEAD", new_pin)
+            out_dir = state.series_out_dir
+            refuse_unlisted_in_the_way(out_dir, files, listed_patches(out_dir))
     record = _checkout_record(target, state, branch)
     with write_phase():
         rebase_settle.stage(folder, state, files, report, record)

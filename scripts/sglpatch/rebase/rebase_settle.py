@@ -20,9 +20,9 @@ from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.rebase._series_digest import folder_digest, folder_files, series_digest
+from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.series import REWRITE_MARKER
-from sglpatch.series_writer import write_series_files
+from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
 from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.target.rebase_store import (
     INSTALLING,
@@ -113,22 +113,23 @@ def stage(
         write_durably(folder / STAGED_REPORT, report[1].encode(), fault_points=False)
     for made in (staged.parent, folder):
         fsync_dir(made)
+    replaces = listed_patches(state.series_out_dir) if series_files else []
     state.install = InstallPlan(
         files=list(series_files),
-        series_digest=folder_digest(_after_install(state.series_out_dir, series_files)),
+        series_digest=folder_digest(own_files(_after_install(state.series_out_dir, series_files, replaces))),
         report=report[0] if report else None,
         record=record,
+        replaces=replaces,
     )
     state.phase = INSTALLING
     save(folder, state)
     fault_point("rebase: result staged")
 
 
-def _after_install(patch_dir: Path, series_files: dict[str, bytes]) -> dict[str, bytes]:
-    """What the series folder will hold: its other files (pr-groups.json...), the new series files."""
-    if not series_files:
-        return folder_files(patch_dir)
-    kept = {n: data for n, data in folder_files(patch_dir).items() if not n.endswith(".patch")}
+def _after_install(patch_dir: Path, series_files: dict[str, bytes], replaces: list[str]) -> dict[str, bytes]:
+    """What the series folder will hold: its other files (pr-groups.json, a patch the old series did not list),
+    the new series files."""
+    kept = {n: data for n, data in folder_files(patch_dir).items() if n not in replaces}
     return {**kept, **series_files}
 
 
@@ -150,7 +151,9 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         fault_point("rebase install: branch made")
     if plan.files:
         staged = folder / STAGED_SERIES
-        write_series_files(patch_dir, {name: (staged / name).read_bytes() for name in plan.files})
+        files = {name: (staged / name).read_bytes() for name in plan.files}
+        refuse_unlisted_in_the_way(patch_dir, files, plan.replaces, then=f"run {hints.recover(target.root)}")
+        write_series_files(patch_dir, files, plan.replaces)
     if plan.report:
         report = Path(plan.report)
         report.parent.mkdir(parents=True, exist_ok=True)

@@ -119,6 +119,7 @@ class InstallPlan:
     series_digest: str | None  # the series folder's digest once they are in place
     report: str | None  # where the range-diff goes (its text is staged/report.txt)
     record: CheckoutRecord  # the checkout record of the rebased branch
+    replaces: list[str] = field(default_factory=list)  # the patches the folder's old series listed (only they go)
 
     @classmethod
     def from_json(cls, plan) -> InstallPlan:
@@ -132,11 +133,15 @@ class InstallPlan:
         if not (plan.get("report") is None or isinstance(plan["report"], str)):
             raise ValueError("install's report is not a path")
         digest = plan.get("series_digest")
+        replaces = plan.get("replaces", [])
+        if not (isinstance(replaces, list) and all(isinstance(n, str) and Path(n).name == n for n in replaces)):
+            raise ValueError("install's replaced patches are not plain names")
         return cls(
             plan["files"],
             digest if isinstance(digest, str) else None,
             plan.get("report"),
             CheckoutRecord.from_json(record),
+            replaces,
         )
 
     def to_json(self) -> dict:
@@ -145,6 +150,7 @@ class InstallPlan:
             "series_digest": self.series_digest,
             "report": self.report,
             "record": self.record.to_json(),
+            "replaces": self.replaces,
         }
 
 
