@@ -6,9 +6,14 @@ Real trees: the release chain v0.5.14 -> 0.5.17 from PyPI wheels (`testing/sglan
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
+from sglpatch.git import Git
 from sglpatch.series import load_series
+from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
@@ -49,3 +54,35 @@ def test_a_patch_of_the_users_where_the_rebased_series_writes_one_stops_the_reba
     assert (tmp_path / mine.name).read_text() == MY_WIP
     assert [p.name for p in load_series(patches).patches] == [mine.name]
     assert not (patches / second).exists()  # the old series' own patch, which the rebase replaced
+
+
+# -- D: a commit of the user's on top of the series -------------------------------------------
+
+
+def commit_of_my_own(checkout) -> str:
+    """A commit of the user's on top of whatever HEAD is; returns its id."""
+    git = as_tester(Git(checkout))
+    (checkout / "python/sglang/my_notes.py").write_text("MINE = 1\n")
+    git.run("add", "python/sglang/my_notes.py")
+    git.run("commit", "-q", "-m", "My own commit on top of the series")
+    return git.run("rev-parse", "HEAD")
+
+
+def test_a_commit_of_the_users_on_top_of_the_series_is_never_left_behind(sglpatch, chain, patches, tmp_path):
+    """The rebase said "2 of 2 patches kept" and its branch lacked the commit. It refuses in one line, and what
+    it says to do carries the commit."""
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    mine = commit_of_my_own(chain)
+    before = tree_state(chain), tree_state(patches)
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "1 commit of your own" in err and "My own commit on top of the series" in err, err
+    assert (tree_state(chain), tree_state(patches)) == before
+    detach = re.search(r"`(git checkout --detach [0-9a-f]+)`", err).group(1)
+    subprocess.run(detach, shell=True, check=True, cwd=chain)
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 0, err
+    git = as_tester(Git(chain))
+    git.run("cherry-pick", mine)
+    assert git.run("log", "-1", "--format=%s") == "My own commit on top of the series"
+    assert git.is_ancestor(mine, "sglpatch/v0.5.14")  # where it was all along

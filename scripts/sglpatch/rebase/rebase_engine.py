@@ -42,6 +42,7 @@ from sglpatch.target.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchRe
 from sglpatch.target.space import RESERVE, make_reserve, room_to_switch_back
 from sglpatch.target.target import Target
 from sglpatch.target.target_state import current_record
+from sglpatch.target.user_work import refuse_commits_past_the_series
 from sglpatch.target.write_states import WriteState
 from sglpatch.wheels import fetch_wheel, file_sha256
 
@@ -185,6 +186,7 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     git = target.git
     if git.run("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
+    refuse_commits_past_the_series(target, current_record(target), "the rebase (it carries the series only)")
     onto, release = _resolve_onto(git, request.onto, request.release)
     _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
     base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))

@@ -1,0 +1,39 @@
+"""The hostile trial of issue 48 (round 4), on real v0.5.14 checkouts and package folders: what status, apply,
+revert and recover say is true, a refusal is one line that changes nothing, and nothing of the user's is lost.
+"""
+
+from __future__ import annotations
+
+from sglpatch.git import Git
+from testing.sglang_trees import as_tester
+from testing.tree_bytes import tree_state
+
+
+def commit_of_my_own(checkout, name: str = "my_notes.py") -> str:
+    git = as_tester(Git(checkout))
+    (checkout / "python/sglang" / name).write_text("MINE = 1\n")
+    git.run("add", f"python/sglang/{name}")
+    git.run("commit", "-q", "-m", f"My own commit ({name})")
+    return git.run("rev-parse", "HEAD")
+
+
+def refused(sglpatch, target, *args, command="apply"):
+    """A command that must refuse: one line, exit 2, no traceback, the target as it was."""
+    before = tree_state(target)
+    code, out, err = sglpatch(command, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert tree_state(target) == before
+    return err
+
+
+# -- E: recover with a commit of the user's on top of the series --------------------------------
+
+
+def test_recover_says_head_is_on_the_series_branch_with_commits_of_your_own(sglpatch, checkout, patches):
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    commit_of_my_own(checkout)
+    code, out, err = sglpatch("recover", "--sglang", checkout)
+    assert code == 0, err
+    assert "which" in out and "is on, HEAD 1 commit of your own past its last commit" in out, out
+    assert "not on" not in out
