@@ -113,7 +113,7 @@ TEST_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
 	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))-"$$line"); [ $$status = 0 ] || exit 1; done
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules; each line's own tests in its own process)
-	$(SGLPATCH) apply
+	$(SGLPATCH) apply --line $(DEFAULT_LINE)
 	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
@@ -121,7 +121,7 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
-	PIP_NO_INDEX=1 $(SGLPATCH) apply
+	PIP_NO_INDEX=1 $(SGLPATCH) apply --line $(DEFAULT_LINE)
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
@@ -140,7 +140,8 @@ ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream te
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
 	$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle
 
-# The default line (the oldest) for the targets that run without the venv: the first of patches/v*/ in version order
+# The default line (the oldest): the first of patches/v*/ in version order. For the targets that run without the
+# venv, and for make test, whose tests/patched/ are the default line's even after a rebase moved build/sglang on
 DEFAULT_LINE := $(notdir $(patsubst %/,%,$(firstword $(shell ls -dv patches/v*/ 2>/dev/null))))
 DSA_KIT_LINE = $(or $(LINE),$(DEFAULT_LINE))
 DSA_KIT_ARGS = --line $(call q,$(DSA_KIT_LINE)) $(if $(OUT),--out $(call q,$(OUT)),)

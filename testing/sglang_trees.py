@@ -7,6 +7,7 @@ exercised on the real tree; it never stands in for the project's own series.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import subprocess
@@ -230,3 +231,14 @@ def chain(tmp_path, release_chain):
     git.run("config", "user.name", "Target User")
     git.run("config", "user.email", "target@example.com")
     return dest
+
+
+def changed_line(release_chain, path):
+    """A line of `path` that upstream rewrote between v0.5.14 and v0.5.15: editing it must conflict."""
+    git = Git(release_chain)
+    old = git.run("show", f"v0.5.14:{path}", strip=False).splitlines()
+    new = git.run("show", f"v0.5.15:{path}", strip=False).splitlines()
+    for tag, i1, _i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "replace" and old[i1].strip() and old.count(old[i1]) == 1:
+            return old[i1]
+    raise AssertionError(f"no rewritten line found in {path}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -15,24 +14,13 @@ from sglpatch.git import Git
 from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir
-from testing.sglang_trees import BACKEND, OVERLAP, SECOND, make_series, one_patch_series
+from testing.sglang_trees import BACKEND, OVERLAP, SECOND, changed_line, make_series, one_patch_series
 from testing.tree_bytes import fingerprint
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
 SPEC_DIR = "python/sglang/srt/speculative"
 BROKEN_SYNTAX = (SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")  # a prefix that cannot compile
-
-
-def changed_line(release_chain, path):
-    """A line of `path` that upstream rewrote between v0.5.14 and v0.5.15: editing it must conflict."""
-    git = Git(release_chain)
-    old = git.run("show", f"v0.5.14:{path}", strip=False).splitlines()
-    new = git.run("show", f"v0.5.15:{path}", strip=False).splitlines()
-    for tag, i1, _i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if tag == "replace" and old[i1].strip() and old.count(old[i1]) == 1:
-            return old[i1]
-    raise AssertionError(f"no rewritten line found in {path}")
 
 
 def rebase(sglpatch, chain, patches, tmp_path, *args):

@@ -13,7 +13,7 @@ import pytest
 
 from sglpatch.git import Git
 from sglpatch.series import load_series
-from testing.sglang_trees import as_tester
+from testing.sglang_trees import OVERLAP, SECOND, as_tester, changed_line, one_patch_series
 from testing.tree_bytes import tree_state
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
@@ -86,3 +86,53 @@ def test_a_commit_of_the_users_on_top_of_the_series_is_never_left_behind(sglpatc
     git.run("cherry-pick", mine)
     assert git.run("log", "-1", "--format=%s") == "My own commit on top of the series"
     assert git.is_ancestor(mine, "sglpatch/v0.5.14")  # where it was all along
+
+
+# -- F and the newcomer's list: what status and apply say about the default base mid-rebase and after ----
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project whose default line is a series of one patch that conflicts on 0.5.15, and its build/sglang."""
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", tmp_path / "project")
+    return tmp_path / "project"
+
+
+def line_of_one_patch(project, base_repo, project_pin, edit):
+    message = "[Spec] One patch for the line\n\nWhy: a line of one patch.\n\nUpstream-PR: 1\n"
+    return one_patch_series(base_repo, project_pin, project / "patches" / "v0.5.14", message, edit)
+
+
+def test_status_and_apply_name_a_stopped_rebase_of_the_default_base(
+    sglpatch, project, base_repo, project_pin, release_chain
+):
+    """Issue 48 F: both said the tree "holds sglang 0.5.15, which matches no series line"."""
+    line = changed_line(release_chain, OVERLAP)
+    line_of_one_patch(project, base_repo, project_pin, (OVERLAP, line, line + "  # ours"))
+    assert sglpatch("apply")[0] == 0
+    code, out, err = sglpatch("rebase", "--onto", "0.5.15", "--report-dir", project / "report")
+    assert code == 1 and "conflicts in" in err, err
+    base = project / "build" / "sglang"
+    code, out, err = sglpatch("status")
+    assert code == 0, err
+    assert "line:   v0.5.14" in out and "NOTE:   a rebase is stopped at 0001-" in out, out
+    assert "refuses: a rebase is stopped at 0001-" in out.splitlines()[-1], out
+    before = tree_state(base)
+    code, out, err = sglpatch("apply")
+    assert code == 2 and "a rebase is stopped at 0001-" in err and "matches no series line" not in err, err
+    assert tree_state(base) == before
+    code, out, err = sglpatch("status", "--sglang", base)
+    assert code == 0 and "NOTE:   a rebase is stopped at 0001-" in out, out
+
+
+def test_status_after_a_rebase_of_the_default_base_describes_the_new_line(sglpatch, project, base_repo, project_pin):
+    line_of_one_patch(project, base_repo, project_pin, (SECOND, "class GlobalConfig", "# ours\nclass GlobalConfig"))
+    assert sglpatch("apply")[0] == 0
+    code, out, err = sglpatch("rebase", "--onto", "0.5.15", "--report-dir", project / "report")
+    assert code == 0, err
+    code, out, err = sglpatch("status")
+    assert code == 0, err
+    assert "line:   v0.5.15" in out and "pin:    at sglang 0.5.15" in out, out
+    assert out.splitlines()[-1] == "apply:  nothing to do: the series is in", out
+    code, out, err = sglpatch("apply")
+    assert code == 0 and "already applied" in out, (out, err)
