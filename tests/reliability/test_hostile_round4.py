@@ -4,6 +4,8 @@ revert and recover say is true, a refusal is one line that changes nothing, and 
 
 from __future__ import annotations
 
+import pytest
+
 from sglpatch.git import Git
 from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
@@ -37,3 +39,33 @@ def test_recover_says_head_is_on_the_series_branch_with_commits_of_your_own(sglp
     assert code == 0, err
     assert "which" in out and "is on, HEAD 1 commit of your own past its last commit" in out, out
     assert "not on" not in out
+
+
+# -- G: a branch of the user's where the series branch goes -----------------------------------------
+
+
+@pytest.mark.parametrize("mine", ["sglpatch/v0.5.14", "sglpatch", "sglpatch/v0.5.14/wip"])
+def test_a_branch_of_yours_in_the_series_branchs_place_is_named_by_status_and_apply(sglpatch, checkout, patches, mine):
+    """status said "applies 2 patchs" and apply refused with "or delete it" (your branch), or failed inside
+    `git fetch` with its command line (a branch `sglpatch`)."""
+    Git(checkout).run("branch", mine)
+    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
+    assert code == 0, err
+    last = out.splitlines()[-1]
+    assert last.startswith("apply:  refuses: branch sglpatch/v0.5.14 ") and mine in last, out
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert "branch sglpatch/v0.5.14 " in err and mine in err and "--branch NAME" in err, err
+    assert "delete" not in err and "git fetch" not in err, err
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches, "--branch", "series")[0] == 0
+
+
+def test_a_branch_a_linked_worktree_holds_is_named(sglpatch, checkout, patches, tmp_path):
+    Git(checkout).run("worktree", "add", "-q", "-b", "sglpatch/v0.5.14", str(tmp_path / "elsewhere"))
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert "branch sglpatch/v0.5.14 already exists" in err, err
+
+
+def test_counts_say_patches_not_patchs(sglpatch, checkout, patches):
+    """Issue 48 R."""
+    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
+    assert out.splitlines()[-1] == "apply:  applies 2 patches", out

@@ -18,7 +18,7 @@ from sglpatch.target.checkout_undo import undo_checkout
 from sglpatch.target.ownership import record_stats, refuse_other_owners
 from sglpatch.target.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target.target import Target, dirty_paths, target_lock
+from sglpatch.target.target import Target, branch_refusal, dirty_paths, target_lock
 from sglpatch.target.target_state import Applied, TargetState
 from sglpatch.target.user_work import work_of_the_user
 from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
@@ -64,6 +64,8 @@ def run(args) -> int:
             done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
                 branch = args.branch or f"sglpatch/{pin.tag}"
+                if why := branch_refusal(target, branch, hints.option("--branch NAME", "BRANCH=NAME")):
+                    raise FatalError(why)
                 below = _stack_below(state)
                 with write_phase(done):
                     _apply_to_checkout(plan, branch, below, series.digest(), three_way=args.three_way)
@@ -138,12 +140,6 @@ def _take_out_an_earlier_series(state: Applied) -> None:
 
 def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | None, digest: str, three_way: bool) -> str:
     git = plan.target.git
-    if git.rev_parse(f"refs/heads/{branch}") is not None:
-        raise FatalError(
-            f"branch {branch} already exists; pass {hints.option('--branch NAME', 'BRANCH=NAME')} or delete it"
-        )
-    if git.try_run("check-ref-format", "--branch", branch)[0] != 0:
-        raise FatalError(f"{branch!r} is not a valid branch name")
     head = git.run("rev-parse", "HEAD")
     previous = git.current_branch() or head
     committer = git.committer()

@@ -115,6 +115,23 @@ def dirty_paths(target: Target, paths: list[str]) -> list[str]:
     return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})
 
 
+def branch_refusal(target: Target, branch: str, option: str) -> str | None:
+    """Why the series branch `branch` cannot be made here (one line, `option` the way to name another), or None:
+    a branch of that name (the user's, or one a linked worktree holds), or one whose name git cannot put beside
+    it (`sglpatch` blocks `sglpatch/v0.5.14`, and `sglpatch/v0.5.14/x` blocks it too)."""
+    git = target.git
+    if git.try_run("check-ref-format", "--branch", branch)[0] != 0:
+        return f"{branch!r} is not a valid branch name; pass {option}"
+    parts = branch.split("/")
+    above = ["refs/heads/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    listed = git.run("for-each-ref", "--format=%(refname)", *above, f"refs/heads/{branch}/").split()
+    if not listed:
+        return None
+    found = listed[0].removeprefix("refs/heads/")
+    why = "already exists" if found == branch else f"cannot be made beside your branch {found}"
+    return f"branch {branch} {why}; nothing was changed: pass {option} for the series branch"
+
+
 def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target:
     given = Path(path).expanduser()
     if not given.exists():
