@@ -36,6 +36,10 @@ def apply() -> str:
     return _command("make apply", "sglpatch apply")
 
 
+def apply_to(root: Path | str) -> str:
+    return _command(f"make apply SGLANG={shlex.quote(str(root))}", f"sglpatch apply --sglang {shlex.quote(str(root))}")
+
+
 def continue_rebase() -> str:
     return _command("make rebase CONTINUE=1", "sglpatch rebase --continue")
 

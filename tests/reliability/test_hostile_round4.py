@@ -69,3 +69,16 @@ def test_counts_say_patches_not_patchs(sglpatch, checkout, patches):
     """Issue 48 R."""
     code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
     assert out.splitlines()[-1] == "apply:  applies 2 patches", out
+
+
+# -- H: the package folder of a checkout (an editable install) ---------------------------------------
+
+
+@pytest.mark.parametrize("given", ["python/sglang", "python"])
+def test_the_package_folder_of_a_checkout_is_refused_naming_the_checkout(sglpatch, checkout, patches, given):
+    """apply wrote 15 tracked files behind git and left python/sglang/.sglpatch/ in the repository."""
+    for command in ("apply", "status"):
+        err = refused(sglpatch, checkout, "--sglang", checkout / given, "--patches", patches, command=command)
+        assert f"tracked by the git checkout {checkout}" in err and f"--sglang {checkout}" in err, err
+    assert not (checkout / "python/sglang/.sglpatch").exists()
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0

@@ -39,9 +39,9 @@ from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
 from sglpatch.target._bytecode import bytecode_of, is_bytecode
 from sglpatch.target.ownership import give_to_folder_owner, with_executable
+from sglpatch.target.target import JOURNAL_DIR
 from sglpatch.target.write_states import WriteState
 
-JOURNAL_DIR = ".sglpatch"
 JOURNAL_FILE = "journal.json"
 NEW_FILE_MODE = 0o644
 

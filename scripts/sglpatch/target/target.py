@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
@@ -28,6 +29,7 @@ from sglpatch.wheels import cache_dir
 GIT_CHECKOUT = "git checkout"
 _VERSION_LITERAL = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.MULTILINE)
 PACKAGE_FOLDER = "package folder"
+JOURNAL_DIR = ".sglpatch"  # where a package folder's journal lives (journal.py)
 
 
 @dataclass
@@ -148,12 +150,29 @@ def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target
                 return Target(GIT_CHECKOUT, root, project)
         return _found_inside(root, root / project.checkout_folder, project)
     if project.is_package(root / project.package):
+        _refuse_tracked_package(root / project.package)
         return _found_inside(root, root / project.package, project)
     if project.is_package(root):
+        _refuse_tracked_package(root)
         return Target(PACKAGE_FOLDER, root, project)
     raise FatalError(
         f"{given} is not {project.name}: expected a checkout with {project.package_prefix} or a package folder "
         f"with __init__.py and {project.marker}/"
+    )
+
+
+def _refuse_tracked_package(package: Path) -> None:
+    """A package folder whose files a git checkout tracks (an editable install points into one) is that
+    checkout's: written as a folder, its files would change behind git and a journal would sit in the repo."""
+    if (package / JOURNAL_DIR).exists():
+        return  # applied so before this check: revert and recover must still reach it
+    git = Git(package)
+    top = git.try_path("rev-parse", "--show-toplevel")[1]
+    if top is None or not git.run("ls-files", "-z", "--", ".", strip=False):
+        return
+    raise FatalError(
+        f"{package} is tracked by the git checkout {top} (an editable install?); nothing was changed: apply to the "
+        f"checkout, {hints.apply_to(top)}"
     )
 
 
