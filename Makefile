@@ -1,6 +1,14 @@
 # sglpatch: carry the DSA/MTP patch series on top of a pinned sglang.
 # Set-up is two commands: `make apply` then `make test`. `make help` lists the rest.
 
+# Every value a user gives (SGLANG=PATH on the command line, or from the environment) is taken as written: each
+# becomes a simple variable holding its raw text, so a `$(...)` in it is text that make never runs, and it reaches
+# sglpatch as one single-quoted argument (`q` below).
+USER_VARIABLES := PYTHON SGLANG LINE ONTO BRANCH FROM BASE JOBS TORCH_INDEX PYTEST_ARGS PYTEST_TMP THREEWAY CONTINUE \
+	ABORT DROP DROP_UPSTREAMED CHECK_IMPORTS RELEASES DOCS FORK FORK_OWNER SUBMIT OUT LEG GPU_PYTHON V NEXT_N GRID SEED \
+	SGLANG_TESTS
+$(foreach v,$(USER_VARIABLES),$(if $(filter command line environment%,$(origin $(v))),$(eval override $(v) := $$(value $(v)))))
+
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -36,10 +44,16 @@ FREE_RAM_TREES_AND_EXIT = status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TM
 # The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
 SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
-SGLANG_ARG = $(if $(SGLANG),--sglang $(call q,$(SGLANG)),)
+# A relative path is the caller's: `make -C PROJECT apply SGLANG=build/sglang` from another folder means that
+# folder's build/sglang. make -C (and a make another make runs) prints directories, so MAKEFLAGS holds `w`, and
+# $(PWD) is the folder of the shell that started it; otherwise make runs where it was started, $(CURDIR).
+CALLER_DIR := $(if $(and $(findstring w,$(filter-out -%,$(firstword $(MAKEFLAGS)))),$(PWD)),$(PWD),$(CURDIR))
+caller_path = $(if $(and $(filter-out $(CURDIR),$(CALLER_DIR)),$(filter-out /% ~%,$(firstword $(1)))),$(CALLER_DIR)/$(1),$(1))
+# --option=VALUE: a value that starts with `-` (SGLANG=-x) is the option's, not another option
+SGLANG_ARG = $(if $(SGLANG),--sglang=$(call q,$(call caller_path,$(SGLANG))),)
 TARGET_ARG = $(SGLANG_ARG) $(LINE_ARG)
 # LINE=v0.5.23 picks a series line (patches/<line>/); default: the one matching SGLANG's version, or the default line
-LINE_ARG = $(if $(LINE),--line $(call q,$(LINE)),)
+LINE_ARG = $(if $(LINE),--line=$(call q,$(LINE)),)
 
 # A .venv made by a Python older than 3.11 (say a first `make apply PYTHON=python3.10`) can never work,
 # and its stamp would keep it: it is removed here, so the next target rebuilds it with $(PYTHON).
@@ -74,7 +88,7 @@ $(VENV)/.sglang-cpu-stamp: $(VENV)/.tool-stamp ci/requirements-sglang-cpu.txt
 	touch $@
 
 apply: $(VENV)/.tool-stamp ## apply the line matching SGLANG=PATH (a checkout or installed package; LINE= overrides); default: the pinned base in build/sglang, or LINE's in build/sglang-<line>
-	$(SGLPATCH) apply $(TARGET_ARG) $(if $(THREEWAY),--3way,) $(if $(BRANCH),--branch $(call q,$(BRANCH)),)
+	$(SGLPATCH) apply $(TARGET_ARG) $(if $(THREEWAY),--3way,) $(if $(BRANCH),--branch=$(call q,$(BRANCH)),)
 
 revert: $(VENV)/.tool-stamp ## take the series back out of SGLANG=PATH (every byte restored)
 	$(SGLPATCH) revert $(TARGET_ARG)
@@ -86,13 +100,13 @@ status: $(VENV)/.tool-stamp ## names the line; per patch: applied / applies clea
 	$(SGLPATCH) status $(TARGET_ARG)
 
 rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 / DROP=N (leave patch N out) after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
-	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,$(if $(ONTO),--onto $(call q,$(ONTO)),))) $(if $(DROP),--drop $(call q,$(DROP)),) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
+	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,$(if $(ONTO),--onto=$(call q,$(ONTO)),))) $(if $(DROP),--drop=$(call q,$(DROP)),) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
 
 drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
-	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases $(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
+	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases=$(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
 
 pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches on SGLANG=<your sglang clone> (its main; ONTO=REF), lint, bodies in build/pr, gh commands; FORK=remote-or-url (FORK_OWNER=), SUBMIT=1 to push and open or update
-	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto $(call q,$(ONTO)),) $(if $(FORK),--fork $(call q,$(FORK)),) $(if $(FORK_OWNER),--fork-owner $(call q,$(FORK_OWNER)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out $(call q,$(OUT)),)
+	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto=$(call q,$(ONTO)),) $(if $(FORK),--fork=$(call q,$(FORK)),) $(if $(FORK_OWNER),--fork-owner=$(call q,$(FORK_OWNER)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out=$(call q,$(call caller_path,$(OUT))),)
 
 .PHONY: recover test-fault
 recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLANG=PATH: finish or undo it, and say which state it is in
@@ -129,13 +143,13 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches (JOBS=N pytest runs at once; default: CPUs, at most 4)
-	$(SGLPATCH) check-patches $(LINE_ARG) $(if $(JOBS),--jobs $(call q,$(JOBS)),)
+	$(SGLPATCH) check-patches $(LINE_ARG) $(if $(JOBS),--jobs=$(call q,$(JOBS)),)
 
 test-gpu: $(VENV)/.tool-stamp ## GPU tests of the patches: sglang's own indexer path and seeded draft loop, DeepGEMM (on a CUDA machine; they skip elsewhere with the reason)
 	$(PY) -m pytest -ra tests/gpu
 
 ci-gpu: $(VENV)/.tool-stamp ## GPU CI leg: apply to SGLANG=PATH, run upstream test_dsa.py, the DSA kit, tests/gpu; junit + JSON summary at OUT=STEM; LEG=h100|b200 (default: from the GPU), GPU_PYTHON=python with torch
-	$(SGLPATCH) gpu-leg $(SGLANG_ARG) $(if $(LEG),--leg $(call q,$(LEG)),) $(if $(OUT),--out $(call q,$(OUT)),) $(if $(GPU_PYTHON),--python $(call q,$(GPU_PYTHON)),)
+	$(SGLPATCH) gpu-leg $(SGLANG_ARG) $(if $(LEG),--leg=$(call q,$(LEG)),) $(if $(OUT),--out=$(call q,$(call caller_path,$(OUT))),) $(if $(GPU_PYTHON),--python=$(call q,$(GPU_PYTHON)),)
 
 gpu-bundle: ## offline bundle for an air-gapped GPU box in .gpu-bundle/ (sglang's pins, trimmed sgl_kernel, DeepGEMM; sha256-locked)
 	$(call q,$(PYTHON)) ci/gpu_bundle.py --out .gpu-bundle
@@ -165,7 +179,7 @@ bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, prist
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) $(if $(SGLANG_TESTS),--sglang-tests $(call q,$(SGLANG_TESTS)),) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID)) $(if $(SEED),--seed-case $(call q,$(SEED)),)
 
 bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts beside a two-process A/A (docs/engine-benchmark.md); NEXT_N=4 LINE= OUT=DIR GRID=targets64k|deploy|wide|wide_long (each engine's KV pool sized for its grid)
-	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) --save-jit-cache -- --next-n $(call q,$(if $(filter command line,$(origin NEXT_N)),$(NEXT_N),4)) --grid $(call q,$(if $(filter command line,$(origin GRID)),$(GRID),targets64k)) --two-process-aa --pin-cpus --kv-cache fp8_e4m3 --acceptance 4:3,6:4 --reps 6 --new-tokens 96 --engine-arg sleep_on_idle=true
+	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) --save-jit-cache -- --next-n $(call q,$(if $(filter override,$(origin NEXT_N)),$(NEXT_N),4)) --grid $(call q,$(if $(filter override,$(origin GRID)),$(GRID),targets64k)) --two-process-aa --pin-cpus --kv-cache fp8_e4m3 --acceptance 4:3,6:4 --reps 6 --new-tokens 96 --engine-arg sleep_on_idle=true
 
 engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_{run,v0_5_23_run,tpot_}*.json
 	$(PY) bench/engine_report.py docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json docs/results/engine_h200_tpot_*.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
@@ -178,7 +192,7 @@ lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint
 	$(VENV)/bin/actionlint ci/workflows/gpu-matrix.yml
 
 export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin); LINE=v0.5.23 writes that line from its tag
-	$(SGLPATCH) export --from $(call q,$(FROM)) $(if $(LINE),$(LINE_ARG),--base $(call q,$(BASE)))
+	$(SGLPATCH) export --from=$(call q,$(call caller_path,$(FROM))) $(if $(LINE),$(LINE_ARG),--base=$(call q,$(BASE)))
 
 clean: ## remove the applied default base and reports (build/); .venv and the wheel cache stay
 	rm -rf build

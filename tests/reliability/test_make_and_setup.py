@@ -45,7 +45,7 @@ def make(*args: str, cwd: Path = PROJECT_ROOT, **kwargs) -> subprocess.Completed
 @pytest.mark.parametrize("kind", ["checkout", "package"])
 def test_make_apply_and_revert_take_a_path_with_spaces(tmp_path, base_repo, kind):
     """`make apply SGLANG="/tmp/my sglang/sglang"`: one argument, applied and reverted byte for byte."""
-    root = tmp_path / "my sglang; touch pwned & 'quoted'"  # (a `$` is make's own: users write `$$`)
+    root = tmp_path / "my sglang; touch pwned & 'quoted' $(shell touch pwned) ${HOME}"  # issue 48 C: taken as written
     if kind == "checkout":
         subprocess.run(["git", "clone", "-q", str(base_repo), str(root / "sglang")], check=True)
         for key, value in (("user.name", "Target User"), ("user.email", "target@example.com")):
@@ -58,10 +58,41 @@ def test_make_apply_and_revert_take_a_path_with_spaces(tmp_path, base_repo, kind
     assert applied.returncode == 0, applied.stderr
     count = len(load_series(default_patch_dir()).patches)
     assert f"applied {count} patches to {target}" in applied.stdout, applied.stdout
-    assert not (PROJECT_ROOT / "pwned").exists()
+    assert not (PROJECT_ROOT / "pwned").exists() and not (tmp_path / "pwned").exists()
     reverted = make("-o", STAMP, "revert", f"SGLANG={target}")
     assert reverted.returncode == 0, reverted.stderr
     assert tree_state(target) == before
+
+
+def test_a_make_expression_in_a_value_is_text_never_run(tmp_path):
+    """Issue 48 C: make ran `$(shell ...)` in SGLANG, and a path holding `$(...)` became another path."""
+    for value in (f"{tmp_path}/x$(shell touch {tmp_path}/pwned)", f"{tmp_path}/$(HOME)"):
+        for args, env in (([f"SGLANG={value}"], None), ([], os.environ | {"SGLANG": value})):  # command line, env
+            result = make("-n", "-o", STAMP, "apply", *args, env=env)
+            assert result.returncode == 0, result.stderr
+            assert f"--sglang={shlex.quote(value)}" in result.stdout, (args, result.stdout)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_relative_path_is_the_callers_under_make_dash_c(tmp_path, base_repo):
+    """Issue 48 I: `make -C PROJECT apply SGLANG=build/sglang` from another folder used the project's
+    build/sglang ("already applied", about the wrong tree)."""
+    caller = tmp_path / "caller"
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(caller / "build" / "sglang")], check=True)
+    script = 'cd "$0" && exec "$1" -C "$2" -o "$3" apply SGLANG=build/sglang'
+    result = subprocess.run(
+        ["sh", "-c", script, str(caller), MAKE or "make", str(PROJECT_ROOT), STAMP], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"to {caller / 'build' / 'sglang'} on branch" in result.stdout, result.stdout
+    assert Git(caller / "build" / "sglang").current_branch().startswith("sglpatch/")
+
+
+def test_a_value_that_looks_like_an_option_is_the_options(tmp_path):
+    """Issue 48 Q: `make apply SGLANG=-x` said "argument --sglang: expected one argument"."""
+    result = make("-o", STAMP, "apply", "SGLANG=-x", cwd=PROJECT_ROOT)
+    assert result.returncode == 2 and "target -x does not exist" in result.stderr, result.stderr
+    assert "expected one argument" not in result.stderr
 
 
 def test_a_hint_names_what_the_user_typed(tmp_path, base_repo):
