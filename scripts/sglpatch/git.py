@@ -48,6 +48,10 @@ _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 # work tree, and where the user set them without applying them (or git left files it could not remove) the
 # switch there and back would delete the files they keep. Without them git writes only what the switch changes.
 KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
+# The commits sglpatch makes on a user's branch (a rebase's cherry-picks) are the patches' own: no hook of the
+# user's runs in them (core.hooksPath or .git/hooks: a prepare-commit-msg or commit-msg hook would write its text
+# into every rewritten patch), and no editor opens.
+_NO_HOOKS = ("-c", f"core.hooksPath={os.devnull}")
 
 
 class GitFailed(FatalError):
@@ -75,6 +79,12 @@ def git_reason(stderr: str) -> str:
     if os.environ.get(VERBOSE_VARIABLE):
         return " ".join(stderr.split()) or "(no message)"
     return "`sglpatch -v` (make ... V=1) shows git's message"
+
+
+def error_line(stderr: str) -> str:
+    """git's own words for why a command failed: its first `error:` or `fatal:` line, else `git_reason`."""
+    found = next((line for line in stderr.splitlines() if line.startswith(("error:", "fatal:"))), "")
+    return found.split(":", 1)[1].strip() if found else git_reason(stderr)
 
 
 def require_git() -> None:
@@ -114,19 +124,20 @@ def shown_command(workdir: Path, args: tuple[str, ...] | list[str]) -> str:
 class Git:
     """git in one working directory, optionally with its own environment (an index file, an identity)."""
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None):
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None, options: tuple[str, ...] = ()):
         self.workdir = Path(workdir)
         self.env = dict(env or {})
+        self.options = options  # git's own options before every command (`-c key=value`)
 
     def with_env(self, **extra: str) -> Git:
-        return Git(self.workdir, {**self.env, **extra})
+        return Git(self.workdir, {**self.env, **extra}, self.options)
 
     def call(self, args: tuple[str, ...], stdin: bytes | BinaryIO | None = None) -> tuple[int, bytes, bytes]:
         """Run `git ARGS` here: (exit status, stdout, stderr) as bytes. Every other method goes through this."""
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *_NO_AUTO_GC, *args],
+                ["git", *_NO_AUTO_GC, *self.options, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,
@@ -188,6 +199,12 @@ class Git:
         """This git, committing (a cherry-pick, say) as `committer()`: the author stays the commit's own."""
         name, email = self.committer()
         return self.with_env(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
+
+    def committing(self) -> Git:
+        """This git making sglpatch's commit on the user's branch (a cherry-pick): as `committer()`, the author
+        the commit's own, without the user's hooks and without an editor."""
+        committer = self.as_committer().with_env(GIT_EDITOR="true")
+        return Git(committer.workdir, committer.env, (*self.options, *_NO_HOOKS))
 
     def as_sglpatch(self) -> Git:
         """This git with sglpatch's own identity as author and committer: for commits only the toolkit sees."""

@@ -136,3 +136,42 @@ def test_status_after_a_rebase_of_the_default_base_describes_the_new_line(sglpat
     assert out.splitlines()[-1] == "apply:  nothing to do: the series is in", out
     code, out, err = sglpatch("apply")
     assert code == 0 and "already applied" in out, (out, err)
+
+
+# -- L, K: the user's hooks and signing settings in the rebase's own commits ------------------------------
+
+
+def test_a_hook_of_the_users_never_writes_into_the_rebased_patches(sglpatch, chain, patches, tmp_path):
+    """Issue 48 L: a prepare-commit-msg hook in core.hooksPath ran in every cherry-pick, and its text was
+    written into each rewritten patch file."""
+    hooks = tmp_path / "my-hooks"
+    hooks.mkdir()
+    for name in ("prepare-commit-msg", "commit-msg"):
+        (hooks / name).write_text(f'#!/bin/sh\necho "Hooked-By: {name}" >> "$1"\n')
+        (hooks / name).chmod(0o755)
+    Git(chain).run("config", "core.hooksPath", str(hooks))
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 0, err
+    for patch in patches.glob("*.patch"):
+        assert "Hooked-By" not in patch.read_text(), patch.name
+    assert "Hooked-By" not in Git(chain).run("log", "--format=%B", "v0.5.16..HEAD")
+    as_tester(Git(chain)).run("commit", "-q", "--allow-empty", "-m", "mine")  # the user's own commits: theirs
+    assert "Hooked-By: commit-msg" in Git(chain).run("log", "-1", "--format=%B")
+
+
+def test_a_commit_that_cannot_be_signed_is_named_not_called_a_conflict(sglpatch, chain, patches, tmp_path):
+    """Issue 48 K: with commit.gpgsign and a gpg that cannot sign, the rebase said "0001 conflicts in the tree;
+    resolve, git add the files"."""
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    git = Git(chain)
+    git.run("config", "commit.gpgsign", "true")
+    git.run("config", "gpg.program", "false")
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")
+    assert code == 1 and "git could not commit 0001-" in err and "gpg failed to sign" in err, err
+    assert "conflict" not in err and "git add" not in err, err
+    assert not git.run("status", "--porcelain", "--untracked-files=no")
+    git.run("config", "commit.gpgsign", "false")
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--continue")
+    assert code == 0, err
+    assert git.run("rev-list", "--count", "v0.5.16..HEAD") == "2"

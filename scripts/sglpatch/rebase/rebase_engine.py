@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import Git, GitFailed, disk_full, git_reason
+from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin
@@ -305,18 +305,28 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             _record(folder, state, patch.name, Landing.UPSTREAM, f"{step.upstream}; dropped")
             state.checked = state.next
             continue
-        picker = git.as_committer().with_env(GIT_EDITOR="true")  # the pick keeps its patch's author
         with write_phase():
-            status, _, err = picker.try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            status, _, err = git.committing().try_run("-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
             raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
+        if status != 0 and not git.run("diff", "--name-only", "--diff-filter=U"):
+            _undo_pick(git, head)  # not a conflict (say, a commit that could not be signed): no work to resolve
+            raise FatalError(f"git could not commit {patch.name} ({error_line(err)})")
         if status != 0:
             _stop_at_conflict(git, folder, state, patch.name, step.upstream)
         detail = f"already upstream ({step.upstream}), kept" if step.upstream else ""
         _record(folder, state, patch.name, Landing.CLEAN if step.kind == Landing.CLEAN else Landing.THREE_WAY, detail)
         _check_prefix(git, folder, state, patch.name)
     return _finish(target, folder, state, series)
+
+
+def _undo_pick(git: Git, head: str) -> None:
+    with write_phase():
+        if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+            git.run("cherry-pick", "--quit")
+        git.run("reset", "-q", "--hard", head)
+        fault_point("rebase: a failed pick undone")
 
 
 def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, upstream: str | None) -> None:
@@ -501,7 +511,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
     state.resolved_by_hand = True
     with write_phase():
         save(folder, state)
-        status, _, err = git.as_committer().with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+        status, _, err = git.committing().try_run("cherry-pick", "--continue")
         fault_point("rebase: resolution committed")
     if status != 0:
         raise FatalError(
