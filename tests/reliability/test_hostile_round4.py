@@ -82,3 +82,47 @@ def test_the_package_folder_of_a_checkout_is_refused_naming_the_checkout(sglpatc
         assert f"tracked by the git checkout {checkout}" in err and f"--sglang {checkout}" in err, err
     assert not (checkout / "python/sglang/.sglpatch").exists()
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+
+
+# -- J: git branch -D failing in a revert -----------------------------------------------------------
+
+
+def test_a_series_branch_a_linked_worktree_holds_too_is_named_before_the_revert_changes_anything(
+    sglpatch, checkout, patches, tmp_path
+):
+    """revert and recover ended in `AttributeError: 'GitFailed' object has no attribute 'filename'`, the
+    checkout left "reverting" until the worktree moved."""
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    Git(checkout).run("worktree", "add", "-q", "--force", str(elsewhere), "sglpatch/v0.5.14")
+    err = refused(sglpatch, checkout, "--sglang", checkout, command="revert")
+    assert f"checked out in the worktree {elsewhere}" in err and "switch --detach" in err, err
+    Git(elsewhere).run("switch", "-q", "--detach")
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+
+
+REFUSING_HOOK = """#!/bin/sh
+[ "$1" = prepared ] || exit 0
+while read -r old new ref; do
+  case "$new $ref" in *0000000000\\ refs/heads/sglpatch/*) echo "the branch stays" >&2; exit 1;; esac
+done
+exit 0
+"""
+
+
+def test_a_reference_transaction_hook_refusing_the_branch_deletion_is_one_line_and_recover_finishes(
+    sglpatch, checkout, patches
+):
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    hook = checkout / ".git" / "hooks" / "reference-transaction"
+    hook.write_text(REFUSING_HOOK)
+    hook.chmod(0o755)
+    for command in ("revert", "recover"):
+        code, out, err = sglpatch(command, "--sglang", checkout)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "branch -q -D sglpatch/v0.5.14` failed" in err and "the revert stopped part-way" in err, err
+    hook.unlink()
+    code, out, err = sglpatch("recover", "--sglang", checkout)
+    assert code == 0 and "is as it was" in out, (out, err)
+    assert Git(checkout).rev_parse("refs/heads/sglpatch/v0.5.14") is None
