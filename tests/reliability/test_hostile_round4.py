@@ -126,3 +126,15 @@ def test_a_reference_transaction_hook_refusing_the_branch_deletion_is_one_line_a
     code, out, err = sglpatch("recover", "--sglang", checkout)
     assert code == 0 and "is as it was" in out, (out, err)
     assert Git(checkout).rev_parse("refs/heads/sglpatch/v0.5.14") is None
+
+
+# -- M: an unborn branch ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["apply", "status", "rebase"])
+def test_an_unborn_branch_is_refused_in_sglpatch_words(sglpatch, checkout, patches, command):
+    """`git checkout --orphan` (or a `git init` never committed): "`git -C T rev-parse 'HEAD^{tree}'` failed"."""
+    Git(checkout).run("checkout", "-q", "--orphan", "fresh")
+    args = ["--sglang", checkout, "--patches", patches] + (["--onto", "v0.5.14"] if command == "rebase" else [])
+    err = refused(sglpatch, checkout, *args, command=command)
+    assert "no commit yet" in err and "fresh" in err and "rev-parse" not in err, err

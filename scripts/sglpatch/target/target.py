@@ -147,6 +147,7 @@ def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target
             if top is None:
                 raise FatalError(_unusable_checkout(root, err))
             if top.resolve() == root:
+                _refuse_unborn(root)
                 return Target(GIT_CHECKOUT, root, project)
         return _found_inside(root, root / project.checkout_folder, project)
     if project.is_package(root / project.package):
@@ -159,6 +160,18 @@ def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target
         f"{given} is not {project.name}: expected a checkout with {project.package_prefix} or a package folder "
         f"with __init__.py and {project.marker}/"
     )
+
+
+def _refuse_unborn(root: Path) -> None:
+    """A checkout whose branch has no commit (`git checkout --orphan`, a repository never committed to) has no
+    base to patch or step back to."""
+    git = Git(root)
+    if git.rev_parse("HEAD") is None:
+        branch = git.current_branch() or "HEAD"
+        raise FatalError(
+            f"{root} is on branch {branch}, which has no commit yet (an orphan branch, or a repository never "
+            "committed to); nothing was changed: switch to a branch that holds the sglang sources first"
+        )
 
 
 def _refuse_tracked_package(package: Path) -> None:
