@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-from sglpatch import __version__, hints
+from sglpatch import __version__, _interrupted_while_starting, hints
 from sglpatch.commands import (
     apply,
     check_patches,
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the command's own handling from here on
     argv = sys.argv[1:] if argv is None else list(argv)
     for stream in (sys.stdout, sys.stderr):  # a path that is not text (any byte, a C locale) prints as escapes
         if hasattr(stream, "reconfigure"):

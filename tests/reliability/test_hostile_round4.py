@@ -4,6 +4,9 @@ revert and recover say is true, a refusal is one line that changes nothing, and 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from sglpatch.git import Git
@@ -138,3 +141,21 @@ def test_an_unborn_branch_is_refused_in_sglpatch_words(sglpatch, checkout, patch
     args = ["--sglang", checkout, "--patches", patches] + (["--onto", "v0.5.14"] if command == "rebase" else [])
     err = refused(sglpatch, checkout, *args, command=command)
     assert "no commit yet" in err and "fresh" in err and "rev-parse" not in err, err
+
+
+# -- N: Ctrl-C while Python imports the toolkit --------------------------------------------------
+
+
+def test_ctrl_c_while_the_toolkit_is_imported_is_one_line(tmp_path):
+    """A Ctrl-C in the first 0.15 s (Python importing) printed a KeyboardInterrupt traceback. The script below
+    is the console script with the interrupt landing between the package's import and the CLI's."""
+    script = tmp_path / "sglpatch"
+    script.write_text(
+        "import os, signal, sys\nimport sglpatch\nos.kill(os.getpid(), signal.SIGINT)\n"
+        "from sglpatch.cli import main\nsys.exit(main())\n"
+    )
+    result = subprocess.run([sys.executable, str(script), "lines"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == "sglpatch: interrupted by SIGINT while starting; nothing was changed\n"
+    started = subprocess.run([sys.executable, "-m", "sglpatch", "lines"], capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
