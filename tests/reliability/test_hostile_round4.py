@@ -4,12 +4,14 @@ revert and recover say is true, a refusal is one line that changes nothing, and 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from sglpatch.git import Git
+from testing.hostile import CAPSH
 from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
 
@@ -159,3 +161,31 @@ def test_ctrl_c_while_the_toolkit_is_imported_is_one_line(tmp_path):
     assert result.stderr == "sglpatch: interrupted by SIGINT while starting; nothing was changed\n"
     started = subprocess.run([sys.executable, "-m", "sglpatch", "lines"], capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
+
+
+# -- O: a HOME sglpatch cannot write -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["status", "apply", "recover"])
+def test_a_read_only_home_is_one_line_naming_sglpatch_cache(checkout, patches, tmp_path, command):
+    """Every command failed on the lock folder under ~/.cache/sglpatch, recover advised running recover, and
+    nothing named SGLPATCH_CACHE."""
+    if os.geteuid() == 0 and CAPSH is None:
+        pytest.skip("running as root without capsh: cannot drop CAP_DAC_OVERRIDE to make modes bite")
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    (home / ".cache").chmod(0o555)
+    env = {k: v for k, v in os.environ.items() if k not in ("SGLPATCH_CACHE", "XDG_CACHE_HOME")} | {"HOME": str(home)}
+    args = [sys.executable, "-m", "sglpatch", command, "--sglang", str(checkout)]
+    args += ["--patches", str(patches)] if command != "recover" else []
+    if os.geteuid() == 0:
+        args = [CAPSH, "--drop=cap_dac_override", "--", "-c", 'exec "$0" "$@"', *args]
+    before = tree_state(checkout)
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "SGLPATCH_CACHE" in result.stderr and "nothing was changed" in result.stderr, result.stderr
+    assert "recover" not in result.stderr.split("error:", 1)[1], result.stderr
+    assert tree_state(checkout) == before
+    cache = tmp_path / "cache"
+    result = subprocess.run(args, capture_output=True, text=True, env=env | {"SGLPATCH_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr

@@ -24,7 +24,7 @@ from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 from sglpatch.run_mark import RunMark
-from sglpatch.wheels import cache_dir
+from sglpatch.wheels import cache_folder, unwritable_cache
 
 GIT_CHECKOUT = "git checkout"
 _VERSION_LITERAL = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.MULTILINE)
@@ -221,9 +221,11 @@ def _lock_holder(fd: int, patience_s: float = 1.0) -> str:
 
 def _open_lock(target: Target) -> int:
     key = hashlib.sha256(os.fsencode(target.root.resolve())).hexdigest()[:24]
-    lock_dir = cache_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    return os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = cache_folder("locks") / f"{key}.lock"
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise unwritable_cache(lock, exc) from None
 
 
 def working_run(target: Target) -> str | None:
