@@ -22,7 +22,7 @@ from sglpatch.commands import (
     revert,
     status,
 )
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import new_run, require_git, set_verbose
 from sglpatch.output import one_line, reader_gone
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         recover = hints.recover(getattr(args, "sglang", None))
         after = f"; {recover} says where the target stands" if args.command in WRITE_TARGETS else ""
         print(
-            one_line(f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}){after}"),
+            one_line(f"sglpatch {args.command}: error: cannot access{where} ({os_reason(exc)}){after}"),
             file=sys.stderr,
         )
         return 2

@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +60,8 @@ class GitFailed(FatalError):
     stderr only under -v (which has printed it already), as sglpatch's refusals are sglpatch's words."""
 
     def __init__(self, command: str, status: int, stderr: str):
-        super().__init__(f"`{command}` failed ({status}): {git_reason(stderr)}")
+        why = f"failed: {killed_by(status)}" if status < 0 else f"failed ({status}): {git_reason(stderr)}"
+        super().__init__(f"`{command}` {why}")
         self.status = status
         self.stderr = stderr
 
@@ -85,6 +87,17 @@ def error_line(stderr: str) -> str:
     """git's own words for why a command failed: its first `error:` or `fatal:` line, else `git_reason`."""
     found = next((line for line in stderr.splitlines() if line.startswith(("error:", "fatal:"))), "")
     return found.split(":", 1)[1].strip() if found else git_reason(stderr)
+
+
+def killed_by(status: int) -> str:
+    """What a signal that ended git (a negative status) means: SIGXFSZ is a file past `ulimit -f`."""
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        return f"git was killed by signal {-status}"
+    if -status == signal.SIGXFSZ:
+        return f"git was killed by {name}, a file past the file-size limit (`ulimit -f`)"
+    return f"git was killed by {name}"
 
 
 def require_git() -> None:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.output import progress, show_path
 from sglpatch.pin import Wheel
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
@@ -50,7 +50,7 @@ def cache_folder(name: str) -> Path:
 
 def unwritable_cache(path: Path, exc: OSError) -> FatalError:
     return FatalError(
-        f"cannot write sglpatch's cache at {show_path(path)} ({exc.strerror or exc}); nothing was changed: "
+        f"cannot write sglpatch's cache at {show_path(path)} ({os_reason(exc)}); nothing was changed: "
         "set SGLPATCH_CACHE to a folder you can write (it keeps the wheels, the locks and the releases)"
     )
 

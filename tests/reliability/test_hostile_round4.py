@@ -5,6 +5,7 @@ revert and recover say is true, a refusal is one line that changes nothing, and 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 
@@ -189,3 +190,30 @@ def test_a_read_only_home_is_one_line_naming_sglpatch_cache(checkout, patches, t
     cache = tmp_path / "cache"
     result = subprocess.run(args, capture_output=True, text=True, env=env | {"SGLPATCH_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr
+
+
+# -- P: a small `ulimit -f` ----------------------------------------------------------------------
+
+
+def _small_file_limit():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_a_file_size_limit_is_named_and_nothing_is_changed(checkout, package, patches, kind):
+    """With `ulimit -f` small, git died of SIGXFSZ: "`git ... read-tree ...` failed (-25)", without "file too
+    large" or "nothing was changed"."""
+    target = {"checkout": checkout, "package": package}[kind]
+    before = tree_state(target)
+    result = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "apply", "--sglang", str(target), "--patches", str(patches)],
+        capture_output=True,
+        text=True,
+        preexec_fn=_small_file_limit,
+        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=120,
+    )
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "ulimit -f" in result.stderr and "nothing was changed" in result.stderr, result.stderr
+    assert "(-25)" not in result.stderr, result.stderr
+    assert tree_state(target) == before

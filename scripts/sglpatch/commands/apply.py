@@ -6,7 +6,7 @@ import time
 
 from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
@@ -112,7 +112,10 @@ def _stack_below(state: TargetState) -> CheckoutRecord | None:
 def _plan(target: Target, state: TargetState, series: Series, pin: Pin, args) -> tuple[ApplyPlan, TargetState]:
     """The apply plan, and the state it starts from: on the default base a series applied before patches/
     changed is taken out first."""
-    plan = make_plan(target, series, pin, three_way=args.three_way)
+    try:
+        plan = make_plan(target, series, pin, three_way=args.three_way)
+    except GitFailed as exc:  # the plan is tried in a scratch workspace: the target is untouched
+        raise FatalError(f"{exc}; nothing was changed: {target.root} is as it was") from None
     if plan.all_applied or args.sglang is not None or not isinstance(state, Applied) or state.record is None:
         return plan, state
     plan.close()
@@ -180,7 +183,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     except OSError as exc:
         free_reserve(plan.target)
         raise FatalError(
-            f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {plan.target.root} is as it was"
+            f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {plan.target.root} is as it was"
         ) from None
     status, err = 0, ""
     try:
@@ -211,7 +214,7 @@ class _SwitchFailed(Exception):
 
 def _failure(exc: Exception, git_dir) -> str:
     if isinstance(exc, OSError):
-        return f"cannot write {exc.filename or git_dir} ({exc.strerror or exc})"
+        return f"cannot write {exc.filename or git_dir} ({os_reason(exc)})"
     return str(exc)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
@@ -140,7 +140,7 @@ def _disk_full(exc: BaseException) -> bool:
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
-        return f"cannot write {exc.filename or 'the checkout'} ({exc.strerror or exc})"
+        return f"cannot write {exc.filename or 'the checkout'} ({os_reason(exc)})"
     return str(exc)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
@@ -44,16 +44,14 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
         except OSError as exc:
             free_reserve(target)
             raise FatalError(
-                f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {target.root} is "
+                f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {target.root} is "
                 f"{unchanged}"
             ) from None
         try:
             _switch_back(target, record, half_switched, switching)
         except (GitFailed, OSError) as exc:
             cause = (
-                f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
-                if isinstance(exc, OSError)
-                else exc
+                f"cannot write {exc.filename or target.root} ({os_reason(exc)})" if isinstance(exc, OSError) else exc
             )
             raise FatalError(
                 f"{cause}; the revert stopped part-way (the record says reverting): free space or fix the cause, "
