@@ -68,8 +68,9 @@ endif
 .PHONY: bench-engine bench-tpot engine-report
 .PHONY: help apply revert lines status rebase drift pr check-patches test test-offline test-gpu bench lint ci-gpu gpu-bundle dsa-kit rerun export clean distclean
 
+# LC_ALL=C: in some locales (tr_TR) [a-z] leaves out i, and every target with an i in its name
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
+	@LC_ALL=C grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | LC_ALL=C sed -E 's/:.*## /\t/' | expand -t 16
 
 $(VENV)/.tool-stamp: pyproject.toml
 	@$(call q,$(PYTHON)) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
