@@ -175,3 +175,25 @@ def test_a_commit_that_cannot_be_signed_is_named_not_called_a_conflict(sglpatch,
     code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--continue")
     assert code == 0, err
     assert git.run("rev-list", "--count", "v0.5.16..HEAD") == "2"
+
+
+# -- T: the rebase's own ref folders -------------------------------------------------------------------
+
+
+def test_a_finished_rebase_leaves_no_empty_ref_folder(sglpatch, chain, patches, tmp_path):
+    """Issue 48 T: `.git/refs/sglpatch/` folders stayed, empty, after an abort or a finished rebase."""
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    assert rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16")[0] == 0
+    refs = chain / ".git" / "refs" / "sglpatch"
+    assert sorted(str(p.relative_to(refs).parent) for p in refs.rglob("*") if not p.is_dir()) == ["backup"]
+    assert not (refs / "rebase").exists()
+
+
+def test_an_aborted_rebase_leaves_no_empty_ref_folder(sglpatch, chain, base_repo, project_pin, release_chain, tmp_path):
+    line = changed_line(release_chain, OVERLAP)
+    message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
+    series = one_patch_series(base_repo, project_pin, tmp_path / "conflicting", message, (OVERLAP, line, line + " #"))
+    assert sglpatch("apply", "--sglang", chain, "--patches", series)[0] == 0
+    assert rebase(sglpatch, chain, series, tmp_path, "--onto", "v0.5.15")[0] == 1
+    assert rebase(sglpatch, chain, series, tmp_path, "--abort")[0] == 0
+    assert not (chain / ".git" / "refs" / "sglpatch").exists()

@@ -85,7 +85,20 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
             if git.rev_parse(ref):
                 git.run("update-ref", "-d", ref)
                 fault_point(f"rebase rollback: {ref} deleted")
+        _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def _remove_emptied_ref_folders(git: Git) -> None:
+    """git leaves the folders of the loose refs it deletes: those of sglpatch's own refs (refs/sglpatch/) that
+    hold no ref any more go too."""
+    top = git.common_dir() / "refs" / "sglpatch"
+    folders = sorted((path for path in top.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts))
+    for folder in [*folders, top] if top.is_dir() else []:
+        try:
+            folder.rmdir()  # only an empty one
+        except OSError:
+            pass
 
 
 def _put_back_orig_head(git: Git, was: str | None) -> None:
@@ -167,6 +180,7 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
     if git.rev_parse(SERIES_REF):
         git.run("update-ref", "-d", SERIES_REF)
         fault_point("rebase install: series ref deleted")
+    _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
 
 
