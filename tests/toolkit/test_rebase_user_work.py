@@ -197,3 +197,21 @@ def test_an_aborted_rebase_leaves_no_empty_ref_folder(sglpatch, chain, base_repo
     assert rebase(sglpatch, chain, series, tmp_path, "--onto", "v0.5.15")[0] == 1
     assert rebase(sglpatch, chain, series, tmp_path, "--abort")[0] == 0
     assert not (chain / ".git" / "refs" / "sglpatch").exists()
+
+
+# -- the newcomer's list: a rebase that kept no patch, hints that name the target -----------------------
+
+
+def test_revert_after_a_rebase_that_kept_no_patch_ignores_bytecode(sglpatch, chain, patches, tmp_path):
+    """The record's empty file list widened revert's check to the whole package: untracked __pycache__/*.pyc
+    (any import of the tree leaves them) made it refuse."""
+    assert sglpatch("apply", "--sglang", chain, "--patches", patches)[0] == 0
+    code, out, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.16", "--drop", "1,2")
+    assert code == 0 and "0 of 2 patches kept" in out, (out, err)
+    cache = chain / "python/sglang/srt/__pycache__"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "server_args.cpython-311.pyc").write_bytes(b"bytecode")
+    code, out, err = sglpatch("revert", "--sglang", chain)
+    assert code == 0, err
+    assert Git(chain).current_branch() == "sglpatch/v0.5.14"
+    assert (cache / "server_args.cpython-311.pyc").exists()

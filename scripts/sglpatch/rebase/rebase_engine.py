@@ -580,7 +580,11 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
 def _checkout_record(target: Target, state: RebaseState, branch: str) -> CheckoutRecord:
     """What `apply` would have recorded for the rebased branch; the record it replaces is kept inside."""
     git = target.git
-    touched = git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines()
+    before = current_record(target)
+    # the series' files on both branches: what a revert's switch back to the one below writes (none kept: the
+    # files of the series below, not "the whole package", which an empty list means)
+    touched = set(git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines())
+    touched |= set(before.touched if before else [])
     return CheckoutRecord(
         state=WriteState.APPLIED,
         branch=branch,
@@ -589,7 +593,7 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
         patches=[o.patch for o in state.outcomes if o.kept],
         touched=sorted(touched),
         rebased_onto=state.onto_name,
-        before=current_record(target),
+        before=before,
     )
 
 
