@@ -40,16 +40,22 @@ def apply_to(root: Path | str) -> str:
     return _command(f"make apply SGLANG={shlex.quote(str(root))}", f"sglpatch apply --sglang {shlex.quote(str(root))}")
 
 
-def continue_rebase() -> str:
-    return _command("make rebase CONTINUE=1", "sglpatch rebase --continue")
+def continue_rebase(root: Path | str) -> str:
+    """`make rebase CONTINUE=1 SGLANG=ROOT`: the rebase's target named, so the line pasted acts on it."""
+    return _rebase("CONTINUE=1", "--continue", root)
 
 
-def abort_rebase() -> str:
-    return _command("make rebase ABORT=1", "sglpatch rebase --abort")
+def abort_rebase(root: Path | str) -> str:
+    return _rebase("ABORT=1", "--abort", root)
 
 
-def drop_rebase(number: int) -> str:
-    return _command(f"make rebase DROP={number}", f"sglpatch rebase --drop {number}")
+def drop_rebase(number: int, root: Path | str) -> str:
+    return _rebase(f"DROP={number}", f"--drop {number}", root)
+
+
+def _rebase(variable: str, flag: str, root: Path | str) -> str:
+    where = shlex.quote(str(root))
+    return _command(f"make rebase {variable} SGLANG={where}", f"sglpatch rebase {flag} --sglang {where}")
 
 
 def recover(root: Path | str | None = None) -> str:

@@ -102,7 +102,7 @@ def test_conflict_stops_then_abort_restores_everything(sglpatch, chain, conflict
     (chain / "untracked.txt").write_text("keep me\n")
     before, head, series_before = fingerprint(chain), git.run("rev-parse", "HEAD"), fingerprint(conflicting_series)
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and "conflicts in " + OVERLAP in err and "`sglpatch rebase --continue`" in err
+    assert code == 1 and "conflicts in " + OVERLAP in err and "`sglpatch rebase --continue --sglang " in err
     assert "<<<<<<<" in (chain / OVERLAP).read_text()
     assert git.run("for-each-ref", "--format=%(objectname)", "refs/sglpatch/backup/") == head
     code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
@@ -136,9 +136,14 @@ def test_a_stopped_rebase_waits_for_the_user_and_nothing_else_runs(sglpatch, cha
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     stopped = fingerprint(chain)
     code, _, err = sglpatch("recover", "--sglang", chain)
-    assert code == 2 and "stopped at 0001-" in err and "waiting for you" in err and "`sglpatch rebase --abort`" in err
+    assert (
+        code == 2
+        and "stopped at 0001-" in err
+        and "waiting for you" in err
+        and "`sglpatch rebase --abort --sglang " in err
+    )
     code, _, err = sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
-    assert code == 2 and "stopped at 0001-" in err and "`sglpatch rebase --continue`" in err
+    assert code == 2 and "stopped at 0001-" in err and "`sglpatch rebase --continue --sglang " in err
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.16")
     assert code == 2 and "stopped at 0001-" in err
     code, out, err = sglpatch("status", "--sglang", chain, "--patches", conflicting_series)
@@ -187,7 +192,7 @@ def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain,
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     Git(chain).run("cherry-pick", "--abort")
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
-    assert code == 2 and "is gone and nothing was committed" in err and "`sglpatch rebase --abort`" in err
+    assert code == 2 and "is gone and nothing was committed" in err and "`sglpatch rebase --abort --sglang " in err
 
 
 def test_continue_with_no_git_identity_commits_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
@@ -233,7 +238,9 @@ def test_an_error_after_the_picks_stops_and_continue_retries(sglpatch, chain, pa
     for key, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
         monkeypatch.setenv(key, value)
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and "the rebase is stopped at the end" in err and "`sglpatch rebase --continue`" in err, err
+    assert (
+        code == 1 and "the rebase is stopped at the end" in err and "`sglpatch rebase --continue --sglang " in err
+    ), err
     assert Git(chain).current_branch() is None
     monkeypatch.setenv("SGLPATCH_CACHE", cache)
     for key in ("PIP_INDEX_URL", "PIP_RETRIES", "PIP_TIMEOUT"):
@@ -273,7 +280,7 @@ def test_continue_refuses_an_edited_pin_and_an_old_state_can_still_be_aborted(
         state.pop(key)
     state_path.write_text(json.dumps(state))
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
-    assert code == 2 and "cannot be continued" in err and "`sglpatch rebase --abort`" in err
+    assert code == 2 and "cannot be continued" in err and "`sglpatch rebase --abort --sglang " in err
     code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
     assert code == 0 and "rebase aborted: back on work" in out, err
     assert Git(chain).current_branch() == "work"
@@ -512,11 +519,11 @@ def test_drop_mid_rebase_keeps_earlier_resolutions_and_the_series_omits_it(sglpa
     names = [p.name for p in load_series(three_patches).patches]
     git = Git(chain)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and names[0] in err and "`sglpatch rebase --drop 1`" in err
+    assert code == 1 and names[0] in err and "`sglpatch rebase --drop 1 --sglang " in err
     git.run("checkout", "--theirs", "--", OVERLAP)  # the hand resolution of patch 1
     git.run("add", OVERLAP)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
-    assert code == 1 and f"{names[1]} conflicts" in err and "`sglpatch rebase --drop 2`" in err
+    assert code == 1 and f"{names[1]} conflicts" in err and "`sglpatch rebase --drop 2 --sglang " in err
     code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "2")
     assert code == 0, err
     assert f"{names[1]}: dropped (left out by hand" in out and f"series omits it: {names[1]}" in out
@@ -542,7 +549,7 @@ def test_drop_a_later_patch_by_name_while_stopped_and_refuse_an_earlier_one(sglp
     assert rebase(sglpatch, chain, three_patches, tmp_path, "--continue")[0] == 1  # patch 2 conflicts
     before = fingerprint(chain)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "1")
-    assert code == 2 and f"{names[0]} is already rebased" in err and "`sglpatch rebase --abort`" in err
+    assert code == 2 and f"{names[0]} is already rebased" in err and "`sglpatch rebase --abort --sglang " in err
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "7")
     assert code == 2 and "names no patch" in err
     assert fingerprint(chain) == before

@@ -215,3 +215,20 @@ def test_revert_after_a_rebase_that_kept_no_patch_ignores_bytecode(sglpatch, cha
     assert code == 0, err
     assert Git(chain).current_branch() == "sglpatch/v0.5.14"
     assert (cache / "server_args.cpython-311.pyc").exists()
+
+
+def test_the_rebase_hints_name_the_target_so_they_act_on_it_as_pasted(
+    sglpatch, chain, base_repo, project_pin, release_chain, tmp_path, monkeypatch
+):
+    """The hints (CONTINUE=1, DROP=, ABORT=1) left out SGLANG=: pasted as printed they acted on build/sglang."""
+    monkeypatch.setenv("SGLPATCH_FROM_MAKE", "1")
+    line = changed_line(release_chain, OVERLAP)
+    message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
+    series = one_patch_series(base_repo, project_pin, tmp_path / "conflicting", message, (OVERLAP, line, line + " #"))
+    assert sglpatch("apply", "--sglang", chain, "--patches", series)[0] == 0
+    code, out, err = rebase(sglpatch, chain, series, tmp_path, "--onto", "v0.5.15")
+    assert code == 1, err
+    for hint in ("CONTINUE=1", "DROP=1", "ABORT=1"):
+        assert f"`make rebase {hint} SGLANG={chain}`" in err, err
+    code, out, err = sglpatch("status", "--sglang", chain, "--patches", series)
+    assert f"`make rebase CONTINUE=1 SGLANG={chain}`" in out, out

@@ -61,7 +61,7 @@ def _recover_checkout(state: TargetState) -> None:
         if state.stopped:
             raise FatalError(
                 f"{rebase.describe_stop()} in {target.root}, waiting for you (not an interruption): "
-                f"resolve, then {hints.continue_rebase()}, or {hints.abort_rebase()} to put everything back"
+                f"resolve, then {hints.continue_rebase(target.root)}, or {hints.abort_rebase(target.root)} to put everything back"
             )
         refuse_others(state.locks, target.root)
         _refuse_unexplained_changes(state)

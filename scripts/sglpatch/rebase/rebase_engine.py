@@ -109,8 +109,8 @@ def _stopped_on_error(target: Target, folder: Path):
         with write_phase():
             save(folder, state)
         raise Stopped(
-            f"{why}; the rebase is stopped at {name}: fix that, then {hints.continue_rebase()}, "
-            f"or {hints.abort_rebase()} to put everything back"
+            f"{why}; the rebase is stopped at {name}: fix that, then {hints.continue_rebase(target.root)}, "
+            f"or {hints.abort_rebase(target.root)} to put everything back"
         ) from None
 
 
@@ -337,8 +337,8 @@ def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, ups
     save(folder, state)
     raise Stopped(
         f"{name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
-        f"then {hints.continue_rebase()}, or {hints.drop_rebase(state.patches.index(name) + 1)} to leave it out, "
-        f"or {hints.abort_rebase()} to put everything back"
+        f"then {hints.continue_rebase(git.workdir)}, or {hints.drop_rebase(state.patches.index(name) + 1, git.workdir)} to leave it out, "
+        f"or {hints.abort_rebase(git.workdir)} to put everything back"
     )
 
 
@@ -366,7 +366,7 @@ def _check_prefix(git: Git, folder: Path, state: RebaseState, name: str) -> None
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
-            f"then {hints.continue_rebase()}, or {hints.abort_rebase()}"
+            f"then {hints.continue_rebase(git.workdir)}, or {hints.abort_rebase(git.workdir)}"
         )
     state.checked = state.next
     with write_phase():
@@ -405,13 +405,13 @@ def _stopped_rebase(target: Target, folder: Path, state: RebaseState | None) -> 
     stopped = state.stopped
     if stopped is None:
         rebase_store.refuse_in_progress(target)
-    rebase_store.check_can_go_on(state, folder)
+    rebase_store.check_can_go_on(state, folder, target.root)
     _refuse_moved_since_stop(target.git, state, stopped)
     patch_dir = Path(state.patch_dir)
     if series_digest(patch_dir) != state.series_digest:
         raise FatalError(
             f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
-            f"or {hints.abort_rebase()} and start again"
+            f"or {hints.abort_rebase(target.root)} and start again"
         )
     return stopped, load_series(patch_dir)
 
@@ -448,7 +448,7 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
     if done:
         raise FatalError(
             f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} already rebased (the rebase is stopped at "
-            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase()} and start "
+            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase(target.root)} and start "
             f"again with DROP="
         )
     later = [n for n in names if n != stopped.patch and n not in state.dropped]
@@ -459,7 +459,7 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
                 save(folder, state)
             say(f"will leave out {', '.join(later)} when the rebase gets there")
         if stopped.patch not in names:
-            say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase()}")
+            say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase(target.root)}")
             return 0
         _drop_stopped_patch(target.git, folder, state, stopped)
         return _replay(target, folder, state, series)
@@ -491,7 +491,7 @@ def _refuse_moved_since_stop(git: Git, state: RebaseState, stopped: Stop) -> Non
     if branch is not None or not (git.is_ancestor(state.onto, head) and git.is_ancestor(where, head)):
         raise FatalError(
             f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
-            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.abort_rebase()}"
+            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.abort_rebase(git.workdir)}"
         )
 
 
@@ -501,7 +501,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
         if git.run("rev-parse", "HEAD") == stopped.head:
             raise FatalError(
                 f"the cherry-pick of {stopped.patch} is gone and nothing was committed for it; "
-                f"run {hints.abort_rebase()} and start again"
+                f"run {hints.abort_rebase(git.workdir)} and start again"
             )
         state.resolved_by_hand = True
         return

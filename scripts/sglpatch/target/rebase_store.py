@@ -338,11 +338,11 @@ def _why_not_continuable(data: dict) -> str | None:
     return None
 
 
-def check_can_go_on(state: RebaseState, folder: Path) -> None:
+def check_can_go_on(state: RebaseState, folder: Path, root: Path) -> None:
     """Refuse --continue on a state that lacks what the replay reads (e.g. one written by an older sglpatch)."""
     if state.unfit:
         raise FatalError(
-            f"{folder / 'state.json'} cannot be continued ({state.unfit}); {hints.abort_rebase()} and start again"
+            f"{folder / 'state.json'} cannot be continued ({state.unfit}); {hints.abort_rebase(root)} and start again"
         )
 
 
@@ -360,8 +360,8 @@ def refuse_in_progress(target: Target) -> None:
         return
     if state.stopped:
         raise FatalError(
-            f"{state.describe_stop()} in {target.root}; finish it ({hints.continue_rebase()}) "
-            f"or undo it ({hints.abort_rebase()}) first"
+            f"{state.describe_stop()} in {target.root}; finish it ({hints.continue_rebase(target.root)}) "
+            f"or undo it ({hints.abort_rebase(target.root)}) first"
         )
     raise FatalError(
         f"a rebase of {target.root} was interrupted; run {hints.recover(target.root)} to finish or undo it"
