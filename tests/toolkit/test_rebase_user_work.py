@@ -232,3 +232,29 @@ def test_the_rebase_hints_name_the_target_so_they_act_on_it_as_pasted(
         assert f"`make rebase {hint} SGLANG={chain}`" in err, err
     code, out, err = sglpatch("status", "--sglang", chain, "--patches", series)
     assert f"`make rebase CONTINUE=1 SGLANG={chain}`" in out, out
+
+
+def test_abort_removes_the_release_tag_the_rebase_made(
+    sglpatch, checkout, base_repo, project_pin, release_chain, tmp_path
+):
+    """ABORT=1 left the tag v0.5.15 the rebase had made importing the release into the checkout."""
+    line = changed_line(release_chain, OVERLAP)
+    message = "[Spec] Touch a line upstream rewrites\n\nWhy: to conflict.\n\nUpstream-PR: 1\n"
+    series = one_patch_series(base_repo, project_pin, tmp_path / "conflicting", message, (OVERLAP, line, line + " #"))
+    assert sglpatch("apply", "--sglang", checkout, "--patches", series)[0] == 0
+    before = tree_state(checkout)
+    assert Git(checkout).rev_parse("refs/tags/v0.5.15") is None
+    assert rebase(sglpatch, checkout, series, tmp_path, "--onto", "0.5.15")[0] == 1
+    assert Git(checkout).rev_parse("refs/tags/v0.5.15") is not None
+    assert rebase(sglpatch, checkout, series, tmp_path, "--abort")[0] == 0
+    assert Git(checkout).rev_parse("refs/tags/v0.5.15") is None
+    assert tree_state(checkout) == before
+
+
+def test_a_rebase_backwards_is_refused_before_anything_is_fetched(sglpatch, checkout, patches, tmp_path):
+    """Rebasing a line onto an older release than its base was not refused."""
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    before = tree_state(checkout)
+    code, out, err = rebase(sglpatch, checkout, patches, tmp_path, "--onto", "0.5.13")
+    assert code == 2 and "sglang 0.5.13 is older than the series' base, sglang 0.5.14" in err, err
+    assert tree_state(checkout) == before

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
@@ -187,14 +189,19 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     if git.run("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
     refuse_commits_past_the_series(target, current_record(target), "the rebase (it carries the series only)")
-    onto, release = _resolve_onto(git, request.onto, request.release)
-    _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
-    base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
-    commits = series_commits(git, base, series.patches)
+    _refuse_backwards(request.release or release_of(request.onto), pin)
+    tags = rebase_settle.tag_names(git)  # a release imported here is tagged: gone again if the rebase is
+    with rebase_settle.tags_removed_on_failure(git, tags):
+        onto, release = _resolve_onto(git, request.onto, request.release)
+        _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
+        base = git.rev_parse(pin.tag) or release_commit(pin.release, git, fetch_wheel(pin.release, pin.wheel))
+        commits = series_commits(git, base, series.patches)
     try:
-        _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
-        state = _new_state(git, request, series, base, onto, release, commits.commits)
-        room = room_to_switch_back(target, state.original_head, onto, series.touched_paths)
+        with rebase_settle.tags_removed_on_failure(git, tags):
+            _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
+            state = _new_state(git, request, series, base, onto, release, commits.commits)
+            state.tags_made = sorted(rebase_settle.tag_names(git) - tags)
+            room = room_to_switch_back(target, state.original_head, onto, series.touched_paths)
         with _rolled_back_on_failure(target, folder, state), write_phase():
             folder.mkdir()
             make_reserve(target, room, folder / RESERVE)
@@ -252,6 +259,15 @@ def _new_state(
         out_dir=str(out_dir),
         out_digest=series_digest(out_dir),
     )
+
+
+def _refuse_backwards(release: str | None, pin: Pin) -> None:
+    """A rebase carries a series forward: onto a release older than its base, it would undo upstream's work."""
+    if release and Version(release) < Version(pin.release):
+        raise FatalError(
+            f"sglang {release} is older than the series' base, sglang {pin.release}: a rebase carries a series "
+            f"forward; rebase a line based at or below {release} (`sglpatch lines` lists them); nothing was changed"
+        )
 
 
 def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Path:

@@ -13,6 +13,7 @@ kill there is seen by anyone loading that series, not only in the target.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch import hints
@@ -81,12 +82,29 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
         fault_point("rebase rollback: back on the original branch")
         _remove_files_a_cut_switch_left(git, state)
         made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
+        made += [f"refs/tags/{tag}" for tag in state.tags_made]
         for ref in made:
             if git.rev_parse(ref):
                 git.run("update-ref", "-d", ref)
                 fault_point(f"rebase rollback: {ref} deleted")
         _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def tag_names(git: Git) -> set[str]:
+    return set(git.run("for-each-ref", "--format=%(refname:strip=2)", "refs/tags/").split())
+
+
+@contextmanager
+def tags_removed_on_failure(git: Git, before: set[str]):
+    """Before the rebase's state is saved (rolling it back removes them then): tags it made, for the releases
+    it imported, go again if it stops."""
+    try:
+        yield
+    except BaseException:
+        for tag in sorted(tag_names(git) - before):
+            git.run("update-ref", "-d", f"refs/tags/{tag}")
+        raise
 
 
 def _remove_emptied_ref_folders(git: Git) -> None:

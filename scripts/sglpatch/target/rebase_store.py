@@ -187,6 +187,7 @@ class RebaseState:
     install: InstallPlan | None = None  # the staged result, once phase is "installing"
     out_dir: str | None = None  # a line's rebase writes the new line here (None: rewrite patch_dir)
     out_digest: str | None = None  # out_dir when the rebase began (empty: a new line)
+    tags_made: list[str] = field(default_factory=list)  # the release tags it made in the checkout (rolled back)
     run: RunMark | None = None  # the run that saved it last (the git locks a killed run left are its own)
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
@@ -244,6 +245,7 @@ class RebaseState:
             install=install,
             out_dir=typed("out_dir", str),
             out_digest=typed("out_digest", str),
+            tags_made=[n for n in typed("tags_made", list, []) if isinstance(n, str) and n and not n.startswith("-")],
             run=_run_mark(data.get("run")),
             unfit=unfit,
         )
@@ -253,7 +255,7 @@ class RebaseState:
         data: dict = {}
         for name in _SAVED:
             value = getattr(self, name)
-            if value is None or (name in ("dropped", "resolved_by_hand") and not value):
+            if value is None or (name in ("dropped", "resolved_by_hand", "tags_made") and not value):
                 continue
             if name == "outcomes":
                 value = [o.to_json() for o in value]
