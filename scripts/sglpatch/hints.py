@@ -53,6 +53,11 @@ def drop_rebase(number: int, root: Path | str) -> str:
     return _rebase(f"DROP={number}", f"--drop {number}", root)
 
 
+def rebase_line(line: str, onto: str) -> str:
+    """Carry the series line `line` onto release `onto` on the line's own base (it writes the new line)."""
+    return _command(f"make rebase LINE={line} ONTO={onto}", f"sglpatch rebase --line {line} --onto {onto}")
+
+
 def _rebase(variable: str, flag: str, root: Path | str) -> str:
     where = shlex.quote(str(root))
     return _command(f"make rebase {variable} SGLANG={where}", f"sglpatch rebase {flag} --sglang {where}")

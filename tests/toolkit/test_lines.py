@@ -178,7 +178,10 @@ def test_no_matching_line_is_refused_in_one_line_and_the_tree_is_untouched(sglpa
     code, out, err = sglpatch("apply", "--sglang", package)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    assert "sglang 0.5.17" in err and "lines: v0.5.14, v0.5.16" in err and "pass --line LINE to choose one" in err
+    assert "sglang 0.5.17" in err and "lines: v0.5.14, v0.5.16" in err and "pass --line LINE to apply one" in err
+    # issue 48: which line is nearest, and the way forward from it
+    assert "nearest line below it there: `sglpatch rebase --line v0.5.16 --onto 0.5.17`" in err, err
+    assert "writes the line v0.5.17" in err, err
     assert fingerprint(package) == before
 
 
@@ -213,7 +216,7 @@ def test_a_package_that_names_no_version_is_refused(sglpatch, project, package):
     (package / "_version.py").unlink()
     before = fingerprint(package)
     code, _, err = sglpatch("apply", "--sglang", package)
-    assert code == 2 and "names no version" in err and "pass --line LINE to choose one" in err
+    assert code == 2 and "names no version" in err and "pass --line LINE to apply one as it is" in err
     assert fingerprint(package) == before
 
 
