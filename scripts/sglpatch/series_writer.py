@@ -26,8 +26,9 @@ from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, parse_series_te
 SERIES_HEADER = """\
 # The patch series, in order, against the sglang release named in pin.json.
 # quilt format: one file name per line. Apply with `make apply`, or without
-# this tool: `git am --keep-non-patch $(grep -v '^#' series)` in a checkout,
-# or `quilt push -a` with QUILT_PATCHES pointing here.
+# this tool from the root of a checkout at that release, P this folder's path:
+# `git am --keep-non-patch $(grep -v '^#' "$P/series" | sed "s|^|$P/|")`,
+# or `QUILT_PATCHES="$P" quilt push -a`.
 """
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -113,13 +115,26 @@ def test_each_project_line_applies_to_its_real_wheel_tree_and_reverts_byte_exact
     assert fingerprint(package) == before
 
 
+def _git_am_recipes(line) -> set[str]:
+    """The `git am` line as the README, docs/series-format.md and the line's own series file print it."""
+    texts = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "docs" / "series-format.md", line.directory / "series"]
+    return {found for text in texts for found in re.findall(r"`(git am --keep-non-patch [^`]+)`", text.read_text())}
+
+
 @pytest.mark.parametrize("line", PROJECT_LINES, ids=lambda line: line.name)
-def test_each_project_line_goes_on_with_plain_git_am(tmp_path, line):
-    """The plain-git way per line: `git am --keep-non-patch` of patches/<line>/series on a checkout of its tag."""
+def test_each_project_line_goes_on_with_the_git_am_line_as_printed(tmp_path, line):
+    """The plain-git way per line, as the docs print it, pasted in a checkout of its tag with P the line's folder
+    (issue 48: the README's line named patches/ relative to the checkout, the series file's the series folder)."""
     checkout = _checkout_of(line.release, tmp_path / "checkout")
     names = [n.split()[0] for n in (line.directory / "series").read_text().splitlines() if n and n[0] != "#"]
-    Git(checkout).run("am", "-q", "--keep-non-patch", *[str(line.directory / n) for n in names])
+    recipes = _git_am_recipes(line)
+    assert len(recipes) == 1, recipes  # one line, the same everywhere
+    pasted = f"P={shlex.quote(str(line.directory))}\n{recipes.pop()}\n"
+    result = subprocess.run(["bash", "-c", pasted], cwd=checkout, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
     assert Git(checkout).run("rev-list", "--count", f"{line.name}..HEAD") == str(len(names))
+    subjects = Git(checkout).run("log", "--reverse", "--format=%s", f"{line.name}..HEAD").splitlines()
+    assert all(subject.startswith(("[DSA]", "[Spec]")) for subject in subjects), subjects
 
 
 # -- which line a target gets ------------------------------------------------------------------
