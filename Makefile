@@ -4,8 +4,8 @@
 # Every value a user gives (SGLANG=PATH on the command line, or from the environment) is taken as written: each
 # becomes a simple variable holding its raw text, so a `$(...)` in it is text that make never runs, and it reaches
 # sglpatch as one single-quoted argument (`q` below).
-USER_VARIABLES := PYTHON SGLANG LINE ONTO BRANCH FROM BASE JOBS TORCH_INDEX PYTEST_ARGS PYTEST_TMP THREEWAY CONTINUE \
-	ABORT DROP DROP_UPSTREAMED CHECK_IMPORTS RELEASES DOCS FORK FORK_OWNER SUBMIT OUT LEG GPU_PYTHON V NEXT_N GRID SEED \
+USER_VARIABLES := PYTHON SGLANG LINE ONTO BRANCH FROM BASE JOBS TORCH_INDEX PYTEST_ARGS PYTEST_TMP KEEP_TREES THREEWAY \
+	CONTINUE ABORT DROP DROP_UPSTREAMED CHECK_IMPORTS RELEASES DOCS FORK FORK_OWNER SUBMIT OUT LEG GPU_PYTHON V NEXT_N GRID SEED \
 	SGLANG_TESTS
 $(foreach v,$(USER_VARIABLES),$(if $(filter command line environment%,$(origin $(v))),$(eval override $(v) := $$(value $(v)))))
 
@@ -35,12 +35,16 @@ TEST_TMP_ROOT = $(if $(filter ram,$(TEST_TMP_KIND)),/dev/shm,$(or $(TMPDIR),/tmp
 PYTEST_TMP ?= $(TEST_TMP_ROOT)/sglpatch-pytest-$(shell id -u)-$(notdir $(CURDIR))
 PYTEST_KEEP = $(if $(filter ram,$(TEST_TMP_KIND)),-o tmp_path_retention_policy=failed,)
 PYTEST = $(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP)) $(PYTEST_KEEP)
-# After a pytest run ($$status its exit) whose trees are under $(1): on the RAM disk, a passed run's are freed;
-# a failed run's stay for a look, and make says where (the next run frees them).
-FREE_RAM_TREES = if [ "$(TEST_TMP_KIND)" = ram ]; then if [ $$status = 0 ]; then rm -rf $(1); \
-	else echo "make: the failed run's trees stay in $(1), in memory (a RAM disk): rm -rf them, or the next make test does" >&2; fi; fi
+# A pytest run's trees ($$trees; $$status its exit) on the RAM disk hold memory: they are freed when it ends,
+# passed, failed or interrupted (FREEING sets a trap before the run). KEEP_TREES=1 keeps those of a failed run
+# for a look, and make says where (the next make test frees them). No apostrophe here: the trap quotes it.
+FREE_RAM_TREES = if [ "$(TEST_TMP_KIND)" = ram ]; then \
+	if [ $$status = 0 ] || [ -z "$(if $(KEEP_TREES),keep)" ]; then rm -rf "$$trees"; \
+	[ $$status = 0 ] || echo "make: the trees of the failed run are freed from the RAM disk ($$trees); KEEP_TREES=1 keeps them" >&2; \
+	else echo "make: the trees of the failed run stay in $$trees, in memory (a RAM disk): rm -rf them, or the next make test does" >&2; fi; fi
+FREEING = trees=$(1); trap 'status=130; $(FREE_RAM_TREES); exit 130' INT TERM;
 # ... and exit with the run's status: what follows a main pytest command in a recipe
-FREE_RAM_TREES_AND_EXIT = status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))); exit $$status
+FREE_RAM_TREES_AND_EXIT = status=$$?; $(FREE_RAM_TREES); exit $$status
 # The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
 SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
@@ -115,7 +119,7 @@ recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLA
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package, and killed inside git
 	$(SET_TMP_ASIDE)
-	SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability; $(FREE_RAM_TREES_AND_EXIT)
+	$(call FREEING,$(call q,$(PYTEST_TMP))) SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability; $(FREE_RAM_TREES_AND_EXIT)
 
 # Each line but the default one has its CPU tests in tests/patched_<line>/, run in a pytest process of its own
 # (two sglang versions cannot share one): `sglpatch lines --test-folders` prints "<line> <folder>" for each.
@@ -124,15 +128,15 @@ APPLY_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
 TEST_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
 	echo "$$lines" | while read -r line folder; do [ -z "$$line" ] && continue; \
 	echo "make: line $$line: $$folder in a pytest process of its own"; \
-	$(PY) -m pytest --basetemp=$(call q,$(PYTEST_TMP))-"$$line" $(PYTEST_KEEP) $(1) "$$folder"; \
-	status=$$?; $(call FREE_RAM_TREES,$(call q,$(PYTEST_TMP))-"$$line"); [ $$status = 0 ] || exit 1; done
+	$(call FREEING,$(call q,$(PYTEST_TMP))-"$$line") $(PY) -m pytest --basetemp="$$trees" $(PYTEST_KEEP) $(1) "$$folder"; \
+	status=$$?; $(FREE_RAM_TREES); [ $$status = 0 ] || exit 1; done
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules; each line's own tests in its own process)
 	$(SGLPATCH) apply --line $(DEFAULT_LINE)
 	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
+	$(call FREEING,$(call q,$(PYTEST_TMP))) $(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
@@ -140,8 +144,21 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
+	$(call FREEING,$(call q,$(PYTEST_TMP))) PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
+
+# Another Python than the venv's, say Debian 12's own (PYTHON=/usr/bin/python3: 3.11.2, where tarfile's data filter,
+# 3.11.4 on, is missing): a venv of its own under build/, and the tests of the code that differs between Python
+# patch releases (ci/untar.py unpacking the GPU bundle). .ci/run runs it where /usr/bin/python3 exists.
+PYTHON_RELEASE_TESTS := tests/ci/test_gpu_bundle_tools.py
+OTHER_VENV = build/venv-$(shell $(call q,$(PYTHON)) -c 'import platform; print(platform.python_version())' 2>/dev/null)
+.PHONY: test-python
+test-python: ## with PYTHON=/usr/bin/python3 (any 3.11+): the tests of what differs between Python releases, in a venv of its own under build/
+	@$(call q,$(PYTHON)) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "make: $(PYTHON) is not Python 3.11 or newer (sglpatch needs 3.11+); nothing was made" >&2; exit 2; }
+	$(call q,$(PYTHON)) -m venv $(OTHER_VENV)
+	$(OTHER_VENV)/bin/python -m pip install --progress-bar off -q -e '.[test]'
+	$(OTHER_VENV)/bin/python -m pytest -p no:cacheprovider -ra --basetemp=$(call q,$(PYTEST_TMP))-python $(PYTEST_ARGS) $(PYTHON_RELEASE_TESTS)
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches (JOBS=N pytest runs at once; default: CPUs, at most 4)
 	$(SGLPATCH) check-patches $(LINE_ARG) $(if $(JOBS),--jobs=$(call q,$(JOBS)),)
