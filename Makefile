@@ -107,8 +107,8 @@ status: $(VENV)/.tool-stamp ## names the line; per patch: applied / applies clea
 rebase: $(VENV)/.tool-stamp ## ONTO=REF (tag, commit or release like 0.5.15): replay the series there; CONTINUE=1 / ABORT=1 / DROP=N (leave patch N out) after a conflict; DROP_UPSTREAMED=1; CHECK_IMPORTS=1
 	$(SGLPATCH) rebase $(TARGET_ARG) $(if $(CONTINUE),--continue,$(if $(ABORT),--abort,$(if $(ONTO),--onto=$(call q,$(ONTO)),))) $(if $(DROP),--drop=$(call q,$(DROP)),) $(if $(DROP_UPSTREAMED),--drop-upstreamed,) $(if $(CHECK_IMPORTS),--check-imports,)
 
-drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
-	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases=$(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift,)
+drift: $(VENV)/.tool-stamp ## per line: patch x release table from its base on (markdown + png in build/drift/<line>; DOCS=1: update docs/drift and each later line's upstream.json; LINE= one line); RELEASES=a,b,c (default: every release since the pin)
+	$(SGLPATCH) drift $(LINE_ARG) $(if $(RELEASES),--releases=$(call q,$(RELEASES)),) $(if $(DOCS),--out docs/drift --upstream-json,)
 
 pr: $(VENV)/.tool-stamp ## upstream PRs per group: branches on SGLANG=<your sglang clone> (its main; ONTO=REF), lint, bodies in build/pr, gh commands; FORK=remote-or-url (FORK_OWNER=), SUBMIT=1 to push and open or update
 	$(SGLPATCH) pr $(TARGET_ARG) $(if $(ONTO),--onto=$(call q,$(ONTO)),) $(if $(FORK),--fork=$(call q,$(FORK)),) $(if $(FORK_OWNER),--fork-owner=$(call q,$(FORK_OWNER)),) $(if $(SUBMIT),--submit,) $(if $(OUT),--out=$(call q,$(call caller_path,$(OUT))),)

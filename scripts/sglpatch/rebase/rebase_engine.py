@@ -581,7 +581,9 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
     patch_dir, out_dir = state.patch_dir, state.series_out_dir
     if files and str(out_dir) != patch_dir:
         say(f"wrote the line {out_dir} against sglang {state.release} ({patch_dir} is as it was)")
-        say(f"  range-diff for review: {report[0]}; add its pr-groups.json (and upstream.json) by hand")
+        say(
+            f"  range-diff for review: {report[0]}; add its pr-groups.json by hand (`make drift DOCS=1` its upstream.json)"
+        )
     elif files:
         say(f"rewrote {patch_dir} against sglang {state.release}; range-diff for review: {report[0]}")
     elif report and not left_out:
