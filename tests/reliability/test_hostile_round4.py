@@ -52,7 +52,7 @@ def test_recover_says_head_is_on_the_series_branch_with_commits_of_your_own(sglp
 
 @pytest.mark.parametrize("mine", ["sglpatch/v0.5.14", "sglpatch", "sglpatch/v0.5.14/wip"])
 def test_a_branch_of_yours_in_the_series_branchs_place_is_named_by_status_and_apply(sglpatch, checkout, patches, mine):
-    """status said "applies 2 patchs" and apply refused with "or delete it" (your branch), or failed inside
+    """status said "applies 2 patch-s" (sic) and apply refused with "or delete it" (your branch), or failed inside
     `git fetch` with its command line (a branch `sglpatch`)."""
     Git(checkout).run("branch", mine)
     code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
