@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sglpatch import hints
@@ -67,12 +68,12 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
 def _refuse_held_elsewhere(target: Target, branch: str) -> None:
     """git deletes no branch a linked worktree has checked out (`git worktree add --force`, or a checkout with
     --ignore-other-worktrees put it there too): say so before anything changes, not half-way."""
-    listed = target.git.run("worktree", "list", "--porcelain", "-z", strip=False).split("\0")
+    listed = target.git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0")
     here, holders, where = target.root.resolve(), [], None
-    for line in listed:
-        if line.startswith("worktree "):
-            where = Path(line.removeprefix("worktree "))
-        elif line == f"branch refs/heads/{branch}" and where is not None and where.resolve() != here:
+    for line in listed:  # a path as the file system has it: any byte (os.fsdecode, as every path here)
+        if line.startswith(b"worktree "):
+            where = Path(os.fsdecode(line.removeprefix(b"worktree ")))
+        elif line == os.fsencode(f"branch refs/heads/{branch}") and where is not None and where.resolve() != here:
             holders.append(where)
     if holders:
         raise FatalError(
