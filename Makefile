@@ -158,7 +158,8 @@ test-python: ## with PYTHON=/usr/bin/python3 (any 3.11+): the tests of what diff
 		echo "make: $(PYTHON) is not Python 3.11 or newer (sglpatch needs 3.11+); nothing was made" >&2; exit 2; }
 	$(call q,$(PYTHON)) -m venv $(OTHER_VENV)
 	$(OTHER_VENV)/bin/python -m pip install --progress-bar off -q -e '.[test]'
-	$(OTHER_VENV)/bin/python -m pytest -p no:cacheprovider -ra --basetemp=$(call q,$(PYTEST_TMP))-python $(PYTEST_ARGS) $(PYTHON_RELEASE_TESTS)
+	$(call FREEING,$(call q,$(PYTEST_TMP))-python) $(OTHER_VENV)/bin/python -m pytest -p no:cacheprovider -ra \
+		--basetemp="$$trees" $(PYTEST_ARGS) $(PYTHON_RELEASE_TESTS); $(FREE_RAM_TREES_AND_EXIT)
 
 check-patches: $(VENV)/.sglang-cpu-stamp ## per patch: its CPU tests fail without it; every prefix passes the tests of its patches (JOBS=N pytest runs at once; default: CPUs, at most 4)
 	$(SGLPATCH) check-patches $(LINE_ARG) $(if $(JOBS),--jobs=$(call q,$(JOBS)),)
