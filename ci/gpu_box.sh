@@ -61,9 +61,10 @@ box_start() {
 }
 
 # extract_archive ARCHIVE DEST: a bundle archive (tar.xz, members site/... or pkgs/...) into DEST, with
-# tarfile's "data" filter (no absolute paths, links out of DEST or device files); fails if it cannot.
+# tarfile's "data" rules (no absolute paths, links out of DEST or device files), on any Python 3.11 (ci/untar.py:
+# the filter itself came in 3.11.4); fails if it cannot.
 extract_archive() {
-  "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$1" "$2"
+  "$PY" "$(dirname "${BASH_SOURCE[0]}")/untar.py" "$1" "$2"
 }
 
 # unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing). sglang.tar.xz

@@ -7,6 +7,7 @@ exercised on the real tree; it never stands in for the project's own series.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from sglpatch.wheels import fetch_wheel
 BACKEND = "python/sglang/srt/layers/attention/dsa_backend.py"
 OVERLAP = "python/sglang/srt/managers/overlap_utils.py"
 SECOND = "python/sglang/global_config.py"  # unchanged from 0.5.14 to 0.5.17
+LATER = ("0.5.15", "0.5.16", "0.5.17")  # the releases `release_chain` holds after the pin
 NEW_FILE = "python/sglang/srt/layers/attention/dsa/layout_note.py"
 AUTHOR = ("Ada Patchwright", "ada@example.com")
 # what a conftest takes with `from testing.sglang_trees import *`: the fixtures
@@ -39,6 +41,8 @@ __all__ = [
     "package",
     "patches",
     "sglpatch",
+    "release_chain",
+    "chain",
 ]
 
 
@@ -124,7 +128,7 @@ def make_series(
         _commit(repo, message)
     out.mkdir(parents=True)
     (out / "pin.json").write_text(pin.to_json())
-    write_series_files(out, render_series(repo, pin.tag, "HEAD", pin))
+    write_series_files(out, render_series(repo, pin.tag, "HEAD", pin), replacing=[])
     return out
 
 
@@ -202,3 +206,39 @@ def sglpatch(capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def release_chain(tmp_path_factory, wheel_path, project_pin):
+    """A repo where each release is a commit on top of the previous one, tagged v<release> (0.5.15 to 0.5.17 from
+    PyPI unless cached: tests that use it are marked `network`)."""
+    root = tmp_path_factory.mktemp("chain") / "sglang"
+    repo = init_repo(root)
+    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
+    for release in LATER:
+        check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
+    return root
+
+
+@pytest.fixture
+def chain(tmp_path, release_chain):
+    """A clone of the release chain on a branch `work` at v0.5.14, with its user's identity."""
+    dest = tmp_path / "chain"
+    # --no-checkout: the one checkout is of v0.5.14 (not the newest release first, then v0.5.14)
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(release_chain), str(dest)], check=True)
+    git = Git(dest)
+    git.run("checkout", "-q", "-b", "work", "v0.5.14")
+    git.run("config", "user.name", "Target User")
+    git.run("config", "user.email", "target@example.com")
+    return dest
+
+
+def changed_line(release_chain, path):
+    """A line of `path` that upstream rewrote between v0.5.14 and v0.5.15: editing it must conflict."""
+    git = Git(release_chain)
+    old = git.run("show", f"v0.5.14:{path}", strip=False).splitlines()
+    new = git.run("show", f"v0.5.15:{path}", strip=False).splitlines()
+    for tag, i1, _i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "replace" and old[i1].strip() and old.count(old[i1]) == 1:
+            return old[i1]
+    raise AssertionError(f"no rewritten line found in {path}")

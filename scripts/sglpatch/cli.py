@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-from sglpatch import __version__, hints
+from sglpatch import __version__, _interrupted_while_starting, hints
 from sglpatch.commands import (
     apply,
     check_patches,
@@ -21,7 +22,7 @@ from sglpatch.commands import (
     revert,
     status,
 )
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import new_run, require_git, set_verbose
 from sglpatch.output import one_line, reader_gone
 
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the command's own handling from here on
     argv = sys.argv[1:] if argv is None else list(argv)
     for stream in (sys.stdout, sys.stderr):  # a path that is not text (any byte, a C locale) prints as escapes
         if hasattr(stream, "reconfigure"):
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         recover = hints.recover(getattr(args, "sglang", None))
         after = f"; {recover} says where the target stands" if args.command in WRITE_TARGETS else ""
         print(
-            one_line(f"sglpatch {args.command}: error: cannot access{where} ({exc.strerror or exc}){after}"),
+            one_line(f"sglpatch {args.command}: error: cannot access{where} ({os_reason(exc)}){after}"),
             file=sys.stderr,
         )
         return 2

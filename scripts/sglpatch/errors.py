@@ -4,6 +4,8 @@ Every refusal is a FatalError: `cli.main` prints its message on one line and exi
 with its code. Anything else escaping a command is a bug in the toolkit.
 """
 
+import errno
+
 EXIT_REFUSED = 2
 
 
@@ -18,3 +20,9 @@ class FatalError(Exception):
 
 class CorruptState(FatalError):
     """A state file sglpatch wrote (checkout record, journal, rebase state) that cannot be read as one."""
+
+
+def os_reason(exc: OSError) -> str:
+    """Why a file operation failed, in the system's words; a write past `ulimit -f` says so."""
+    reason = exc.strerror or str(exc)
+    return f"{reason}: past the file-size limit, `ulimit -f`" if exc.errno == errno.EFBIG else reason

@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,10 @@ _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 # work tree, and where the user set them without applying them (or git left files it could not remove) the
 # switch there and back would delete the files they keep. Without them git writes only what the switch changes.
 KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
+# The commits sglpatch makes on a user's branch (a rebase's cherry-picks) are the patches' own: no hook of the
+# user's runs in them (core.hooksPath or .git/hooks: a prepare-commit-msg or commit-msg hook would write its text
+# into every rewritten patch), and no editor opens.
+_NO_HOOKS = ("-c", f"core.hooksPath={os.devnull}")
 
 
 class GitFailed(FatalError):
@@ -55,7 +60,8 @@ class GitFailed(FatalError):
     stderr only under -v (which has printed it already), as sglpatch's refusals are sglpatch's words."""
 
     def __init__(self, command: str, status: int, stderr: str):
-        super().__init__(f"`{command}` failed ({status}): {git_reason(stderr)}")
+        why = f"failed: {killed_by(status)}" if status < 0 else f"failed ({status}): {git_reason(stderr)}"
+        super().__init__(f"`{command}` {why}")
         self.status = status
         self.stderr = stderr
 
@@ -75,6 +81,23 @@ def git_reason(stderr: str) -> str:
     if os.environ.get(VERBOSE_VARIABLE):
         return " ".join(stderr.split()) or "(no message)"
     return "`sglpatch -v` (make ... V=1) shows git's message"
+
+
+def error_line(stderr: str) -> str:
+    """git's own words for why a command failed: its first `error:` or `fatal:` line, else `git_reason`."""
+    found = next((line for line in stderr.splitlines() if line.startswith(("error:", "fatal:"))), "")
+    return found.split(":", 1)[1].strip() if found else git_reason(stderr)
+
+
+def killed_by(status: int) -> str:
+    """What a signal that ended git (a negative status) means: SIGXFSZ is a file past `ulimit -f`."""
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        return f"git was killed by signal {-status}"
+    if -status == signal.SIGXFSZ:
+        return f"git was killed by {name}, a file past the file-size limit (`ulimit -f`)"
+    return f"git was killed by {name}"
 
 
 def require_git() -> None:
@@ -114,19 +137,20 @@ def shown_command(workdir: Path, args: tuple[str, ...] | list[str]) -> str:
 class Git:
     """git in one working directory, optionally with its own environment (an index file, an identity)."""
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None):
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None, options: tuple[str, ...] = ()):
         self.workdir = Path(workdir)
         self.env = dict(env or {})
+        self.options = options  # git's own options before every command (`-c key=value`)
 
     def with_env(self, **extra: str) -> Git:
-        return Git(self.workdir, {**self.env, **extra})
+        return Git(self.workdir, {**self.env, **extra}, self.options)
 
     def call(self, args: tuple[str, ...], stdin: bytes | BinaryIO | None = None) -> tuple[int, bytes, bytes]:
         """Run `git ARGS` here: (exit status, stdout, stderr) as bytes. Every other method goes through this."""
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *_NO_AUTO_GC, *args],
+                ["git", *_NO_AUTO_GC, *self.options, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,
@@ -188,6 +212,12 @@ class Git:
         """This git, committing (a cherry-pick, say) as `committer()`: the author stays the commit's own."""
         name, email = self.committer()
         return self.with_env(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
+
+    def committing(self) -> Git:
+        """This git making sglpatch's commit on the user's branch (a cherry-pick): as `committer()`, the author
+        the commit's own, without the user's hooks and without an editor."""
+        committer = self.as_committer().with_env(GIT_EDITOR="true")
+        return Git(committer.workdir, committer.env, (*self.options, *_NO_HOOKS))
 
     def as_sglpatch(self) -> Git:
         """This git with sglpatch's own identity as author and committer: for commits only the toolkit sees."""

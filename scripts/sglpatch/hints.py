@@ -9,7 +9,10 @@ Only the sglpatch that make starts gets the variable, not what make test runs be
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
+
+from sglpatch import project
 
 FROM_MAKE = "SGLPATCH_FROM_MAKE"
 
@@ -33,16 +36,31 @@ def apply() -> str:
     return _command("make apply", "sglpatch apply")
 
 
-def continue_rebase() -> str:
-    return _command("make rebase CONTINUE=1", "sglpatch rebase --continue")
+def apply_to(root: Path | str) -> str:
+    return _command(f"make apply SGLANG={shlex.quote(str(root))}", f"sglpatch apply --sglang {shlex.quote(str(root))}")
 
 
-def abort_rebase() -> str:
-    return _command("make rebase ABORT=1", "sglpatch rebase --abort")
+def continue_rebase(root: Path | str) -> str:
+    """`make rebase CONTINUE=1 SGLANG=ROOT`: the rebase's target named, so the line pasted acts on it."""
+    return _rebase("CONTINUE=1", "--continue", root)
 
 
-def drop_rebase(number: int) -> str:
-    return _command(f"make rebase DROP={number}", f"sglpatch rebase --drop {number}")
+def abort_rebase(root: Path | str) -> str:
+    return _rebase("ABORT=1", "--abort", root)
+
+
+def drop_rebase(number: int, root: Path | str) -> str:
+    return _rebase(f"DROP={number}", f"--drop {number}", root)
+
+
+def rebase_line(line: str, onto: str) -> str:
+    """Carry the series line `line` onto release `onto` on the line's own base (it writes the new line)."""
+    return _command(f"make rebase LINE={line} ONTO={onto}", f"sglpatch rebase --line {line} --onto {onto}")
+
+
+def _rebase(variable: str, flag: str, root: Path | str) -> str:
+    where = shlex.quote(str(root))
+    return _command(f"make rebase {variable} SGLANG={where}", f"sglpatch rebase {flag} --sglang {where}")
 
 
 def recover(root: Path | str | None = None) -> str:
@@ -54,3 +72,14 @@ def recover(root: Path | str | None = None) -> str:
 
 def revert(root: Path | str) -> str:
     return _command(f"make revert SGLANG={root}", f"sglpatch revert --sglang {root}")
+
+
+def move_aside(folder: Path) -> str:
+    """`mv -n FOLDER PLACE`: a folder under build/ holding the user's work, moved beside the project, where
+    `make clean` (rm -rf build) does not reach; PLACE is a name not yet taken, so nothing is written over."""
+    root = project.PROJECT_ROOT
+    place = root.parent / f"{root.name}-{folder.name}-mine"
+    number = 2
+    while place.exists() or place.is_symlink():
+        place, number = root.parent / f"{root.name}-{folder.name}-mine-{number}", number + 1
+    return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(place))}`"

@@ -198,9 +198,17 @@ def line_for_target(where: Path, version: str | None, nearest_release_tag: Calla
     said = f"{name} {version}" if version else f"an {name} that names no version"
     if tag:
         said += f" (nearest release tag {tag})"
+    release = _version_of(tag or version or "")
+    below = [line for line in all_lines() if release and _version_of(line.name) < release]
+    forward = (
+        f"; or carry the nearest line below it there: {hints.rebase_line(below[-1].name, str(release))} (on that "
+        f"line's base, made by {hints.apply()}) writes the line v{release}"
+        if below and not release.is_prerelease
+        else ""
+    )
     raise FatalError(
         f"{where} holds {said}, which matches no series line (lines: {names(all_lines())}); "
-        f"pass {hints.option('--line LINE', 'LINE=<line>')} to choose one"
+        f"pass {hints.option('--line LINE', 'LINE=<line>')} to apply one as it is{forward}"
     )
 
 

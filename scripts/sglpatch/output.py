@@ -47,7 +47,10 @@ def timed(label: str):
 
 
 def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    """`1 patch`, `6 patches`, `2 files`."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x', 'z')) else 's'}"
 
 
 def show_path(path: Path | str) -> str:

@@ -7,7 +7,8 @@ is produced and checked in memory first, so an error changes nothing; each file
 is then replaced atomically. A kill between two renames can leave old and new
 files side by side (`sha256sum -c SHA256SUMS` shows it); a rebase marks the
 folder first (series.REWRITE_MARKER) so that such a kill is detected and
-finished by `recover`.
+finished by `recover`. Only the patches the folder's `series` listed before are
+replaced or removed: any other `*.patch` there is the user's, and stays.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.interrupts import fault_point
 from sglpatch.pin import PIN_FILE, Pin
-from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, render_sums
+from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, parse_series_text, render_sums
 
 SERIES_HEADER = """\
 # The patch series, in order, against the sglang release named in pin.json.
 # quilt format: one file name per line. Apply with `make apply`, or without
-# this tool: `git am --keep-non-patch $(grep -v '^#' series)` in a checkout,
-# or `quilt push -a` with QUILT_PATCHES pointing here.
+# this tool from the root of a checkout at that release, P this folder's path:
+# `git am --keep-non-patch $(grep -v '^#' "$P/series" | sed "s|^|$P/|")`,
+# or `QUILT_PATCHES="$P" quilt push -a`.
 """
 
 
@@ -71,13 +73,38 @@ def _blobs_at(repo: Git, rev: str, paths: list[str]) -> dict[str, str]:
     return {p: found.get(p, "") for p in paths}
 
 
-def write_series_files(out_dir: Path, files: dict[str, bytes]) -> None:
-    """Replace each file atomically and durably, then drop patches no longer in the series. Safe to run again."""
+def listed_patches(out_dir: Path) -> list[str]:
+    """The patches the folder's `series` lists now: the ones a rewrite of the folder replaces (none without a
+    readable series: then every patch file there is someone else's)."""
+    try:
+        return parse_series_text((out_dir / SERIES_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, FatalError):
+        return []
+
+
+def refuse_unlisted_in_the_way(
+    out_dir: Path, files: dict[str, bytes], listed: list[str], then: str = "run this again"
+) -> None:
+    """A patch file of the new series whose name a file the old series did not list already has (with other
+    bytes): the user's, which writing the series would overwrite."""
+    for name, data in files.items():
+        path = out_dir / name
+        if name.endswith(".patch") and name not in listed and path.exists() and path.read_bytes() != data:
+            raise FatalError(
+                f"{path} is not in the series {out_dir / SERIES_FILE} lists, and the new series writes a patch of "
+                f"that name; move that file away (or list it in the series), then {then}"
+            )
+
+
+def write_series_files(out_dir: Path, files: dict[str, bytes], replacing: list[str]) -> None:
+    """Replace each file atomically and durably, then drop the patches of `replacing` (what the old series
+    listed) that the new one does not hold; any other `*.patch` in the folder stays. Safe to run again."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         write_durably(out_dir / name, data, fault_points=False)
         fault_point(f"series folder: {name} written")
-    for old in sorted(out_dir.glob("*.patch")):
-        if old.name not in files:
+    for name in sorted(set(replacing) - set(files)):
+        old = out_dir / name
+        if old.is_file() and not old.is_symlink():
             old.unlink()
-            fault_point(f"series folder: {old.name} removed")
+            fault_point(f"series folder: {name} removed")

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.output import progress, show_path
 from sglpatch.pin import Wheel
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
@@ -37,6 +37,24 @@ def cache_dir() -> Path:
     return Path(base) / "sglpatch"
 
 
+def cache_folder(name: str) -> Path:
+    """The cache's sub-folder `name` (wheels, locks), made when missing; one sglpatch cannot write is refused in
+    one line that names SGLPATCH_CACHE."""
+    folder = cache_dir() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise unwritable_cache(folder, exc) from None
+    return folder
+
+
+def unwritable_cache(path: Path, exc: OSError) -> FatalError:
+    return FatalError(
+        f"cannot write sglpatch's cache at {show_path(path)} ({os_reason(exc)}); nothing was changed: "
+        "set SGLPATCH_CACHE to a folder you can write (it keeps the wheels, the locks and the releases)"
+    )
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -52,8 +70,7 @@ def fetch_wheel(release: str, wheel: Wheel | None = None, project: ProjectKind =
     and checked against its sha256. Without it (other releases, for drift), the
     wheel for the pin's platform is fetched and its sha256 recorded beside it.
     """
-    wheels = cache_dir() / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+    wheels = cache_folder("wheels")
     if wheel is not None:
         cached = wheels / wheel.filename
         if cached.is_file() and file_sha256(cached) == wheel.sha256:

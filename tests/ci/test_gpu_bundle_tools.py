@@ -295,6 +295,62 @@ def _archive(path: Path, members: dict[str, str]) -> None:
             archive.addfile(info, io.BytesIO(text.encode()))
 
 
+def _hostile_archive(path: Path, kind: str) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:xz") as archive:
+        info = tarfile.TarInfo("pkgs/ok.py")
+        info.size = 3
+        archive.addfile(info, io.BytesIO(b"ok\n"))
+        bad = tarfile.TarInfo({"absolute": "/tmp/untar-abs", "dotdot": "pkgs/../../escaped"}.get(kind, "pkgs/bad"))
+        if kind in ("symlink-out", "through-link"):
+            bad.type, bad.linkname = tarfile.SYMTYPE, "../../outside"
+        elif kind == "device":
+            bad.type, bad.devmajor, bad.devminor = tarfile.CHRTYPE, 1, 3
+        archive.addfile(bad, io.BytesIO(b"") if bad.isfile() else None)
+        if kind == "through-link":
+            inner = tarfile.TarInfo("pkgs/bad/written")
+            inner.size = 1
+            archive.addfile(inner, io.BytesIO(b"x"))
+
+
+# (the Python, what it is): this one, this one as if it were older than 3.11.4, and Debian 12's own where it is
+UNTAR_PYTHONS = [(sys.executable, "filter"), (sys.executable, "no filter")]
+if Path("/usr/bin/python3").exists():
+    UNTAR_PYTHONS.append(("/usr/bin/python3", "system"))
+_AS_OLDER = (
+    "import runpy, sys, tarfile; vars(tarfile).pop('data_filter', None); sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def _untar(python: str, how: str, archive: Path, dest: Path) -> subprocess.CompletedProcess:
+    script = [str(CI / "untar.py"), str(archive), str(dest)]
+    command = [python, "-c", _AS_OLDER, *script] if how == "no filter" else [python, *script]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("python, how", UNTAR_PYTHONS, ids=[how for _, how in UNTAR_PYTHONS])
+@pytest.mark.parametrize("kind", ["good", "absolute", "dotdot", "symlink-out", "through-link", "device"])
+def test_a_bundle_archive_is_unpacked_by_the_data_rules_on_any_python(tmp_path, python, how, kind):
+    """Issue 48: on Debian 12's Python (3.11.2) `extractall(filter=...)` does not exist (3.11.4 on), and every
+    unpack of the GPU bundle failed. ci/untar.py keeps the data filter's refusals there."""
+    archive, dest = tmp_path / "a.tar.xz", tmp_path / "box" / "work"
+    dest.mkdir(parents=True)
+    _hostile_archive(archive, kind)
+    done = _untar(python, how, archive, dest)
+    if kind == "good":
+        assert done.returncode == 0, done.stderr
+        assert (dest / "pkgs" / "ok.py").read_text() == "ok\n" and (dest / "pkgs" / "bad").is_file()
+        return
+    assert done.returncode != 0 and "Traceback" not in done.stderr or how == "filter", done.stderr
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "box" / "escaped").exists()
+    assert not Path("/tmp/untar-abs").exists() and not (dest / "pkgs" / "bad" / "written").exists()
+    if how != "filter":
+        assert "nothing was unpacked" in done.stderr and not (dest / "pkgs").exists(), done.stderr
+
+
 @pytest.mark.parametrize("line, version", [("v0.5.14", "0.5.14"), ("v0.5.23", "0.5.23")])
 def test_the_dsa_kit_runs_on_the_sglang_of_the_line_it_is_given(tmp_path, line, version):
     """Issue 36: `make dsa-kit` ran only the v0.5.14 series. With LINE= the kit's tree is that line's sglang

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
+import subprocess
 
 import pytest
 
 from sglpatch.git import Git
 from sglpatch.wheels import cache_dir
+from testing.sglang_trees import SECOND, as_tester
+from testing.tree_bytes import tree_state
 
 
 @pytest.fixture
@@ -48,6 +52,17 @@ def test_an_earlier_series_on_the_default_base_is_taken_out_first(sglpatch, proj
     """After patches/ changes (a pull, an export), `make apply` and `make test` must not refuse their own base."""
     assert sglpatch("apply")[0] == 0
     base = Git(project / "build" / "sglang")
+    _revise_the_second_patch(project)
+    code, out, err = sglpatch("apply")
+    assert code == 0, err
+    assert "carries an earlier version of the series: taking it out first" in out
+    assert "second patch, revised" in (project / "build" / "sglang" / "python/sglang/global_config.py").read_text()
+    assert base.run("rev-list", "--count", "v0.5.14..HEAD") == "2"
+    assert sglpatch("apply")[1].splitlines()[-1].startswith("already applied")
+
+
+def _revise_the_second_patch(project) -> None:
+    """patches/ changes under an applied default base (a pull, an export): its second patch says more."""
     line = project / "patches" / "v0.5.14"
     second = line / sorted(p.name for p in line.glob("0002-*.patch"))[0]
     text = second.read_text()
@@ -61,12 +76,51 @@ def test_an_earlier_series_on_the_default_base_is_taken_out_first(sglpatch, proj
             for line in sums.read_text().splitlines()
         )
     )
+
+
+def _work_of_your_own(base, work: str) -> str:
+    """Leave work of the user's in the applied default base; returns the text that must survive (in a file)."""
+    git = as_tester(Git(base))
+    mine = base / "python/sglang/my_notes.py"
+    if work == "commit-on-the-series":
+        mine.write_text("MINE = 1\n")
+        git.run("add", "python/sglang/my_notes.py")
+        git.run("commit", "-q", "-m", "My own commit on the series branch")
+    elif work == "commit-on-a-branch":
+        git.run("checkout", "-q", "-b", "my-work")
+        mine.write_text("MINE = 1\n")
+        git.run("add", "python/sglang/my_notes.py")
+        git.run("commit", "-q", "-m", "My own commit on a branch of mine")
+    elif work == "edit":
+        (base / SECOND).write_text((base / SECOND).read_text() + "MINE = 1\n")
+        return SECOND
+    return "python/sglang/my_notes.py"
+
+
+@pytest.mark.parametrize("work", ["commit-on-the-series", "commit-on-a-branch", "edit"])
+def test_work_of_your_own_in_the_default_base_is_kept_by_what_apply_says(sglpatch, project, work):
+    """Issue 48 A: apply advised `make clean` (rm -rf build), which deleted the user's commit or edit. It names
+    what is there, changes nothing, and what it says to run keeps the work."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    kept = _work_of_your_own(base, work)
+    _revise_the_second_patch(project)
+    before = tree_state(base)
+    code, out, err = sglpatch("apply")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    assert "make clean" not in err and "rm " not in err, err
+    assert tree_state(base) == before
+    what = {"edit": SECOND, "commit-on-the-series": "My own commit", "commit-on-a-branch": "my-work"}[work]
+    assert what in err, err
+    moves = re.findall(r"`(mv [^`]+)`", err)
+    assert len(moves) == 1, err
+    subprocess.run(moves[0], shell=True, check=True, cwd=project.parent)  # as printed, from elsewhere
+    assert not base.exists()
+    moved = [p for p in project.parent.rglob(kept) if base not in p.parents]
+    assert len(moved) == 1 and "MINE = 1" in moved[0].read_text()
     code, out, err = sglpatch("apply")
     assert code == 0, err
-    assert "carries an earlier version of the series: taking it out first" in out
-    assert "second patch, revised" in (project / "build" / "sglang" / "python/sglang/global_config.py").read_text()
-    assert base.run("rev-list", "--count", "v0.5.14..HEAD") == "2"
-    assert sglpatch("apply")[1].splitlines()[-1].startswith("already applied")
+    assert "second patch, revised" in (base / SECOND).read_text()
 
 
 def test_the_base_commit_is_the_same_on_every_machine(sglpatch, project, base_repo):

@@ -77,3 +77,46 @@ def test_a_narrow_picture_keeps_its_title_and_legend_whole(tmp_path):
     edges = {"top": pixels[0], "bottom": pixels[-1], "left": pixels[:, 0], "right": pixels[:, -1]}
     cut = [side for side, row in edges.items() if row.min() < 0.9]
     assert not cut, f"something is drawn up to the {', '.join(cut)} edge of the picture: it was cut there"
+
+
+def test_upstream_json_is_what_the_earlier_lines_drift_finds():
+    """Issue 48: patches/v0.5.23/upstream.json was edited by hand and recorded patches 3-4 while drift found
+    3-6 upstream from 0.5.15. `make drift DOCS=1` writes it; the committed one is what the committed drift says."""
+    from sglpatch.lines import all_lines
+    from sglpatch.project import PROJECT_ROOT
+    from sglpatch.rebase.drift import upstream_prs, upstream_records
+
+    lines = all_lines()
+    checked = 0
+    for earlier in lines:
+        report = PROJECT_ROOT / "docs" / "drift" / earlier.name / "drift.json"
+        releases = json.loads(report.read_text())["releases"] if report.is_file() else {}
+        prs = upstream_prs(load_series(earlier.directory).patches)
+        for later in lines:
+            if later.release in releases and later is not earlier:
+                assert later.upstreamed() == upstream_records(releases, later.release, prs), later.name
+                checked += 1
+    assert checked >= 1
+    names = [r["patch"][:4] for r in lines[-1].upstreamed()]
+    assert names == ["0003", "0004", "0005", "0006"] and {r["release"] for r in lines[-1].upstreamed()} == {"0.5.15"}
+
+
+def test_upstream_records_count_from_the_release_a_patch_has_been_upstream_since():
+    from sglpatch.rebase.drift import upstream_records
+
+    def cell(outcome):
+        return {"outcome": outcome, "detail": f"{outcome} here", "files": []}
+
+    releases = {
+        "0.5.14": {"a": cell("clean"), "b": cell("clean")},
+        "0.5.15": {"a": cell("upstream"), "b": cell("conflict")},
+        "0.5.16": {"a": cell("conflict"), "b": cell("upstream")},  # a reverted upstream: not since 0.5.15
+        "0.5.17": {"a": cell("upstream"), "b": cell("upstream")},
+    }
+    assert upstream_records(releases, "0.5.17", {"a": 1, "b": None}) == [
+        {"patch": "a", "upstream_pr": 1, "release": "0.5.17", "found": "upstream here"},
+        {"patch": "b", "upstream_pr": None, "release": "0.5.16", "found": "upstream here"},
+    ]
+    assert upstream_records(releases, "0.5.15", {}) == [
+        {"patch": "a", "upstream_pr": None, "release": "0.5.15", "found": "upstream here"}
+    ]

@@ -58,3 +58,27 @@ def test_a_commit_without_what_the_series_needs_is_refused_naming_it(sglpatch, t
     assert f"commit {commit} ([Spec] Mark the global config for an export) lacks {missing}" in err, err
     assert "nothing was written" in err and "series-format.md" in err
     assert fingerprint(exported) == before
+
+
+def test_a_patch_the_series_does_not_list_survives_an_export_and_is_never_overwritten(sglpatch, tmp_path, exported):
+    """Issue 48 B: writing a series folder deleted every `*.patch` its series did not list (a user's work in
+    progress). Only the old series' own patches are replaced; a file of the user's in the way is refused."""
+    mine = exported / "0007-my-wip.patch"
+    mine.write_text("my work in progress\n")
+    dev = Git(tmp_path / "dev")
+    old = [p.name for p in load_series(exported).patches]
+    as_tester(dev).run("commit", "-q", "--amend", "-m", COMPLETE.replace("[Spec] Mark", "[Spec] Mark again"))
+    code, out, err = sglpatch("export", "--from", dev.workdir, "--line", "v0.5.14", "--patches", exported)
+    assert code == 0, err
+    assert mine.read_text() == "my work in progress\n"
+    new = [p.name for p in load_series(exported).patches]
+    assert new != old and not (exported / old[0]).exists()
+    in_the_way = exported / new[0]
+    old_text = in_the_way.read_text()
+    (exported / "series").write_text("".join(f"{name}\n" for name in old))  # the user lists another patch
+    (exported / old[0]).write_text(old_text)
+    in_the_way.write_text("mine, not listed\n")
+    before = fingerprint(exported)
+    code, out, err = sglpatch("export", "--from", dev.workdir, "--line", "v0.5.14", "--patches", exported)
+    assert code == 2 and str(in_the_way) in err and "move that file away" in err, err
+    assert fingerprint(exported) == before

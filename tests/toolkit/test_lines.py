@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -114,13 +116,26 @@ def test_each_project_line_applies_to_its_real_wheel_tree_and_reverts_byte_exact
     assert fingerprint(package) == before
 
 
+def _git_am_recipes(line) -> set[str]:
+    """The `git am` line as the README, docs/series-format.md and the line's own series file print it."""
+    texts = [PROJECT_ROOT / "README.md", PROJECT_ROOT / "docs" / "series-format.md", line.directory / "series"]
+    return {found for text in texts for found in re.findall(r"`(git am --keep-non-patch [^`]+)`", text.read_text())}
+
+
 @pytest.mark.parametrize("line", PROJECT_LINES, ids=lambda line: line.name)
-def test_each_project_line_goes_on_with_plain_git_am(tmp_path, line):
-    """The plain-git way per line: `git am --keep-non-patch` of patches/<line>/series on a checkout of its tag."""
+def test_each_project_line_goes_on_with_the_git_am_line_as_printed(tmp_path, line):
+    """The plain-git way per line, as the docs print it, pasted in a checkout of its tag with P the line's folder
+    (issue 48: the README's line named patches/ relative to the checkout, the series file's the series folder)."""
     checkout = _checkout_of(line.release, tmp_path / "checkout")
     names = [n.split()[0] for n in (line.directory / "series").read_text().splitlines() if n and n[0] != "#"]
-    Git(checkout).run("am", "-q", "--keep-non-patch", *[str(line.directory / n) for n in names])
+    recipes = _git_am_recipes(line)
+    assert len(recipes) == 1, recipes  # one line, the same everywhere
+    pasted = f"P={shlex.quote(str(line.directory))}\n{recipes.pop()}\n"
+    result = subprocess.run(["bash", "-c", pasted], cwd=checkout, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
     assert Git(checkout).run("rev-list", "--count", f"{line.name}..HEAD") == str(len(names))
+    subjects = Git(checkout).run("log", "--reverse", "--format=%s", f"{line.name}..HEAD").splitlines()
+    assert all(subject.startswith(("[DSA]", "[Spec]")) for subject in subjects), subjects
 
 
 # -- which line a target gets ------------------------------------------------------------------
@@ -179,7 +194,10 @@ def test_no_matching_line_is_refused_in_one_line_and_the_tree_is_untouched(sglpa
     code, out, err = sglpatch("apply", "--sglang", package)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    assert "sglang 0.5.17" in err and "lines: v0.5.14, v0.5.16" in err and "pass --line LINE to choose one" in err
+    assert "sglang 0.5.17" in err and "lines: v0.5.14, v0.5.16" in err and "pass --line LINE to apply one" in err
+    # issue 48: which line is nearest, and the way forward from it
+    assert "nearest line below it there: `sglpatch rebase --line v0.5.16 --onto 0.5.17`" in err, err
+    assert "writes the line v0.5.17" in err, err
     assert fingerprint(package) == before
 
 
@@ -214,7 +232,7 @@ def test_a_package_that_names_no_version_is_refused(sglpatch, project, package):
     (package / "_version.py").unlink()
     before = fingerprint(package)
     code, _, err = sglpatch("apply", "--sglang", package)
-    assert code == 2 and "names no version" in err and "pass --line LINE to choose one" in err
+    assert code == 2 and "names no version" in err and "pass --line LINE to apply one as it is" in err
     assert fingerprint(package) == before
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -11,53 +10,17 @@ import sys
 
 import pytest
 
-from sglpatch.git import Git, init_repo
+from sglpatch.git import Git
 from sglpatch.project import default_patch_dir
-from sglpatch.rebase.releases import check_out_release
 from sglpatch.series import load_series
-from sglpatch.wheels import cache_dir, fetch_wheel
-from testing.sglang_trees import BACKEND, OVERLAP, SECOND, make_series, one_patch_series
+from sglpatch.wheels import cache_dir
+from testing.sglang_trees import BACKEND, OVERLAP, SECOND, changed_line, make_series, one_patch_series
 from testing.tree_bytes import fingerprint
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
 
-LATER = ("0.5.15", "0.5.16", "0.5.17")
 SPEC_DIR = "python/sglang/srt/speculative"
 BROKEN_SYNTAX = (SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")  # a prefix that cannot compile
-
-
-@pytest.fixture(scope="session")
-def release_chain(tmp_path_factory, wheel_path, project_pin):
-    """A repo where each release is a commit on top of the previous one, tagged v<release>."""
-    root = tmp_path_factory.mktemp("chain") / "sglang"
-    repo = init_repo(root)
-    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
-    for release in LATER:
-        check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
-    return root
-
-
-@pytest.fixture
-def chain(tmp_path, release_chain):
-    dest = tmp_path / "chain"
-    # --no-checkout: the one checkout is of v0.5.14 (not the newest release first, then v0.5.14)
-    subprocess.run(["git", "clone", "-q", "--no-checkout", str(release_chain), str(dest)], check=True)
-    git = Git(dest)
-    git.run("checkout", "-q", "-b", "work", "v0.5.14")
-    git.run("config", "user.name", "Target User")
-    git.run("config", "user.email", "target@example.com")
-    return dest
-
-
-def changed_line(release_chain, path):
-    """A line of `path` that upstream rewrote between v0.5.14 and v0.5.15: editing it must conflict."""
-    git = Git(release_chain)
-    old = git.run("show", f"v0.5.14:{path}", strip=False).splitlines()
-    new = git.run("show", f"v0.5.15:{path}", strip=False).splitlines()
-    for tag, i1, _i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if tag == "replace" and old[i1].strip() and old.count(old[i1]) == 1:
-            return old[i1]
-    raise AssertionError(f"no rewritten line found in {path}")
 
 
 def rebase(sglpatch, chain, patches, tmp_path, *args):
@@ -139,7 +102,7 @@ def test_conflict_stops_then_abort_restores_everything(sglpatch, chain, conflict
     (chain / "untracked.txt").write_text("keep me\n")
     before, head, series_before = fingerprint(chain), git.run("rev-parse", "HEAD"), fingerprint(conflicting_series)
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and "conflicts in " + OVERLAP in err and "`sglpatch rebase --continue`" in err
+    assert code == 1 and "conflicts in " + OVERLAP in err and "`sglpatch rebase --continue --sglang " in err
     assert "<<<<<<<" in (chain / OVERLAP).read_text()
     assert git.run("for-each-ref", "--format=%(objectname)", "refs/sglpatch/backup/") == head
     code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
@@ -173,9 +136,14 @@ def test_a_stopped_rebase_waits_for_the_user_and_nothing_else_runs(sglpatch, cha
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     stopped = fingerprint(chain)
     code, _, err = sglpatch("recover", "--sglang", chain)
-    assert code == 2 and "stopped at 0001-" in err and "waiting for you" in err and "`sglpatch rebase --abort`" in err
+    assert (
+        code == 2
+        and "stopped at 0001-" in err
+        and "waiting for you" in err
+        and "`sglpatch rebase --abort --sglang " in err
+    )
     code, _, err = sglpatch("apply", "--sglang", chain, "--patches", conflicting_series)
-    assert code == 2 and "stopped at 0001-" in err and "`sglpatch rebase --continue`" in err
+    assert code == 2 and "stopped at 0001-" in err and "`sglpatch rebase --continue --sglang " in err
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.16")
     assert code == 2 and "stopped at 0001-" in err
     code, out, err = sglpatch("status", "--sglang", chain, "--patches", conflicting_series)
@@ -224,7 +192,7 @@ def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain,
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     Git(chain).run("cherry-pick", "--abort")
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
-    assert code == 2 and "is gone and nothing was committed" in err and "`sglpatch rebase --abort`" in err
+    assert code == 2 and "is gone and nothing was committed" in err and "`sglpatch rebase --abort --sglang " in err
 
 
 def test_continue_with_no_git_identity_commits_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
@@ -270,7 +238,9 @@ def test_an_error_after_the_picks_stops_and_continue_retries(sglpatch, chain, pa
     for key, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
         monkeypatch.setenv(key, value)
     code, _, err = rebase(sglpatch, chain, patches, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and "the rebase is stopped at the end" in err and "`sglpatch rebase --continue`" in err, err
+    assert (
+        code == 1 and "the rebase is stopped at the end" in err and "`sglpatch rebase --continue --sglang " in err
+    ), err
     assert Git(chain).current_branch() is None
     monkeypatch.setenv("SGLPATCH_CACHE", cache)
     for key in ("PIP_INDEX_URL", "PIP_RETRIES", "PIP_TIMEOUT"):
@@ -310,7 +280,7 @@ def test_continue_refuses_an_edited_pin_and_an_old_state_can_still_be_aborted(
         state.pop(key)
     state_path.write_text(json.dumps(state))
     code, _, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--continue")
-    assert code == 2 and "cannot be continued" in err and "`sglpatch rebase --abort`" in err
+    assert code == 2 and "cannot be continued" in err and "`sglpatch rebase --abort --sglang " in err
     code, out, err = rebase(sglpatch, chain, conflicting_series, tmp_path, "--abort")
     assert code == 0 and "rebase aborted: back on work" in out, err
     assert Git(chain).current_branch() == "work"
@@ -549,11 +519,11 @@ def test_drop_mid_rebase_keeps_earlier_resolutions_and_the_series_omits_it(sglpa
     names = [p.name for p in load_series(three_patches).patches]
     git = Git(chain)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15")
-    assert code == 1 and names[0] in err and "`sglpatch rebase --drop 1`" in err
+    assert code == 1 and names[0] in err and "`sglpatch rebase --drop 1 --sglang " in err
     git.run("checkout", "--theirs", "--", OVERLAP)  # the hand resolution of patch 1
     git.run("add", OVERLAP)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--continue")
-    assert code == 1 and f"{names[1]} conflicts" in err and "`sglpatch rebase --drop 2`" in err
+    assert code == 1 and f"{names[1]} conflicts" in err and "`sglpatch rebase --drop 2 --sglang " in err
     code, out, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "2")
     assert code == 0, err
     assert f"{names[1]}: dropped (left out by hand" in out and f"series omits it: {names[1]}" in out
@@ -579,7 +549,7 @@ def test_drop_a_later_patch_by_name_while_stopped_and_refuse_an_earlier_one(sglp
     assert rebase(sglpatch, chain, three_patches, tmp_path, "--continue")[0] == 1  # patch 2 conflicts
     before = fingerprint(chain)
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "1")
-    assert code == 2 and f"{names[0]} is already rebased" in err and "`sglpatch rebase --abort`" in err
+    assert code == 2 and f"{names[0]} is already rebased" in err and "`sglpatch rebase --abort --sglang " in err
     code, _, err = rebase(sglpatch, chain, three_patches, tmp_path, "--drop", "7")
     assert code == 2 and "names no patch" in err
     assert fingerprint(chain) == before

@@ -6,7 +6,7 @@ import time
 
 from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
@@ -18,8 +18,9 @@ from sglpatch.target.checkout_undo import undo_checkout
 from sglpatch.target.ownership import record_stats, refuse_other_owners
 from sglpatch.target.plan import ALREADY_APPLIED, ApplyPlan, make_plan
 from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target.target import Target, dirty_paths, target_lock
+from sglpatch.target.target import Target, branch_refusal, dirty_paths, target_lock
 from sglpatch.target.target_state import Applied, TargetState
+from sglpatch.target.user_work import work_of_the_user
 from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
 from sglpatch.target.write_check import checkout_mismatch, package_mismatch, restore_previous
 from sglpatch.target.write_states import WriteState
@@ -63,6 +64,8 @@ def run(args) -> int:
             done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
                 branch = args.branch or f"sglpatch/{pin.tag}"
+                if why := branch_refusal(target, branch, hints.option("--branch NAME", "BRANCH=NAME")):
+                    raise FatalError(why)
                 below = _stack_below(state)
                 with write_phase(done):
                     _apply_to_checkout(plan, branch, below, series.digest(), three_way=args.three_way)
@@ -109,7 +112,10 @@ def _stack_below(state: TargetState) -> CheckoutRecord | None:
 def _plan(target: Target, state: TargetState, series: Series, pin: Pin, args) -> tuple[ApplyPlan, TargetState]:
     """The apply plan, and the state it starts from: on the default base a series applied before patches/
     changed is taken out first."""
-    plan = make_plan(target, series, pin, three_way=args.three_way)
+    try:
+        plan = make_plan(target, series, pin, three_way=args.three_way)
+    except GitFailed as exc:  # the plan is tried in a scratch workspace: the target is untouched
+        raise FatalError(f"{exc}; nothing was changed: {target.root} is as it was") from None
     if plan.all_applied or args.sglang is not None or not isinstance(state, Applied) or state.record is None:
         return plan, state
     plan.close()
@@ -124,9 +130,11 @@ def _take_out_an_earlier_series(state: Applied) -> None:
     target, record = state.target, state.record
     edited = dirty_paths(target, target.paths_or_package(record.touched))
     if not state.in_place or edited:
+        yours = "; ".join(work_of_the_user(target, record)) or "HEAD moved from where the apply left it"
         raise FatalError(
-            f"{target.root} carries an earlier version of the series and changes of its own; "
-            f"run `make clean` (it only removes build/), then {hints.apply()}"
+            f"{target.root} carries an earlier version of the series and work of your own ({yours}); nothing was "
+            f"changed: to keep that work, move the folder out of build/ ({hints.move_aside(target.root)}), "
+            f"then {hints.apply()} builds a fresh one"
         )
     say(f"{target.root} carries an earlier version of the series: taking it out first")
     with write_phase(f"the earlier series is out: {target.root} is at the pin"):
@@ -135,12 +143,6 @@ def _take_out_an_earlier_series(state: Applied) -> None:
 
 def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | None, digest: str, three_way: bool) -> str:
     git = plan.target.git
-    if git.rev_parse(f"refs/heads/{branch}") is not None:
-        raise FatalError(
-            f"branch {branch} already exists; pass {hints.option('--branch NAME', 'BRANCH=NAME')} or delete it"
-        )
-    if git.try_run("check-ref-format", "--branch", branch)[0] != 0:
-        raise FatalError(f"{branch!r} is not a valid branch name")
     head = git.run("rev-parse", "HEAD")
     previous = git.current_branch() or head
     committer = git.committer()
@@ -181,7 +183,7 @@ def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | Non
     except OSError as exc:
         free_reserve(plan.target)
         raise FatalError(
-            f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {plan.target.root} is as it was"
+            f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {plan.target.root} is as it was"
         ) from None
     status, err = 0, ""
     try:
@@ -212,7 +214,7 @@ class _SwitchFailed(Exception):
 
 def _failure(exc: Exception, git_dir) -> str:
     if isinstance(exc, OSError):
-        return f"cannot write {exc.filename or git_dir} ({exc.strerror or exc})"
+        return f"cannot write {exc.filename or git_dir} ({os_reason(exc)})"
     return str(exc)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.lines import Line, default_line, line_for_blobs, line_for_target, line_named
+from sglpatch.errors import FatalError
+from sglpatch.lines import Line, all_lines, default_line, line_for_blobs, line_for_target, line_named
 from sglpatch.pin import Pin, load_pin
 from sglpatch.project import default_base_dir
 from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.series import Series, load_series
+from sglpatch.target import target_state
 from sglpatch.target.target import Target, open_target
 
 # What --sglang and --line mean when left out, for the commands' help (each says its own)
@@ -48,7 +50,24 @@ def chosen_line(args, target: Target | None = None) -> Line | None:
         return default_line()
     if target.project is not DEFAULT_KIND:  # DeepGEMM: by the pinned files it holds, not its version
         return line_for_blobs(target.project, target.current_blobs)
-    return line_for_target(target.root, target.version(), target.nearest_release_tag)
+    try:
+        return line_for_target(target.root, target.version(), target.nearest_release_tag)
+    except FatalError as no_line:
+        return _line_of_a_rebase(target, no_line)
+
+
+def _line_of_a_rebase(target: Target, no_line: FatalError) -> Line:
+    """A checkout mid-rebase holds ONTO's release, which may have no line: the line the rebase carries, or the
+    refusal that names the rebase (or whatever else is in the way); else the refusal of the release."""
+    state = target_state.read(target) if target.is_git else None
+    if isinstance(state, target_state.RebaseInProgress) and state.rebase.patch_dir:
+        carried = Path(state.rebase.patch_dir).resolve()
+        for line in all_lines():
+            if line.directory.resolve() == carried:
+                return line
+    if state is not None and (why := state.refusal()):
+        raise FatalError(why) from None
+    raise no_line
 
 
 def load_line(args, line: Line | None) -> tuple[Series, Pin]:
@@ -98,8 +117,21 @@ def open_with_line(args, build_base: bool = False) -> tuple[Target, Line | None,
         line = chosen_line(args, target)
         return (target, line, *load_line(args, line))
     line = chosen_line(args)
-    series, pin = load_line(args, line)
     where = line.default_base if line else default_base_dir()
+    if line is not None and line.is_default and not args.line:
+        line = _line_the_base_holds(where) or line
+    series, pin = load_line(args, line)
     if build_base:
         ensure_default_base(pin, where)
     return open_target(where, pin.project), line, series, pin
+
+
+def _line_the_base_holds(where: Path) -> Line | None:
+    """After a rebase of the default base (build/sglang) it holds another line's release: that line."""
+    if not (where / ".git").is_dir():
+        return None
+    target = open_target(where)
+    try:
+        return line_for_target(target.root, target.version(), target.nearest_release_tag)
+    except FatalError:
+        return None

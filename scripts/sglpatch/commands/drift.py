@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from pathlib import Path
@@ -10,11 +11,11 @@ from packaging.version import Version
 
 from sglpatch.commands.common import EVERY_LINE, add_series_options, load_line
 from sglpatch.errors import FatalError
-from sglpatch.lines import all_lines, line_named
+from sglpatch.lines import UPSTREAM_FILE, Line, all_lines, line_named
 from sglpatch.output import plural, progress, say
 from sglpatch.pin import Pin
 from sglpatch.project import PROJECT_ROOT
-from sglpatch.rebase.drift import render_json, render_markdown, render_png
+from sglpatch.rebase.drift import render_json, render_markdown, render_png, upstream_prs, upstream_records
 from sglpatch.rebase.git_releases import source_of, source_refs
 from sglpatch.rebase.releases import published_releases, release_commit, releases_repo
 from sglpatch.rebase.replay import carry_series, history_between, series_commits
@@ -35,6 +36,11 @@ def add_arguments(parser) -> None:
         default=PROJECT_ROOT / "build" / "drift",
         help="report folder, one subfolder per line (default build/drift; `make drift DOCS=1` writes docs/drift)",
     )
+    parser.add_argument(
+        "--upstream-json",
+        action="store_true",
+        help="also write each later line's upstream.json: the patches of this line its release already has",
+    )
 
 
 def run(args) -> int:
@@ -48,6 +54,8 @@ def run(args) -> int:
         series, pin = load_line(args, line)
         if not line.project.from_git:
             _drift(series, pin, args, args.out / line.name)
+            if args.upstream_json:
+                _write_upstream_json(line, series, args.out / line.name / "drift.json")
             continue
         try:
             _drift_commits(series, pin, args, args.out / line.name)
@@ -78,6 +86,19 @@ def _drift_commits(series: Series, pin: Pin, args, out: Path) -> int:
         commits.workspace.close()
     _write_report(matrix, time.monotonic() - started, pin, args, out, f"commits fetched from {source_of(pin.project)}")
     return 0
+
+
+def _write_upstream_json(line: Line, series: Series, report: Path) -> None:
+    """Each later line whose release the drift checked: its upstream.json, derived from the drift."""
+    if not report.is_file():
+        return
+    releases = json.loads(report.read_text())["releases"]
+    for later in all_lines():
+        if later.release in releases and later.release != line.release:
+            records = upstream_records(releases, later.release, upstream_prs(series.patches))
+            path = later.directory / UPSTREAM_FILE
+            path.write_text(json.dumps(records, indent=2) + "\n")
+            say(f"wrote {path}: {plural(len(records), 'patch')} of {line.name} upstream at sglang {later.release}")
 
 
 def _drift(series: Series, pin: Pin, args, out: Path) -> int:

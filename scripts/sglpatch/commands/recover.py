@@ -16,13 +16,14 @@ from sglpatch import hints, scratch
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
-from sglpatch.output import say
+from sglpatch.output import plural, say
 from sglpatch.rebase import rebase_settle
 from sglpatch.target import journal, rebase_store, target_state
 from sglpatch.target.checkout_undo import undo_checkout
 from sglpatch.target.git_locks import refuse_others, remove_own
 from sglpatch.target.target import dirty_paths, target_lock
 from sglpatch.target.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
+from sglpatch.target.user_work import commits_past_the_series
 from sglpatch.target.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
 from sglpatch.target.write_states import WriteState
 
@@ -60,7 +61,7 @@ def _recover_checkout(state: TargetState) -> None:
         if state.stopped:
             raise FatalError(
                 f"{rebase.describe_stop()} in {target.root}, waiting for you (not an interruption): "
-                f"resolve, then {hints.continue_rebase()}, or {hints.abort_rebase()} to put everything back"
+                f"resolve, then {hints.continue_rebase(target.root)}, or {hints.abort_rebase(target.root)} to put everything back"
             )
         refuse_others(state.locks, target.root)
         _refuse_unexplained_changes(state)
@@ -87,6 +88,13 @@ def _recover_checkout(state: TargetState) -> None:
                 "`git checkout -- <files>`, or commit the edit"
             )
         say(f"nothing to recover: {target.root} is {PATCHED} (branch {record.branch})")
+    elif state.on_branch:
+        past = commits_past_the_series(target, record)
+        where = f"{plural(len(past), 'commit')} of your own past" if past else "not at"
+        say(
+            f"nothing to recover: the series is applied on branch {record.branch}, which {target.root} is on, "
+            f"HEAD {where} its last commit"
+        )
     else:
         say(f"nothing to recover: the series is applied on branch {record.branch}, which {target.root} is not on")
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.series import Series
 from sglpatch.target import journal, target_state
 from sglpatch.target.plan import make_plan
-from sglpatch.target.target import busy, dirty_paths, working_run
+from sglpatch.target.target import branch_refusal, busy, dirty_paths, working_run
 from sglpatch.target.target_state import Applied, Interrupted, TargetState
 from sglpatch.target.write_check import tree_blobs
 
@@ -63,6 +64,10 @@ def _what_apply_does(target, working: str | None, state: TargetState, plan, pin:
     if plan.all_applied:
         return NOTHING_TO_DO
     if why := plan.refusal(pin.describe(), three_way=False):
+        return f"refuses: {why}"
+    if target.is_git and (
+        why := branch_refusal(target, f"sglpatch/{pin.tag}", hints.option("--branch NAME", "BRANCH=NAME"))
+    ):
         return f"refuses: {why}"
     return f"applies {plural(len(plan.to_apply), 'patch')}"
 

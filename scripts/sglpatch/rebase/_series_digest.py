@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from sglpatch.errors import FatalError
+from sglpatch.series import SERIES_FILE, parse_series_text
+
 
 def folder_files(patch_dir: Path) -> dict[str, bytes]:
     """The series folder's own files: regular, not hidden, not a writer's leftover `.tmp`."""
@@ -24,6 +27,17 @@ def folder_digest(files: dict[str, bytes]) -> str:
     return digest.hexdigest()
 
 
+def own_files(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The files of a series folder a rewrite answers for: all but a `*.patch` its `series` does not list, which
+    is the user's (a rewrite leaves it, and a user may move it while a rebase is stopped)."""
+    try:
+        listed = set(parse_series_text(files.get(SERIES_FILE, b"").decode("utf-8")))
+    except (UnicodeDecodeError, FatalError):
+        listed = set()
+    return {name: data for name, data in files.items() if not name.endswith(".patch") or name in listed}
+
+
 def series_digest(patch_dir: Path) -> str:
-    """Every file of the series folder as it is now (pin.json, pr-groups.json and unlisted patches too)."""
-    return folder_digest(folder_files(patch_dir))
+    """The series folder as it is now: its series, patches, pin.json, pr-groups.json and any other file but a
+    patch the series does not list."""
+    return folder_digest(own_files(folder_files(patch_dir)))

@@ -27,10 +27,10 @@ def ensure_default_base(pin: Pin, dest: Path) -> Path:
         return ensure_git_base(pin, dest)
     if (dest / ".git").exists():
         if Git(dest).rev_parse(pin.tag) is None:
-            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.apply()} again")
+            raise FatalError(f"{dest} exists but has no tag {pin.tag}; {_made_elsewhere(dest)}")
         return dest
     if dest.exists():
-        raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.apply()} again")
+        raise FatalError(f"{dest} exists but is not a git repo; {_made_elsewhere(dest)}")
     wheel_path = fetch_wheel(pin.release, pin.wheel, pin.project)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -40,6 +40,11 @@ def ensure_default_base(pin: Pin, dest: Path) -> Path:
         _check_against_pin(repo, pin)
         partial.rename(dest)
     return dest
+
+
+def _made_elsewhere(dest: Path) -> str:
+    """What to do about a folder in the base's place that sglpatch did not make: keep it, out of the way."""
+    return f"nothing was changed: move it aside ({hints.move_aside(dest)}), then {hints.apply()} builds the base"
 
 
 def _check_against_pin(repo: Git, pin: Pin) -> None:

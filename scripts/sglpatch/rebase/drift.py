@@ -98,3 +98,26 @@ def render_png(matrix: dict[str, list[Outcome]], path: Path, title: str) -> None
     fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120, bbox_inches="tight", pad_inches=0.2)
     plt.close(fig)
+
+
+def upstream_records(releases: dict[str, dict[str, dict]], release: str, prs: dict[str, int | None]) -> list[dict]:
+    """A later line's upstream.json, from an earlier line's drift (drift.json's "releases": release -> patch ->
+    {outcome, detail}): each patch found upstream at `release`, its Upstream-PR (`prs`), the release it has
+    been upstream since without a break, and why (the drift's reason)."""
+    order = list(releases)[: list(releases).index(release) + 1]
+    records = []
+    for name, cell in releases[release].items():
+        if cell["outcome"] != Landing.UPSTREAM:
+            continue
+        since = release
+        for earlier in reversed(order):
+            if releases[earlier][name]["outcome"] != Landing.UPSTREAM:
+                break
+            since = earlier
+        records.append({"patch": name, "upstream_pr": prs.get(name), "release": since, "found": cell["detail"]})
+    return records
+
+
+def upstream_prs(patches) -> dict[str, int | None]:
+    """Each patch's Upstream-PR trailer as a number (None without one)."""
+    return {p.name: int(pr) if (pr := p.trailer("Upstream-PR") or "").isdigit() else None for p in patches}

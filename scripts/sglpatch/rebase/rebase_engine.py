@@ -23,9 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from sglpatch import hints
-from sglpatch.errors import FatalError
-from sglpatch.git import Git, GitFailed, disk_full, git_reason
+from sglpatch.errors import FatalError, os_reason
+from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin, pinned_kind
@@ -36,13 +38,14 @@ from sglpatch.rebase._series_digest import series_digest
 from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
-from sglpatch.series_writer import render_series
+from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series
 from sglpatch.target import rebase_store
 from sglpatch.target.checkout_record import CheckoutRecord
 from sglpatch.target.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
 from sglpatch.target.space import RESERVE, make_reserve, room_to_switch_back
 from sglpatch.target.target import Target
 from sglpatch.target.target_state import current_record
+from sglpatch.target.user_work import refuse_commits_past_the_series
 from sglpatch.target.write_states import WriteState
 from sglpatch.wheels import fetch_wheel, file_sha256
 
@@ -109,8 +112,8 @@ def _stopped_on_error(target: Target, folder: Path):
         with write_phase():
             save(folder, state)
         raise Stopped(
-            f"{why}; the rebase is stopped at {name}: fix that, then {hints.continue_rebase()}, "
-            f"or {hints.abort_rebase()} to put everything back"
+            f"{why}; the rebase is stopped at {name}: fix that, then {hints.continue_rebase(target.root)}, "
+            f"or {hints.abort_rebase(target.root)} to put everything back"
         ) from None
 
 
@@ -140,7 +143,7 @@ def _disk_full(exc: BaseException) -> bool:
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
-        return f"cannot write {exc.filename or 'the checkout'} ({exc.strerror or exc})"
+        return f"cannot write {exc.filename or 'the checkout'} ({os_reason(exc)})"
     return str(exc)
 
 
@@ -186,14 +189,21 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     git = target.git
     if git.run("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"):
         raise FatalError("the checkout has uncommitted changes; commit or stash them before rebasing")
-    onto, release = _resolve_onto(git, request.onto, request.release, pin.project)
-    _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
-    base = git.rev_parse(pin.base_rev) or _release_base(git, pin)
-    commits = series_commits(git, base, series.patches)
+    refuse_commits_past_the_series(target, current_record(target), "the rebase (it carries the series only)")
+    if not pin.project.from_git:  # a DeepGEMM line's commits have no order by version
+        _refuse_backwards(request.release or release_of(request.onto), pin)
+    tags = rebase_settle.tag_names(git)  # a release imported here is tagged: gone again if the rebase is
+    with rebase_settle.tags_removed_on_failure(git, tags):
+        onto, release = _resolve_onto(git, request.onto, request.release, pin.project)
+        _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
+        base = git.rev_parse(pin.base_rev) or _release_base(git, pin)
+        commits = series_commits(git, base, series.patches)
     try:
-        _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
-        state = _new_state(git, request, series, base, onto, release, commits.commits)
-        room = room_to_switch_back(target, state.original_head, onto, series.touched_paths)
+        with rebase_settle.tags_removed_on_failure(git, tags):
+            _show_picture(commits, series, onto, request.onto, history_between(git, base, onto))
+            state = _new_state(git, request, series, base, onto, release, commits.commits)
+            state.tags_made = sorted(rebase_settle.tag_names(git) - tags)
+            room = room_to_switch_back(target, state.original_head, onto, series.touched_paths)
         with _rolled_back_on_failure(target, folder, state), write_phase():
             folder.mkdir()
             make_reserve(target, room, folder / RESERVE)
@@ -264,6 +274,15 @@ def _new_state(
     )
 
 
+def _refuse_backwards(release: str | None, pin: Pin) -> None:
+    """A rebase carries a series forward: onto a release older than its base, it would undo upstream's work."""
+    if release and Version(release) < Version(pin.release):
+        raise FatalError(
+            f"sglang {release} is older than the series' base, sglang {pin.release}: a rebase carries a series "
+            f"forward; rebase a line based at or below {release} (`sglpatch lines` lists them); nothing was changed"
+        )
+
+
 def _new_line_dir(request: Request, release: str | None, patch_dir: Path) -> Path:
     """A line's rebase writes a new line, patches/v<release>/, and leaves its own folder as it is."""
     if request.lines_root is None or release is None:
@@ -320,18 +339,28 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             _record(folder, state, patch.name, Landing.UPSTREAM, f"{step.upstream}; dropped")
             state.checked = state.next
             continue
-        picker = git.as_committer().with_env(GIT_EDITOR="true")  # the pick keeps its patch's author
         with write_phase():
-            status, _, err = picker.try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            status, _, err = git.committing().try_run("-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
             raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
+        if status != 0 and not git.run("diff", "--name-only", "--diff-filter=U"):
+            _undo_pick(git, head)  # not a conflict (say, a commit that could not be signed): no work to resolve
+            raise FatalError(f"git could not commit {patch.name} ({error_line(err)})")
         if status != 0:
             _stop_at_conflict(git, folder, state, patch.name, step.upstream)
         detail = f"already upstream ({step.upstream}), kept" if step.upstream else ""
         _record(folder, state, patch.name, Landing.CLEAN if step.kind == Landing.CLEAN else Landing.THREE_WAY, detail)
         _check_prefix(git, folder, state, patch.name)
     return _finish(target, folder, state, series)
+
+
+def _undo_pick(git: Git, head: str) -> None:
+    with write_phase():
+        if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
+            git.run("cherry-pick", "--quit")
+        git.run("reset", "-q", "--hard", head)
+        fault_point("rebase: a failed pick undone")
 
 
 def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, upstream: str | None) -> None:
@@ -342,8 +371,8 @@ def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, ups
     save(folder, state)
     raise Stopped(
         f"{name} conflicts in {', '.join(files) or 'the tree'}{hint}; resolve, `git add` the files, "
-        f"then {hints.continue_rebase()}, or {hints.drop_rebase(state.patches.index(name) + 1)} to leave it out, "
-        f"or {hints.abort_rebase()} to put everything back"
+        f"then {hints.continue_rebase(git.workdir)}, or {hints.drop_rebase(state.patches.index(name) + 1, git.workdir)} to leave it out, "
+        f"or {hints.abort_rebase(git.workdir)} to put everything back"
     )
 
 
@@ -371,7 +400,7 @@ def _check_prefix(git: Git, folder: Path, state: RebaseState, name: str) -> None
         save(folder, state)
         raise Stopped(
             f"after {name}, {problem}; fix it with `git commit --amend`, "
-            f"then {hints.continue_rebase()}, or {hints.abort_rebase()}"
+            f"then {hints.continue_rebase(git.workdir)}, or {hints.abort_rebase(git.workdir)}"
         )
     state.checked = state.next
     with write_phase():
@@ -410,13 +439,13 @@ def _stopped_rebase(target: Target, folder: Path, state: RebaseState | None) -> 
     stopped = state.stopped
     if stopped is None:
         rebase_store.refuse_in_progress(target)
-    rebase_store.check_can_go_on(state, folder)
+    rebase_store.check_can_go_on(state, folder, target.root)
     _refuse_moved_since_stop(target.git, state, stopped)
     patch_dir = Path(state.patch_dir)
     if series_digest(patch_dir) != state.series_digest:
         raise FatalError(
             f"{patch_dir} changed since the rebase stopped; put it back as it was to continue, "
-            f"or {hints.abort_rebase()} and start again"
+            f"or {hints.abort_rebase(target.root)} and start again"
         )
     return stopped, load_series(patch_dir)
 
@@ -453,7 +482,7 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
     if done:
         raise FatalError(
             f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} already rebased (the rebase is stopped at "
-            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase()} and start "
+            f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase(target.root)} and start "
             f"again with DROP="
         )
     later = [n for n in names if n != stopped.patch and n not in state.dropped]
@@ -464,7 +493,7 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
                 save(folder, state)
             say(f"will leave out {', '.join(later)} when the rebase gets there")
         if stopped.patch not in names:
-            say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase()}")
+            say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase(target.root)}")
             return 0
         _drop_stopped_patch(target.git, folder, state, stopped)
         return _replay(target, folder, state, series)
@@ -496,7 +525,7 @@ def _refuse_moved_since_stop(git: Git, state: RebaseState, stopped: Stop) -> Non
     if branch is not None or not (git.is_ancestor(state.onto, head) and git.is_ancestor(where, head)):
         raise FatalError(
             f"HEAD is {f'on branch {branch}' if branch else 'elsewhere'}, not where the rebase stopped; "
-            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.abort_rebase()}"
+            f"`git checkout --detach {where[:12]}` (then redo your fix) to continue, or {hints.abort_rebase(git.workdir)}"
         )
 
 
@@ -506,7 +535,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
         if git.run("rev-parse", "HEAD") == stopped.head:
             raise FatalError(
                 f"the cherry-pick of {stopped.patch} is gone and nothing was committed for it; "
-                f"run {hints.abort_rebase()} and start again"
+                f"run {hints.abort_rebase(git.workdir)} and start again"
             )
         state.resolved_by_hand = True
         return
@@ -516,7 +545,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
     state.resolved_by_hand = True
     with write_phase():
         save(folder, state)
-        status, _, err = git.as_committer().with_env(GIT_EDITOR="true").try_run("cherry-pick", "--continue")
+        status, _, err = git.committing().try_run("cherry-pick", "--continue")
         fault_point("rebase: resolution committed")
     if status != 0:
         raise FatalError(
@@ -554,6 +583,8 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
         if kept:
             new_pin = _pin_for(state.release, load_pin(Path(state.patch_dir)), git, state.onto)
             files = render_series(git, state.onto, "HEAD", new_pin)
+            out_dir = state.series_out_dir
+            refuse_unlisted_in_the_way(out_dir, files, listed_patches(out_dir))
     record = _checkout_record(target, state, branch)
     with write_phase():
         rebase_settle.stage(folder, state, files, report, record)
@@ -570,7 +601,9 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
         say(
             f"wrote the line {out_dir} against {pinned_kind(Path(patch_dir)).name} {state.release} ({patch_dir} is as it was)"
         )
-        say(f"  range-diff for review: {report[0]}; add its pr-groups.json (and upstream.json) by hand")
+        say(
+            f"  range-diff for review: {report[0]}; add its pr-groups.json by hand (`make drift DOCS=1` its upstream.json)"
+        )
     elif files:
         say(f"rewrote {patch_dir} against sglang {state.release}; range-diff for review: {report[0]}")
     elif report and not left_out:
@@ -591,7 +624,11 @@ def _line_name(state: RebaseState) -> str:
 def _checkout_record(target: Target, state: RebaseState, branch: str) -> CheckoutRecord:
     """What `apply` would have recorded for the rebased branch; the record it replaces is kept inside."""
     git = target.git
-    touched = git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines()
+    before = current_record(target)
+    # the series' files on both branches: what a revert's switch back to the one below writes (none kept: the
+    # files of the series below, not "the whole package", which an empty list means)
+    touched = set(git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines())
+    touched |= set(before.touched if before else [])
     return CheckoutRecord(
         state=WriteState.APPLIED,
         branch=branch,
@@ -600,7 +637,7 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
         patches=[o.patch for o in state.outcomes if o.kept],
         touched=sorted(touched),
         rebased_onto=state.onto_name,
-        before=current_record(target),
+        before=before,
     )
 
 

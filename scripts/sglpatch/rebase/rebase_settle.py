@@ -13,6 +13,7 @@ kill there is seen by anyone loading that series, not only in the target.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch import hints
@@ -20,9 +21,9 @@ from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
 from sglpatch.interrupts import fault_point, write_phase
-from sglpatch.rebase._series_digest import folder_digest, folder_files, series_digest
+from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.series import REWRITE_MARKER
-from sglpatch.series_writer import write_series_files
+from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
 from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, write_state
 from sglpatch.target.rebase_store import (
     INSTALLING,
@@ -81,11 +82,41 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
         fault_point("rebase rollback: back on the original branch")
         _remove_files_a_cut_switch_left(git, state)
         made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
+        made += [f"refs/tags/{tag}" for tag in state.tags_made]
         for ref in made:
             if git.rev_parse(ref):
                 git.run("update-ref", "-d", ref)
                 fault_point(f"rebase rollback: {ref} deleted")
+        _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def tag_names(git: Git) -> set[str]:
+    return set(git.run("for-each-ref", "--format=%(refname:strip=2)", "refs/tags/").split())
+
+
+@contextmanager
+def tags_removed_on_failure(git: Git, before: set[str]):
+    """Before the rebase's state is saved (rolling it back removes them then): tags it made, for the releases
+    it imported, go again if it stops."""
+    try:
+        yield
+    except BaseException:
+        for tag in sorted(tag_names(git) - before):
+            git.run("update-ref", "-d", f"refs/tags/{tag}")
+        raise
+
+
+def _remove_emptied_ref_folders(git: Git) -> None:
+    """git leaves the folders of the loose refs it deletes: those of sglpatch's own refs (refs/sglpatch/) that
+    hold no ref any more go too."""
+    top = git.common_dir() / "refs" / "sglpatch"
+    folders = sorted((path for path in top.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts))
+    for folder in [*folders, top] if top.is_dir() else []:
+        try:
+            folder.rmdir()  # only an empty one
+        except OSError:
+            pass
 
 
 def _put_back_orig_head(git: Git, was: str | None) -> None:
@@ -113,22 +144,23 @@ def stage(
         write_durably(folder / STAGED_REPORT, report[1].encode(), fault_points=False)
     for made in (staged.parent, folder):
         fsync_dir(made)
+    replaces = listed_patches(state.series_out_dir) if series_files else []
     state.install = InstallPlan(
         files=list(series_files),
-        series_digest=folder_digest(_after_install(state.series_out_dir, series_files)),
+        series_digest=folder_digest(own_files(_after_install(state.series_out_dir, series_files, replaces))),
         report=report[0] if report else None,
         record=record,
+        replaces=replaces,
     )
     state.phase = INSTALLING
     save(folder, state)
     fault_point("rebase: result staged")
 
 
-def _after_install(patch_dir: Path, series_files: dict[str, bytes]) -> dict[str, bytes]:
-    """What the series folder will hold: its other files (pr-groups.json...), the new series files."""
-    if not series_files:
-        return folder_files(patch_dir)
-    kept = {n: data for n, data in folder_files(patch_dir).items() if not n.endswith(".patch")}
+def _after_install(patch_dir: Path, series_files: dict[str, bytes], replaces: list[str]) -> dict[str, bytes]:
+    """What the series folder will hold: its other files (pr-groups.json, a patch the old series did not list),
+    the new series files."""
+    kept = {n: data for n, data in folder_files(patch_dir).items() if n not in replaces}
     return {**kept, **series_files}
 
 
@@ -150,7 +182,9 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         fault_point("rebase install: branch made")
     if plan.files:
         staged = folder / STAGED_SERIES
-        write_series_files(patch_dir, {name: (staged / name).read_bytes() for name in plan.files})
+        files = {name: (staged / name).read_bytes() for name in plan.files}
+        refuse_unlisted_in_the_way(patch_dir, files, plan.replaces, then=f"run {hints.recover(target.root)}")
+        write_series_files(patch_dir, files, plan.replaces)
     if plan.report:
         report = Path(plan.report)
         report.parent.mkdir(parents=True, exist_ok=True)
@@ -164,6 +198,7 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
     if git.rev_parse(SERIES_REF):
         git.run("update-ref", "-d", SERIES_REF)
         fault_point("rebase install: series ref deleted")
+    _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
 
 

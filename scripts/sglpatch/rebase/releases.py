@@ -28,7 +28,7 @@ from sglpatch.errors import FatalError
 from sglpatch.git import SGLPATCH_IDENTITY, Git, init_repo
 from sglpatch.output import progress, show_path
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
-from sglpatch.wheels import cache_dir, fetch_wheel, pypi_upload_day
+from sglpatch.wheels import cache_folder, fetch_wheel, pypi_upload_day
 
 
 def import_identity(project: ProjectKind = DEFAULT_KIND) -> dict[str, str]:
@@ -49,7 +49,7 @@ def release_of(ref: str) -> str | None:
 
 
 def releases_repo() -> Git:
-    path = cache_dir() / "releases.git"
+    path = cache_folder("releases.git")
     if not (path / "HEAD").exists():
         init_repo(path, bare=True)
     return Git(path)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from sglpatch import hints
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
@@ -25,6 +28,7 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
     git = target.git
     branch, previous = record.branch, record.previous
     was = record.state
+    _refuse_held_elsewhere(target, branch)
     on_branch = git.current_branch() == branch
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
         half_switched = _settle_killed_git(target, record, locks) if was in INTERRUPTED else []
@@ -41,22 +45,42 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
         except OSError as exc:
             free_reserve(target)
             raise FatalError(
-                f"cannot write {git.git_dir()} ({exc.strerror or exc}); nothing was changed: {target.root} is "
+                f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {target.root} is "
                 f"{unchanged}"
             ) from None
         try:
             _switch_back(target, record, half_switched, switching)
         except (GitFailed, OSError) as exc:
-            cause = f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
+            cause = (
+                f"cannot write {exc.filename or target.root} ({os_reason(exc)})" if isinstance(exc, OSError) else exc
+            )
             raise FatalError(
-                f"{cause if isinstance(exc, OSError) else exc}; the revert stopped part-way (the record says "
-                f"reverting): free space or fix the cause, then run {hints.recover(target.root)} to finish it"
+                f"{cause}; the revert stopped part-way (the record says reverting): free space or fix the cause, "
+                f"then run {hints.recover(target.root)} to finish it"
             ) from None
     action = {
         WriteState.APPLYING: "rolled back the interrupted apply",
         WriteState.REVERTING: "finished the interrupted revert",
     }
     return f"{action.get(was, 'reverted')} on {target.root}: back on {previous}, branch {branch} removed"
+
+
+def _refuse_held_elsewhere(target: Target, branch: str) -> None:
+    """git deletes no branch a linked worktree has checked out (`git worktree add --force`, or a checkout with
+    --ignore-other-worktrees put it there too): say so before anything changes, not half-way."""
+    listed = target.git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0")
+    here, holders, where = target.root.resolve(), [], None
+    for line in listed:  # a path as the file system has it: any byte (os.fsdecode, as every path here)
+        if line.startswith(b"worktree "):
+            where = Path(os.fsdecode(line.removeprefix(b"worktree ")))
+        elif line == os.fsencode(f"branch refs/heads/{branch}") and where is not None and where.resolve() != here:
+            holders.append(where)
+    if holders:
+        raise FatalError(
+            f"branch {branch} is checked out in the worktree {holders[0]} too, and git deletes no branch a worktree "
+            f"has checked out; nothing was changed: switch that worktree away (`git -C {holders[0]} switch "
+            "--detach`), then run this again"
+        )
 
 
 def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str], switching: bool) -> None:

@@ -34,14 +34,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
-from sglpatch.errors import CorruptState, FatalError
+from sglpatch.errors import CorruptState, FatalError, os_reason
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
 from sglpatch.target._bytecode import bytecode_of, is_bytecode
 from sglpatch.target.ownership import give_to_folder_owner, with_executable
+from sglpatch.target.target import JOURNAL_DIR
 from sglpatch.target.write_states import WriteState
 
-JOURNAL_DIR = ".sglpatch"
 JOURNAL_FILE = "journal.json"
 NEW_FILE_MODE = 0o644
 
@@ -266,7 +266,7 @@ def refuse_other_owners(package: Path, changes: list[Change]) -> None:
 
 def _discard_prepared(package: Path, journal: Journal, exc: OSError) -> None:
     """A write before the commit failed: remove what was prepared, so the package is as it was."""
-    why = f"cannot write {exc.filename or package} ({exc.strerror or exc})"
+    why = f"cannot write {exc.filename or package} ({os_reason(exc)})"
     try:
         for entry in journal.files:
             unlink_if_there(_tmp_for(package / entry.path))
@@ -292,7 +292,7 @@ def _commit(path: Path, entry: JournalEntry) -> None:
 
 
 def _roll_back_after(package: Path, exc: OSError) -> None:
-    why = f"writing {package} failed ({exc.strerror or exc})"
+    why = f"writing {package} failed ({os_reason(exc)})"
     try:
         restore(package)
     except (OSError, FatalError) as again:

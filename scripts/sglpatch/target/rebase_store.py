@@ -119,6 +119,7 @@ class InstallPlan:
     series_digest: str | None  # the series folder's digest once they are in place
     report: str | None  # where the range-diff goes (its text is staged/report.txt)
     record: CheckoutRecord  # the checkout record of the rebased branch
+    replaces: list[str] = field(default_factory=list)  # the patches the folder's old series listed (only they go)
 
     @classmethod
     def from_json(cls, plan) -> InstallPlan:
@@ -132,11 +133,15 @@ class InstallPlan:
         if not (plan.get("report") is None or isinstance(plan["report"], str)):
             raise ValueError("install's report is not a path")
         digest = plan.get("series_digest")
+        replaces = plan.get("replaces", [])
+        if not (isinstance(replaces, list) and all(isinstance(n, str) and Path(n).name == n for n in replaces)):
+            raise ValueError("install's replaced patches are not plain names")
         return cls(
             plan["files"],
             digest if isinstance(digest, str) else None,
             plan.get("report"),
             CheckoutRecord.from_json(record),
+            replaces,
         )
 
     def to_json(self) -> dict:
@@ -145,6 +150,7 @@ class InstallPlan:
             "series_digest": self.series_digest,
             "report": self.report,
             "record": self.record.to_json(),
+            "replaces": self.replaces,
         }
 
 
@@ -181,6 +187,7 @@ class RebaseState:
     install: InstallPlan | None = None  # the staged result, once phase is "installing"
     out_dir: str | None = None  # a line's rebase writes the new line here (None: rewrite patch_dir)
     out_digest: str | None = None  # out_dir when the rebase began (empty: a new line)
+    tags_made: list[str] = field(default_factory=list)  # the release tags it made in the checkout (rolled back)
     run: RunMark | None = None  # the run that saved it last (the git locks a killed run left are its own)
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
@@ -238,6 +245,7 @@ class RebaseState:
             install=install,
             out_dir=typed("out_dir", str),
             out_digest=typed("out_digest", str),
+            tags_made=[n for n in typed("tags_made", list, []) if isinstance(n, str) and n and not n.startswith("-")],
             run=_run_mark(data.get("run")),
             unfit=unfit,
         )
@@ -247,7 +255,7 @@ class RebaseState:
         data: dict = {}
         for name in _SAVED:
             value = getattr(self, name)
-            if value is None or (name in ("dropped", "resolved_by_hand") and not value):
+            if value is None or (name in ("dropped", "resolved_by_hand", "tags_made") and not value):
                 continue
             if name == "outcomes":
                 value = [o.to_json() for o in value]
@@ -332,11 +340,11 @@ def _why_not_continuable(data: dict) -> str | None:
     return None
 
 
-def check_can_go_on(state: RebaseState, folder: Path) -> None:
+def check_can_go_on(state: RebaseState, folder: Path, root: Path) -> None:
     """Refuse --continue on a state that lacks what the replay reads (e.g. one written by an older sglpatch)."""
     if state.unfit:
         raise FatalError(
-            f"{folder / 'state.json'} cannot be continued ({state.unfit}); {hints.abort_rebase()} and start again"
+            f"{folder / 'state.json'} cannot be continued ({state.unfit}); {hints.abort_rebase(root)} and start again"
         )
 
 
@@ -354,8 +362,8 @@ def refuse_in_progress(target: Target) -> None:
         return
     if state.stopped:
         raise FatalError(
-            f"{state.describe_stop()} in {target.root}; finish it ({hints.continue_rebase()}) "
-            f"or undo it ({hints.abort_rebase()}) first"
+            f"{state.describe_stop()} in {target.root}; finish it ({hints.continue_rebase(target.root)}) "
+            f"or undo it ({hints.abort_rebase(target.root)}) first"
         )
     raise FatalError(
         f"a rebase of {target.root} was interrupted; run {hints.recover(target.root)} to finish or undo it"

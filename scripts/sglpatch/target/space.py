@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from sglpatch.durable import fsync_dir, unlink_if_there
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.interrupts import fault_point
 from sglpatch.target.target import Target
 
@@ -67,9 +67,9 @@ def make_reserve(target: Target, size: int, path: Path | None = None) -> Path:
     except OSError as exc:
         unlink_if_there(path)
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):  # a read-only file system, a folder it may not write
-            raise FatalError(f"cannot write {path} ({exc.strerror or exc})") from None
+            raise FatalError(f"cannot write {path} ({os_reason(exc)})") from None
         raise FatalError(
-            f"not enough free space in {path.parent} ({exc.strerror or exc}): a safe switch keeps about "
+            f"not enough free space in {path.parent} ({os_reason(exc)}): a safe switch keeps about "
             f"{size // 1024} KiB aside to roll back with"
         ) from None
     fault_point("space: room to roll back set aside")

@@ -18,16 +18,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 from sglpatch.run_mark import RunMark
-from sglpatch.wheels import cache_dir
+from sglpatch.wheels import cache_folder, unwritable_cache
 
 GIT_CHECKOUT = "git checkout"
 _VERSION_LITERAL = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.MULTILINE)
 PACKAGE_FOLDER = "package folder"
+JOURNAL_DIR = ".sglpatch"  # where a package folder's journal lives (journal.py)
 
 
 @dataclass
@@ -115,6 +117,23 @@ def dirty_paths(target: Target, paths: list[str]) -> list[str]:
     return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})
 
 
+def branch_refusal(target: Target, branch: str, option: str) -> str | None:
+    """Why the series branch `branch` cannot be made here (one line, `option` the way to name another), or None:
+    a branch of that name (the user's, or one a linked worktree holds), or one whose name git cannot put beside
+    it (`sglpatch` blocks `sglpatch/v0.5.14`, and `sglpatch/v0.5.14/x` blocks it too)."""
+    git = target.git
+    if git.try_run("check-ref-format", "--branch", branch)[0] != 0:
+        return f"{branch!r} is not a valid branch name; pass {option}"
+    parts = branch.split("/")
+    above = ["refs/heads/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    listed = git.run("for-each-ref", "--format=%(refname)", *above, f"refs/heads/{branch}/").split()
+    if not listed:
+        return None
+    found = listed[0].removeprefix("refs/heads/")
+    why = "already exists" if found == branch else f"cannot be made beside your branch {found}"
+    return f"branch {branch} {why}; nothing was changed: pass {option} for the series branch"
+
+
 def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target:
     given = Path(path).expanduser()
     if not given.exists():
@@ -128,15 +147,45 @@ def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target
             if top is None:
                 raise FatalError(_unusable_checkout(root, err))
             if top.resolve() == root:
+                _refuse_unborn(root)
                 return Target(GIT_CHECKOUT, root, project)
         return _found_inside(root, root / project.checkout_folder, project)
     if project.is_package(root / project.package):
+        _refuse_tracked_package(root / project.package)
         return _found_inside(root, root / project.package, project)
     if project.is_package(root):
+        _refuse_tracked_package(root)
         return Target(PACKAGE_FOLDER, root, project)
     raise FatalError(
         f"{given} is not {project.name}: expected a checkout with {project.package_prefix} or a package folder "
         f"with __init__.py and {project.marker}/"
+    )
+
+
+def _refuse_unborn(root: Path) -> None:
+    """A checkout whose branch has no commit (`git checkout --orphan`, a repository never committed to) has no
+    base to patch or step back to."""
+    git = Git(root)
+    if git.rev_parse("HEAD") is None:
+        branch = git.current_branch() or "HEAD"
+        raise FatalError(
+            f"{root} is on branch {branch}, which has no commit yet (an orphan branch, or a repository never "
+            "committed to); nothing was changed: switch to a branch that holds the sglang sources first"
+        )
+
+
+def _refuse_tracked_package(package: Path) -> None:
+    """A package folder whose files a git checkout tracks (an editable install points into one) is that
+    checkout's: written as a folder, its files would change behind git and a journal would sit in the repo."""
+    if (package / JOURNAL_DIR).exists():
+        return  # applied so before this check: revert and recover must still reach it
+    git = Git(package)
+    top = git.try_path("rev-parse", "--show-toplevel")[1]
+    if top is None or not git.run("ls-files", "-z", "--", ".", strip=False):
+        return
+    raise FatalError(
+        f"{package} is tracked by the git checkout {top} (an editable install?); nothing was changed: apply to the "
+        f"checkout, {hints.apply_to(top)}"
     )
 
 
@@ -172,9 +221,11 @@ def _lock_holder(fd: int, patience_s: float = 1.0) -> str:
 
 def _open_lock(target: Target) -> int:
     key = hashlib.sha256(os.fsencode(target.root.resolve())).hexdigest()[:24]
-    lock_dir = cache_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    return os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = cache_folder("locks") / f"{key}.lock"
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise unwritable_cache(lock, exc) from None
 
 
 def working_run(target: Target) -> str | None:

@@ -147,14 +147,15 @@ class RebaseInProgress(TargetState):
         root = self.target.root
         if self.stopped:
             return (
-                f"{self.rebase.describe_stop()} in {root}; finish it ({hints.continue_rebase()}) "
-                f"or undo it ({hints.abort_rebase()}) first"
+                f"{self.rebase.describe_stop()} in {root}; finish it ({hints.continue_rebase(root)}) "
+                f"or undo it ({hints.abort_rebase(root)}) first"
             )
         return f"a rebase of {root} was interrupted; run {hints.recover(root)} to finish or undo it"
 
     def note(self) -> str:
         if self.stopped:
-            return f"{self.rebase.describe_stop()}; {hints.continue_rebase()} or {hints.abort_rebase()}"
+            root = self.target.root
+            return f"{self.rebase.describe_stop()}; {hints.continue_rebase(root)} or {hints.abort_rebase(root)}"
         return f"an sglpatch rebase was cut short here; {hints.recover(self.target.root)} settles it"
 
 

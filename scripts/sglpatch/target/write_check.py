@@ -13,7 +13,7 @@ import errno
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.errors import FatalError
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import blob_id
 from sglpatch.target import journal
 from sglpatch.target.target import Target, dirty_paths
@@ -43,7 +43,7 @@ def restore_package(target: Target, force: bool) -> list[str]:
     try:
         return journal.restore(target.root, force=force)
     except OSError as exc:
-        why = f"cannot write {exc.filename or target.root} ({exc.strerror or exc})"
+        why = f"cannot write {exc.filename or target.root} ({os_reason(exc)})"
         record = journal.read_journal(target.root)
         if record is None:
             raise FatalError(
