@@ -86,7 +86,7 @@ def test_upstream_json_is_what_the_earlier_lines_drift_finds():
     from sglpatch.project import PROJECT_ROOT
     from sglpatch.rebase.drift import upstream_prs, upstream_records
 
-    lines = all_lines()
+    lines = [line for line in all_lines() if not line.project.from_git]  # sglang's: released on PyPI
     checked = 0
     for earlier in lines:
         report = PROJECT_ROOT / "docs" / "drift" / earlier.name / "drift.json"
