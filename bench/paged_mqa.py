@@ -213,9 +213,8 @@ def run_layout(deep_gemm, kv_pool, batch: Batch, layout: str, schedule=None):
 # ---------------------------------------------------------------- timing
 
 
-def time_calls(fn, batches: list[Batch], reps: int) -> float:
-    """Median microseconds per call of ``fn``: a CUDA graph of one call per batch (rotation), replayed
-    ``reps`` times; each batch is called once before the capture (warm-up, JIT)."""
+def captured(fn, batches: list[Batch]):
+    """A CUDA graph of one ``fn`` call per batch, each called once before (warm-up, JIT), replayed once."""
     import torch
 
     for b in batches:
@@ -228,6 +227,15 @@ def time_calls(fn, batches: list[Batch], reps: int) -> float:
             fn(b)
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def time_calls(fn, batches: list[Batch], reps: int) -> float:
+    """Median microseconds per call of ``fn``: a CUDA graph of one call per batch (rotation), replayed
+    ``reps`` times; each batch is called once before the capture (warm-up, JIT)."""
+    import torch
+
+    graph = captured(fn, batches)
     samples = []
     for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
