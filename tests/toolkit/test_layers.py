@@ -2,10 +2,10 @@
 
 - the core is the package's top level (`sglpatch/*.py`): it imports no capability and no command (cli.py,
   the entry, dispatches to the commands);
-- a capability is a sub-package (target/, rebase/, upstream/, gpu/): it imports the core and the capabilities
+- a capability is a sub-package (targets/, rebase/, upstream/, gpu/): it imports the core and the capabilities
   CAPABILITIES lets it, never a command, and never another package's private module (`_name.py`);
 - a command imports anything but another command (what two commands share is commands/common.py);
-- what state a target is in is read in one place, target/target_state.py.
+- what state a target is in is read in one place, targets/target_state.py.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ SHARED_BY_COMMANDS = "sglpatch.commands.common"
 ENTRY = {"cli.py", "__main__.py"}
 # Each capability, and the capabilities it may import (no circle: each imports only those listed before it).
 CAPABILITIES = {
-    "target": set(),
-    "rebase": {"target"},
+    "targets": set(),
+    "rebase": {"targets"},
     "upstream": {"rebase"},
     "gpu": set(),
 }
 # The readers of a target's records: only target_state (and the records' own package) call them.
-RECORD_READERS = {"sglpatch.target.checkout_record.read_state", "sglpatch.target.journal.read_journal"}
+RECORD_READERS = {"sglpatch.targets.checkout_record.read_state", "sglpatch.targets.journal.read_journal"}
 # The rebase's own working state (what it replayed, where it stopped) is read by the rebase alone.
-REBASE_STATE_READERS = {"rebase/rebase_engine.py", "commands/rebase.py", "target/target_state.py"}
+REBASE_STATE_READERS = {"rebase/rebase_engine.py", "commands/rebase.py", "targets/target_state.py"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -43,7 +43,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _room(name: str) -> str | None:
-    """The sub-package a dotted name lies in (`sglpatch.target.journal` -> target), None for the core."""
+    """The sub-package a dotted name lies in (`sglpatch.targets.journal` -> targets), None for the core."""
     parts = name.split(".")
     return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
 
@@ -69,7 +69,7 @@ def test_every_sub_package_is_a_command_folder_or_a_capability():
 def test_each_capability_says_what_it_owns_and_what_it_may_import():
     for room in CAPABILITIES:
         doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text())) or ""
-        lines = doc.splitlines()
+        lines = doc.split("\n\n")[0].splitlines()  # its first paragraph; what follows is free
         assert len(lines) == 2 and lines[1].startswith("May import:"), f"{room}/__init__.py: {doc!r}"
 
 
@@ -117,7 +117,7 @@ def test_what_state_a_target_is_in_is_read_in_one_place():
     readers = {}
     for path in PACKAGE.rglob("*.py"):
         where, imports = _where(path), _imports(path)
-        if not where.startswith("target/") and imports & RECORD_READERS:
+        if not where.startswith("targets/") and imports & RECORD_READERS:
             readers[where] = imports & RECORD_READERS
         if where not in REBASE_STATE_READERS and _reads_rebase_state(path):
             readers[where] = {"rebase_store.load"}
@@ -131,4 +131,4 @@ def _reads_rebase_state(path: Path) -> bool:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
     }
-    return "rebase_store.load" in called or "sglpatch.target.rebase_store.load" in _imports(path)
+    return "rebase_store.load" in called or "sglpatch.targets.rebase_store.load" in _imports(path)

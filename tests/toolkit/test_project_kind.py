@@ -19,7 +19,7 @@ from sglpatch.lines import default_line
 from sglpatch.pin import parse_pin
 from sglpatch.project_kind import DEFAULT_KIND, SGLANG, ProjectKind
 from sglpatch.rebase.releases import check_out_release
-from sglpatch.target.target import GIT_CHECKOUT, PACKAGE_FOLDER, open_target
+from sglpatch.targets.target import GIT_CHECKOUT, PACKAGE_FOLDER, open_target
 
 # name, package, package_prefix (DeepGEMM's package sits at the top of its checkout), test_prefix, marker, wheel
 KERNELS = ProjectKind("deep_gemm", "deep_gemm", "deep_gemm/", "tests/", "jit_kernels", "deep-gemm")

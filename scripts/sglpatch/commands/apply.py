@@ -12,18 +12,18 @@ from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import say
 from sglpatch.pin import Pin
 from sglpatch.series import Series
-from sglpatch.target import journal, target_state
-from sglpatch.target.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
-from sglpatch.target.checkout_undo import undo_checkout
-from sglpatch.target.ownership import record_stats, refuse_other_owners
-from sglpatch.target.plan import ALREADY_APPLIED, ApplyPlan, make_plan
-from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target.target import Target, branch_refusal, dirty_paths, target_lock
-from sglpatch.target.target_state import Applied, TargetState
-from sglpatch.target.user_work import work_of_the_user
-from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
-from sglpatch.target.write_check import checkout_mismatch, package_mismatch, restore_previous
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import journal, target_state
+from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
+from sglpatch.targets.checkout_undo import undo_checkout
+from sglpatch.targets.ownership import record_stats, refuse_other_owners
+from sglpatch.targets.plan import ALREADY_APPLIED, ApplyPlan, make_plan
+from sglpatch.targets.space import free_reserve, make_reserve, room_to_roll_back
+from sglpatch.targets.target import Target, branch_refusal, dirty_paths, target_lock
+from sglpatch.targets.target_state import Applied, TargetState
+from sglpatch.targets.user_work import work_of_the_user
+from sglpatch.targets.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
+from sglpatch.targets.write_check import checkout_mismatch, package_mismatch, restore_previous
+from sglpatch.targets.write_states import WriteState
 
 
 def add_arguments(parser) -> None:

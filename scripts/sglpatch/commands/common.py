@@ -11,8 +11,8 @@ from sglpatch.project import default_base_dir
 from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.series import Series, load_series
-from sglpatch.target import target_state
-from sglpatch.target.target import Target, open_target
+from sglpatch.targets import target_state
+from sglpatch.targets.target import Target, open_target
 
 # What --sglang and --line mean when left out, for the commands' help (each says its own)
 OWN_BASE = "the line's own base, build/sglang for the default line"

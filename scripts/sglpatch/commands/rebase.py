@@ -17,8 +17,8 @@ from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase import rebase_engine
-from sglpatch.target import rebase_store
-from sglpatch.target.target import target_lock
+from sglpatch.targets import rebase_store
+from sglpatch.targets.target import target_lock
 
 # what a user says to the rebase: (the flag, the make variable), for hints.option
 _OPTIONS = (

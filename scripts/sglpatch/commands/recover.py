@@ -18,14 +18,14 @@ from sglpatch.errors import FatalError
 from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.rebase import rebase_settle
-from sglpatch.target import journal, rebase_store, target_state
-from sglpatch.target.checkout_undo import undo_checkout
-from sglpatch.target.git_locks import refuse_others, remove_own
-from sglpatch.target.target import dirty_paths, target_lock
-from sglpatch.target.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
-from sglpatch.target.user_work import commits_past_the_series
-from sglpatch.target.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import journal, rebase_store, target_state
+from sglpatch.targets.checkout_undo import undo_checkout
+from sglpatch.targets.git_locks import refuse_others, remove_own
+from sglpatch.targets.target import dirty_paths, target_lock
+from sglpatch.targets.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
+from sglpatch.targets.user_work import commits_past_the_series
+from sglpatch.targets.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
+from sglpatch.targets.write_states import WriteState
 
 AS_IT_WAS = "as it was"
 PATCHED = "fully patched"

@@ -6,11 +6,11 @@ from sglpatch.commands.common import add_line_option, add_target_option, resolve
 from sglpatch.errors import FatalError
 from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
-from sglpatch.target import journal, target_state
-from sglpatch.target.checkout_undo import undo_checkout
-from sglpatch.target.target import dirty_paths, target_lock
-from sglpatch.target.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
-from sglpatch.target.write_check import package_mismatch, restore_package
+from sglpatch.targets import journal, target_state
+from sglpatch.targets.checkout_undo import undo_checkout
+from sglpatch.targets.target import dirty_paths, target_lock
+from sglpatch.targets.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
+from sglpatch.targets.write_check import package_mismatch, restore_package
 
 
 def add_arguments(parser) -> None:

@@ -7,11 +7,11 @@ from sglpatch.commands.common import add_series_options, add_target_option, open
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.series import Series
-from sglpatch.target import journal, target_state
-from sglpatch.target.plan import make_plan
-from sglpatch.target.target import branch_refusal, busy, dirty_paths, working_run
-from sglpatch.target.target_state import Applied, Interrupted, TargetState
-from sglpatch.target.write_check import tree_blobs
+from sglpatch.targets import journal, target_state
+from sglpatch.targets.plan import make_plan
+from sglpatch.targets.target import branch_refusal, busy, dirty_paths, working_run
+from sglpatch.targets.target_state import Applied, Interrupted, TargetState
+from sglpatch.targets.write_check import tree_blobs
 
 
 def add_arguments(parser) -> None:

@@ -12,7 +12,7 @@ On success, patches/ is rewritten against ONTO (new pin), a range-diff of the
 old and new series is written for reviewers, and the checkout records the
 rebased branch like `apply` does (so a revert steps back to where the rebase
 began). Ctrl-C, SIGTERM or a kill roll the rebase back, or, once the result is
-staged, finish it: rebase_settle.py. Its state on disk: target/rebase_store.py.
+staged, finish it: rebase_settle.py. Its state on disk: targets/rebase_store.py.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series
-from sglpatch.target import rebase_store
-from sglpatch.target.checkout_record import CheckoutRecord
-from sglpatch.target.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
-from sglpatch.target.space import RESERVE, make_reserve, room_to_switch_back
-from sglpatch.target.target import Target
-from sglpatch.target.target_state import current_record
-from sglpatch.target.user_work import refuse_commits_past_the_series
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import rebase_store
+from sglpatch.targets.checkout_record import CheckoutRecord
+from sglpatch.targets.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
+from sglpatch.targets.space import RESERVE, make_reserve, room_to_switch_back
+from sglpatch.targets.target import Target
+from sglpatch.targets.target_state import current_record
+from sglpatch.targets.user_work import refuse_commits_past_the_series
+from sglpatch.targets.write_states import WriteState
 from sglpatch.wheels import fetch_wheel, file_sha256
 
 MERGED = "merged with changes"

@@ -24,8 +24,8 @@ from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
-from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, write_state
-from sglpatch.target.rebase_store import (
+from sglpatch.targets.checkout_record import STATE_FILE, CheckoutRecord, write_state
+from sglpatch.targets.rebase_store import (
     INSTALLING,
     SERIES_REF,
     STAGED_REPORT,
@@ -35,8 +35,8 @@ from sglpatch.target.rebase_store import (
     remove_state_folder,
     save,
 )
-from sglpatch.target.space import RESERVE
-from sglpatch.target.target import Target
+from sglpatch.targets.space import RESERVE
+from sglpatch.targets.target import Target
 
 
 def finish_or_roll_back(target: Target, folder: Path, state: RebaseState) -> str:

@@ -28,14 +28,14 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import CorruptState, FatalError
-from sglpatch.target import journal, rebase_store
-from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, read_state, state_path
-from sglpatch.target.git_locks import GitLock, classify, lock_files
-from sglpatch.target.journal import Journal
-from sglpatch.target.rebase_store import RebaseState
-from sglpatch.target.space import RESERVE
-from sglpatch.target.target import Target
-from sglpatch.target.write_states import INTERRUPTED, WriteState
+from sglpatch.targets import journal, rebase_store
+from sglpatch.targets.checkout_record import STATE_FILE, CheckoutRecord, read_state, state_path
+from sglpatch.targets.git_locks import GitLock, classify, lock_files
+from sglpatch.targets.journal import Journal
+from sglpatch.targets.rebase_store import RebaseState
+from sglpatch.targets.space import RESERVE
+from sglpatch.targets.target import Target
+from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 APPLY, REVERT = "apply", "revert"
 # What another tool leaves in the git dir while its operation waits for the user.

@@ -24,8 +24,8 @@ from sglpatch.durable import write_durably
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import Git
 from sglpatch.run_mark import RunMark
-from sglpatch.target.checkout_record import CheckoutRecord
-from sglpatch.target.target import Target
+from sglpatch.targets.checkout_record import CheckoutRecord
+from sglpatch.targets.target import Target
 
 STATE_DIR = "sglpatch-rebase"
 DELETING = STATE_DIR + ".deleting"  # the state folder on its way out: never read as a rebase in progress

@@ -15,9 +15,9 @@ from pathlib import Path
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import blob_id
-from sglpatch.target import journal
-from sglpatch.target.target import Target, dirty_paths
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import journal
+from sglpatch.targets.target import Target, dirty_paths
+from sglpatch.targets.write_states import WriteState
 
 
 def checkout_mismatch(target: Target, branch: str | None, head: str, touched: list[str]) -> list[str]:

@@ -10,13 +10,13 @@ from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
-from sglpatch.target.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
-from sglpatch.target.git_locks import GitLock, refuse_others, remove_own
-from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target.target import Target, dirty_paths
-from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree
-from sglpatch.target.write_check import checkout_mismatch, move_checkout, tree_blobs
-from sglpatch.target.write_states import INTERRUPTED, WriteState
+from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
+from sglpatch.targets.git_locks import GitLock, refuse_others, remove_own
+from sglpatch.targets.space import free_reserve, make_reserve, room_to_roll_back
+from sglpatch.targets.target import Target, dirty_paths
+from sglpatch.targets.worktree_bytes import give_back_stats, give_back_worktree
+from sglpatch.targets.write_check import checkout_mismatch, move_checkout, tree_blobs
+from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 
 def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...] = ()) -> str:

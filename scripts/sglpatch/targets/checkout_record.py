@@ -25,9 +25,9 @@ from sglpatch.durable import unlink_if_there, write_durably
 from sglpatch.errors import CorruptState
 from sglpatch.run_mark import RunMark
 from sglpatch.series import check_path_is_safe
-from sglpatch.target.ownership import GIT_FILES, give_to_folder_owner
-from sglpatch.target.target import Target
-from sglpatch.target.write_states import INTERRUPTED, WriteState
+from sglpatch.targets.ownership import GIT_FILES, give_to_folder_owner
+from sglpatch.targets.target import Target
+from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 STATE_FILE = "sglpatch-state.json"
 

@@ -37,10 +37,10 @@ from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_d
 from sglpatch.errors import CorruptState, FatalError, os_reason
 from sglpatch.git import blob_id
 from sglpatch.interrupts import fault_point
-from sglpatch.target._bytecode import bytecode_of, is_bytecode
-from sglpatch.target.ownership import give_to_folder_owner, with_executable
-from sglpatch.target.target import JOURNAL_DIR
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets._bytecode import bytecode_of, is_bytecode
+from sglpatch.targets.ownership import give_to_folder_owner, with_executable
+from sglpatch.targets.target import JOURNAL_DIR
+from sglpatch.targets.write_states import WriteState
 
 JOURNAL_FILE = "journal.json"
 NEW_FILE_MODE = 0o644
