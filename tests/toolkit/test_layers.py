@@ -5,6 +5,9 @@
 - a capability is a sub-package (targets/, rebase/, upstream/, gpu/): it imports the core and the capabilities
   CAPABILITIES lets it, never a command, and never another package's private module (`_name.py`);
 - a command imports anything but another command (what two commands share is commands/common.py);
+- targets/ has a face, the names its __init__ lists in __all__: a command imports targets/ only through it, and so
+  does any other module outside targets/ (but for rebase_store, the rebase's own state, which rebase/ reads and
+  writes);
 - what state a target is in is read in one place, targets/target_state.py.
 """
 
@@ -14,6 +17,7 @@ import ast
 from pathlib import Path
 
 import sglpatch
+import sglpatch.targets
 
 PACKAGE = Path(sglpatch.__file__).resolve().parent
 SHARED_BY_COMMANDS = "sglpatch.commands.common"
@@ -26,9 +30,13 @@ CAPABILITIES = {
     "gpu": set(),
 }
 # The readers of a target's records: only target_state (and the records' own package) call them.
-RECORD_READERS = {"sglpatch.targets.checkout_record.read_state", "sglpatch.targets.journal.read_journal"}
+RECORD_READERS = {"sglpatch.targets.checkout_record.read_record", "sglpatch.targets.journal.read_journal"}
 # The rebase's own working state (what it replayed, where it stopped) is read by the rebase alone.
-REBASE_STATE_READERS = {"rebase/rebase_engine.py", "commands/rebase.py", "targets/target_state.py"}
+REBASE_STATE_READERS = {"rebase/rebase_engine.py", "targets/target_state.py"}
+# targets/'s face (its __init__'s __all__), and the one module of it rebase/ imports besides: the rebase's own state.
+TARGETS = "sglpatch.targets"
+FACE = set(sglpatch.targets.__all__)
+REBASE_STORE = "sglpatch.targets.rebase_store"
 
 
 def _imports(path: Path) -> set[str]:
@@ -111,6 +119,34 @@ def test_private_modules_stay_in_their_package():
             if len(parts) > 2 and _room(name) not in (None, room) and parts[2].startswith("_"):
                 private.setdefault(_where(path), set()).add(name)
     assert private == {}
+
+
+def _names_from_targets(path: Path) -> set[str]:
+    """What `path` takes from targets/: `sglpatch.targets:NAME` for a name of the package itself, else the module."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == TARGETS:
+            found |= {f"{TARGETS}:{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(TARGETS + "."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith(TARGETS + ".")}
+    return found
+
+
+def test_targets_is_reached_through_its_face():
+    assert all(hasattr(sglpatch.targets, name) for name in FACE)
+    face = {f"{TARGETS}:{name}" for name in FACE}
+    rebase_state = {REBASE_STORE, f"{TARGETS}:rebase_store"}
+    taken, behind = {}, {}
+    for path in PACKAGE.rglob("*.py"):
+        where = _where(path)
+        if not where.startswith("targets/"):
+            taken[where] = _names_from_targets(path)
+            allowed = face | (rebase_state if where.startswith("rebase/") else set())
+            behind[where] = taken[where] - allowed
+    assert {"commands/apply.py", "commands/recover.py", "rebase/rebase_engine.py"} <= {w for w, f in taken.items() if f}
+    assert {where: found for where, found in behind.items() if found} == {}
 
 
 def test_what_state_a_target_is_in_is_read_in_one_place():

@@ -39,14 +39,17 @@ from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
 from sglpatch.series import Series, load_series
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series
-from sglpatch.targets import rebase_store
-from sglpatch.targets.checkout_record import CheckoutRecord
+from sglpatch.targets import (
+    RESERVE,
+    CheckoutRecord,
+    Target,
+    current_record,
+    make_reserve,
+    rebase_store,
+    refuse_commits_past_the_series,
+    room_to_switch_back,
+)
 from sglpatch.targets.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
-from sglpatch.targets.space import RESERVE, make_reserve, room_to_switch_back
-from sglpatch.targets.target import Target
-from sglpatch.targets.target_state import current_record
-from sglpatch.targets.user_work import refuse_commits_past_the_series
-from sglpatch.targets.write_states import WriteState
 from sglpatch.wheels import fetch_wheel, file_sha256
 
 MERGED = "merged with changes"
@@ -182,6 +185,17 @@ def _rolled_back(target: Target, folder: Path, state: RebaseState, why: str) -> 
 
 
 # -- starting ----------------------------------------------------------------------
+
+
+def saved_state(target: Target) -> tuple[Path, RebaseState | None]:
+    """The folder a rebase of `target` keeps its state in, and the state there (None: no rebase in progress)."""
+    folder = rebase_store.state_dir(target.git)
+    return folder, rebase_store.load(folder)
+
+
+def refuse_in_progress(target: Target) -> None:
+    """Before a new rebase: refuse one in progress (stopped, or cut short), saying how to settle it."""
+    rebase_store.refuse_in_progress(target)
 
 
 def start(target: Target, folder: Path, request: Request, series: Series, pin: Pin) -> int:
@@ -629,8 +643,7 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
     # files of the series below, not "the whole package", which an empty list means)
     touched = set(git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines())
     touched |= set(before.touched if before else [])
-    return CheckoutRecord(
-        state=WriteState.APPLIED,
+    return CheckoutRecord(  # applied: a record's state when none is given
         branch=branch,
         previous=state.original,
         head=git.run("rev-parse", "HEAD"),
