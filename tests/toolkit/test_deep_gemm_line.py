@@ -16,9 +16,9 @@ import pytest
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.kernel_compile import SHAPES, SHAPES_FILE, Shape, kernel_source, shapes_of
 from sglpatch.project_kind import DEEP_GEMM
 from sglpatch.rebase.git_releases import ensure_git_base, stand_in_of
+from sglpatch.rebase.kernel_compile import SHAPES, SHAPES_FILE, Shape, kernel_source, shapes_of
 from sglpatch.series import check_path_is_safe, load_series
 from sglpatch.wheels import fetch_wheel
 from testing.deep_gemm_trees import KERNEL, LINE, NUMERIC, SCHEDULER

@@ -1,7 +1,8 @@
 """The layers hold: cli -> commands -> capabilities -> core (docs/architecture.md, "The layers").
 
-- the core is the package's top level (`sglpatch/*.py`): it imports no capability and no command (cli.py,
-  the entry, dispatches to the commands);
+- the core is the package's top level (`sglpatch/*.py`) and its core packages (safety/): it imports no
+  capability and no command (cli.py, the entry, dispatches to the commands); the top level holds at most
+  TOP_LEVEL_MOST modules, counting every `.py` there (the entry's `__init__.py`, `__main__.py` and cli.py too);
 - a capability is a sub-package (targets/, rebase/, upstream/, gpu/): it imports the core and the capabilities
   CAPABILITIES lets it, never a command, and never another package's private module (`_name.py`);
 - a command imports anything but another command (what two commands share is commands/common.py);
@@ -22,6 +23,10 @@ import sglpatch.targets
 PACKAGE = Path(sglpatch.__file__).resolve().parent
 SHARED_BY_COMMANDS = "sglpatch.commands.common"
 ENTRY = {"cli.py", "__main__.py"}
+# The top level is the entry and the core every capability shares; what belongs to one duty lives in a sub-package.
+TOP_LEVEL_MOST = 16
+# Sub-packages of the core: they import only the core, and every layer may import them.
+CORE_PACKAGES = {"safety"}
 # Each capability, and the capabilities it may import (no circle: each imports only those listed before it).
 CAPABILITIES = {
     "targets": set(),
@@ -57,7 +62,8 @@ def _room(name: str) -> str | None:
 
 
 def _rooms(imports: set[str]) -> set[str]:
-    return {room for room in map(_room, imports) if room is not None}
+    """The capabilities and the command folder among `imports` (the core, its packages too, left out)."""
+    return {room for room in map(_room, imports) if room is not None and room not in CORE_PACKAGES}
 
 
 def _modules(room: str | None) -> list[Path]:
@@ -71,11 +77,16 @@ def _where(path: Path) -> str:
 
 def test_every_sub_package_is_a_command_folder_or_a_capability():
     sub_packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
-    assert sub_packages == {"commands"} | set(CAPABILITIES)
+    assert sub_packages == {"commands"} | set(CAPABILITIES) | CORE_PACKAGES
+
+
+def test_the_top_level_holds_the_entry_and_the_shared_core_only():
+    top_level = [path.name for path in _modules(None)]
+    assert len(top_level) <= TOP_LEVEL_MOST, sorted(top_level)
 
 
 def test_each_capability_says_what_it_owns_and_what_it_may_import():
-    for room in CAPABILITIES:
+    for room in [*CAPABILITIES, *CORE_PACKAGES]:
         doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text())) or ""
         lines = doc.split("\n\n")[0].splitlines()  # its first paragraph; what follows is free
         assert len(lines) == 2 and lines[1].startswith("May import:"), f"{room}/__init__.py: {doc!r}"
@@ -91,6 +102,7 @@ def test_no_command_imports_another_command():
 
 def test_the_core_imports_no_capability_and_no_command():
     core = [path for path in _modules(None) if path.name not in ENTRY]
+    core += [path for package in sorted(CORE_PACKAGES) for path in _modules(package)]
     assert len(core) >= 15
     upward = {_where(path): _rooms(_imports(path)) for path in core}
     assert {where: found for where, found in upward.items() if found} == {}

@@ -8,9 +8,9 @@ from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
-from sglpatch.interrupts import write_phase
 from sglpatch.output import say
 from sglpatch.pin import Pin
+from sglpatch.safety.interrupts import write_phase
 from sglpatch.series import Series
 from sglpatch.targets import (
     Applied,

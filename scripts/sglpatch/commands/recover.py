@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import hints, scratch
+from sglpatch import hints
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import plural, say
 from sglpatch.rebase import rebase_settle
+from sglpatch.safety import scratch
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets import (
     Foreign,
     Interrupted,

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch.git import Git
-from sglpatch.kernel_compile import compile_tree, shapes_of
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.git_releases import stand_in_of
+from sglpatch.rebase.kernel_compile import compile_tree, shapes_of
 from sglpatch.rebase.replay import series_commits
 from sglpatch.series import Series
 

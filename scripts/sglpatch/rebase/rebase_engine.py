@@ -28,7 +28,6 @@ from packaging.version import Version
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin, pinned_kind
 from sglpatch.project_kind import ProjectKind
@@ -37,6 +36,7 @@ from sglpatch.rebase._prefix_checks import compile_error, import_error
 from sglpatch.rebase._series_digest import series_digest
 from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.series import Series, load_series
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series
 from sglpatch.targets import (

@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
+from sglpatch.safety.durable import fsync_dir, write_durably
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
 from sglpatch.targets import RESERVE, STATE_FILE, CheckoutRecord, Target, write_record

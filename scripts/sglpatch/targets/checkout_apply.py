@@ -13,8 +13,8 @@ from __future__ import annotations
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.targets.ownership import record_stats, refuse_other_owners
 from sglpatch.targets.plan import ApplyPlan

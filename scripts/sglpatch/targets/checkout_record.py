@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sglpatch.durable import unlink_if_there, write_durably
-from sglpatch.run_mark import RunMark
+from sglpatch.safety.durable import unlink_if_there, write_durably
+from sglpatch.safety.run_mark import RunMark
 from sglpatch.series import check_path_is_safe
 from sglpatch.targets._record_file import load_json_record
 from sglpatch.targets.ownership import GIT_FILES, give_to_folder_owner

@@ -8,8 +8,8 @@ from pathlib import Path
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.targets.git_locks import GitLock
 from sglpatch.targets.killed_git import settle_checkout_switch

@@ -33,10 +33,10 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import blob_id
-from sglpatch.interrupts import fault_point
+from sglpatch.safety.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
+from sglpatch.safety.interrupts import fault_point
 from sglpatch.targets._bytecode import bytecode_of, is_bytecode
 from sglpatch.targets._record_file import load_json_record
 from sglpatch.targets.ownership import give_to_folder_owner, with_executable

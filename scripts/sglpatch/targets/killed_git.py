@@ -11,7 +11,7 @@ made since, and is refused, changing nothing.
 from __future__ import annotations
 
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point, write_phase
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets import rebase_store
 from sglpatch.targets.checkout_record import CheckoutRecord
 from sglpatch.targets.git_locks import GitLock, refuse_others, remove_own

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point
+from sglpatch.safety.interrupts import fault_point
 from sglpatch.targets.target import Target
 
 GIT_FILES = ("HEAD", "index", "packed-refs")  # the files of the git dir the git commands of a run rewrite

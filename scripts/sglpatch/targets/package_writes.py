@@ -10,7 +10,7 @@ import errno
 
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
-from sglpatch.interrupts import write_phase
+from sglpatch.safety.interrupts import write_phase
 from sglpatch.targets import journal
 from sglpatch.targets.checkout_apply import applied_outcome
 from sglpatch.targets.plan import ALREADY_APPLIED, ApplyPlan

@@ -20,10 +20,10 @@ from enum import StrEnum
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.run_mark import RunMark
+from sglpatch.safety.durable import write_durably
+from sglpatch.safety.run_mark import RunMark
 from sglpatch.targets._record_file import load_json_record
 from sglpatch.targets.checkout_record import CheckoutRecord
 from sglpatch.targets.target import Target

@@ -21,10 +21,10 @@ from pathlib import Path
 from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id, git_reason
-from sglpatch.interrupts import guarded
 from sglpatch.output import say
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
-from sglpatch.run_mark import RunMark
+from sglpatch.safety.interrupts import guarded
+from sglpatch.safety.run_mark import RunMark
 from sglpatch.wheels import cache_folder, unwritable_cache
 
 GIT_CHECKOUT = "git checkout"

@@ -10,10 +10,10 @@ roll-back and `recover`, once HEAD and the index are back, rewrite each file who
 
 from __future__ import annotations
 
-from sglpatch.durable import write_durably
 from sglpatch.git import blob_id
-from sglpatch.interrupts import fault_point
 from sglpatch.output import say
+from sglpatch.safety.durable import write_durably
+from sglpatch.safety.interrupts import fault_point
 from sglpatch.targets.ownership import give_back
 from sglpatch.targets.target import Target
 from sglpatch.targets.write_check import tree_blobs
