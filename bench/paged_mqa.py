@@ -218,16 +218,7 @@ def time_calls(fn, batches: list[Batch], reps: int) -> float:
     ``reps`` times; each batch is called once before the capture (warm-up, JIT)."""
     import torch
 
-    for b in batches:
-        fn(b)
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for b in batches:
-            fn(b)
-    graph.replay()
-    torch.cuda.synchronize()
+    graph = captured(fn, batches)
     samples = []
     for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
@@ -239,6 +230,23 @@ def time_calls(fn, batches: list[Batch], reps: int) -> float:
         samples.append(start.elapsed_time(end) * 1e3 / len(batches))
     del graph
     return statistics.median(samples)
+
+
+def captured(fn, batches: list[Batch]):
+    """A CUDA graph of one ``fn`` call per batch, each called once before (warm-up, JIT)."""
+    import torch
+
+    for b in batches:
+        fn(b)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for b in batches:
+            fn(b)
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
 
 
 def time_layout(deep_gemm, kv_pool, batches: list[Batch], layout: str, reps: int):

@@ -72,6 +72,7 @@ from bench.paged_mqa import (  # noqa: E402
     PAGE_BYTES,
     Batch,
     attended_equal,
+    captured,
     make_batch,
     make_kv_pool,
     run_facts,
@@ -391,23 +392,6 @@ def kernel_us(events, calls: int) -> float:
     """Microseconds of paged-MQA logits kernels per call, from profiler events (name, device us)."""
     total = sum(us for name, us in events if "paged_mqa_logits" in name and "metadata" not in name)
     return total / calls
-
-
-def captured(fn, batches: list[Batch]):
-    """A CUDA graph of one ``fn`` call per batch, each called once before (warm-up, JIT)."""
-    import torch
-
-    for b in batches:
-        fn(b)
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for b in batches:
-            fn(b)
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
 
 
 def time_graph(graph, calls: int, reps: int) -> dict:
