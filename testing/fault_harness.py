@@ -171,7 +171,8 @@ class Lab:
             for key, value in (("user.name", "Target User"), ("user.email", "target@example.com")):
                 subprocess.run(["git", "config", key, value], cwd=run.target, check=True, env=self.env())
         else:
-            shutil.copytree(self.base_repo / "python" / "sglang", run.target, symlinks=True)
+            run.target.parent.mkdir(parents=True, exist_ok=True)
+            copy_tree(self.base_repo / "python" / "sglang", run.target)
 
     def _build_rebase_ready(self, dest: Path) -> None:
         """A pristine checkout that also holds the next release (tag v0.5.15), as after a `git fetch --tags`."""
