@@ -63,14 +63,9 @@ def as_tester(repo: Git) -> Git:
 
 @pytest.fixture(scope="session")
 def _no_identity_config(tmp_path_factory) -> Path:
-    """A global git config that gives no identity, and keeps git from guessing one from the host name.
-
-    It also stores git's objects as they are (core.compression 0): the suite writes and checks out real sglang
-    trees by the hundred, and zlib at its default level took half of a clone's time here, a third of a release
-    import's.
-    The ids, the trees and every command's behaviour are the same at any level; only .git grows (38 MB, not 12)."""
+    """A global git config that gives no identity, and keeps git from guessing one from the host name."""
     path = tmp_path_factory.mktemp("gitconfig") / "config"
-    path.write_text("[user]\n\tuseConfigOnly = true\n[core]\n\tcompression = 0\n")
+    path.write_text("[user]\n\tuseConfigOnly = true\n")
     return path
 
 
@@ -98,7 +93,6 @@ def wheel_path(project_pin):
 def base_repo(tmp_path_factory, wheel_path, project_pin) -> Path:
     root = tmp_path_factory.mktemp("base") / "sglang"
     repo = init_repo(root)
-    repo.run("config", "core.compression", "0")  # as _no_identity_config says: a session fixture is made before it
     check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
     return root
 
@@ -226,7 +220,6 @@ def release_chain(tmp_path_factory, wheel_path, project_pin):
     PyPI unless cached: tests that use it are marked `network`)."""
     root = tmp_path_factory.mktemp("chain") / "sglang"
     repo = init_repo(root)
-    repo.run("config", "core.compression", "0")  # as _no_identity_config says: a session fixture is made before it
     check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
     for release in LATER:
         check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
