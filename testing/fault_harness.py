@@ -1,6 +1,6 @@
 """Interrupt sglpatch at every write point and check that the target ends in a known state.
 
-The toolkit calls `sglpatch.interrupts.fault_point(label)` at each write. With
+The toolkit calls `sglpatch.safety.interrupts.fault_point(label)` at each write. With
 SGLPATCH_FAULT_TRACE=FILE a run lists the points it passes; with
 SGLPATCH_FAULT_AT=N and SGLPATCH_FAULT_SIGNAL=INT|TERM|KILL it sends itself the
 signal at the N-th. The harness counts the points of an uninterrupted run, then
@@ -38,7 +38,7 @@ from testing import git_cut
 from testing.tree_bytes import tree_state
 
 SIGNALS = ("INT", "TERM", "KILL")
-DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.interrupts)
+DISK_FULL = "ENOSPC"  # as SGLPATCH_FAULT_SIGNAL: the disk is full at the N-th write point (sglpatch.safety.interrupts)
 FULL_GRID = os.environ.get("SGLPATCH_FAULT_GRID") == "full"  # `make test-fault`: every write point
 # The grid tests (marker `fault_grid`) are `make test-fault`'s; a plain pytest run of them takes a sample, and
 # leaves SIGTERM to the full grid: the tool handles it exactly as SIGINT (interrupts.py).
@@ -171,7 +171,8 @@ class Lab:
             for key, value in (("user.name", "Target User"), ("user.email", "target@example.com")):
                 subprocess.run(["git", "config", key, value], cwd=run.target, check=True, env=self.env())
         else:
-            shutil.copytree(self.base_repo / "python" / "sglang", run.target, symlinks=True)
+            run.target.parent.mkdir(parents=True, exist_ok=True)
+            copy_tree(self.base_repo / "python" / "sglang", run.target)
 
     def _build_rebase_ready(self, dest: Path) -> None:
         """A pristine checkout that also holds the next release (tag v0.5.15), as after a `git fetch --tags`."""

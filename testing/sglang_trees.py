@@ -181,11 +181,17 @@ def checkout(tmp_path, base_repo) -> Path:
     return user_clone(base_repo, tmp_path / "checkout")
 
 
+def copy_package(base_repo: Path, dest: Path) -> Path:
+    """The base's package folder copied to `dest` (modes and times kept): `cp -a`, several times faster than
+    shutil.copytree on its 3,200 files."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-a", str(base_repo / "python" / "sglang"), str(dest)], check=True)
+    return dest
+
+
 @pytest.fixture
 def package(tmp_path, base_repo) -> Path:
-    dest = tmp_path / "site-packages" / "sglang"
-    shutil.copytree(base_repo / "python" / "sglang", dest)
-    return dest
+    return copy_package(base_repo, tmp_path / "site-packages" / "sglang")
 
 
 @pytest.fixture

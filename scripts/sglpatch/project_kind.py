@@ -21,15 +21,20 @@ from pathlib import Path
 @dataclass(frozen=True)
 class ProjectKind:
     name: str  # what messages and pin.json call it, and its default base's folder (build/<name>)
-    package: str  # the import package: its folder's name in a wheel and in site-packages
-    package_prefix: str  # where that folder sits in a checkout, as patches name it ("python/sglang/")
+    package_prefix: str  # where the package's folder sits in a checkout, as patches name it ("python/sglang/")
     test_prefix: str  # the project's own test tree in a checkout (a checkout's only: a wheel has none)
     marker: str  # a sub-folder only this package has: what tells a package folder of it from any other
-    wheel: str  # the distribution on PyPI
+    package: str = ""  # the import package: its folder's name in a wheel and in site-packages (default: name)
+    wheel: str = ""  # the distribution on PyPI (default: name)
     version_files: tuple[str, ...] = ("version.py", "_version.py")  # in the package: a literal __version__
     checkout_paths: tuple[str, ...] = ()  # what else a patch may touch in a checkout (host sources, setup.py)
     upstream: str = "sgl-project/sglang"  # the GitHub repository PRs go to
     from_git: bool = False  # releases are upstream commits (a clone), not PyPI wheels
+
+    def __post_init__(self):
+        for named_like_the_project in ("package", "wheel"):
+            if not getattr(self, named_like_the_project):
+                object.__setattr__(self, named_like_the_project, self.name)
 
     @property
     def upstream_url(self) -> str:
@@ -53,21 +58,13 @@ class ProjectKind:
         return (folder / "__init__.py").is_file() and (folder / self.marker).is_dir()
 
 
-SGLANG = ProjectKind(
-    name="sglang",
-    package="sglang",
-    package_prefix="python/sglang/",
-    test_prefix="test/",
-    marker="srt",
-    wheel="sglang",
-)
+SGLANG = ProjectKind(name="sglang", package_prefix="python/sglang/", test_prefix="test/", marker="srt")
 DEFAULT_KIND = SGLANG
 # deepseek-ai/DeepGEMM: `deep_gemm/` at the top of a checkout (include/ holds the JIT kernels' headers, what a
 # package folder has too), the host code in csrc/ and the build in setup.py and CMakeLists.txt (a checkout's only).
 # Its distribution on PyPI is sgl-project's build of it (what a package folder's dist-info names).
 DEEP_GEMM = ProjectKind(
     name="deep_gemm",
-    package="deep_gemm",
     package_prefix="deep_gemm/",
     test_prefix="tests/",
     marker="include",

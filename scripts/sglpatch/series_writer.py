@@ -16,11 +16,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from sglpatch.durable import write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.interrupts import fault_point
 from sglpatch.pin import PIN_FILE, Pin
+from sglpatch.safety.durable import write_durably
+from sglpatch.safety.interrupts import fault_point
 from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, parse_series_text, render_sums
 
 SERIES_HEADER = """\

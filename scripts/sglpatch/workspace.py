@@ -15,8 +15,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch import scratch
 from sglpatch.git import Git, init_repo
+from sglpatch.safety import scratch
 from sglpatch.series import Patch
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")

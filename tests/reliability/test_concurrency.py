@@ -112,7 +112,7 @@ def test_a_refusal_names_the_holder_that_has_not_written_its_pid_yet(tmp_path, l
     """Between taking the lock and writing its pid, a holder's lock file still holds what the run before it
     left (a pid past pid_max here: a process that is gone), or nothing. The refusal named that, or "pid
     unknown" (seen once in 3 x 3 started-together applies on a RAM disk); it must name the live holder."""
-    from sglpatch.target.target import _lock_holder
+    from sglpatch.targets.target import _lock_holder
 
     lock = tmp_path / "target.lock"
     lock.write_text(left_before)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
 from testing.fault_harness import FULL_GRID
+from testing.sglang_trees import copy_package
 from testing.tree_bytes import tree_state
 
 KINDS = ["checkout", "package"]
@@ -31,7 +32,7 @@ def shared_targets(tmp_path_factory, base_repo):
     """One checkout and one package folder for the refusal tests: a refusal writes nothing, so they can share."""
     root = tmp_path_factory.mktemp("hostile")
     subprocess.run(["git", "clone", "-q", str(base_repo), str(root / "checkout")], check=True)
-    shutil.copytree(base_repo / "python" / "sglang", root / "site-packages" / "sglang")
+    copy_package(base_repo, root / "site-packages" / "sglang")
     return {"checkout": root / "checkout", "package": root / "site-packages" / "sglang"}
 
 

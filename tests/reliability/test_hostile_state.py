@@ -415,7 +415,7 @@ def test_the_scratch_of_a_killed_run_is_removed_by_recover(labs, tmp_path, kind)
 
 
 def _start_of(pid: int) -> int:
-    from sglpatch.run_mark import process_start
+    from sglpatch.safety.run_mark import process_start
 
     return process_start(pid) or 0
 

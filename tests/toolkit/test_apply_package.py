@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 
 from sglpatch.series import load_series
-from sglpatch.target import journal
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import journal
+from sglpatch.targets.write_states import WriteState
 from testing.sglang_trees import BACKEND, NEW_FILE, SECOND
 from testing.tree_bytes import fingerprint
 

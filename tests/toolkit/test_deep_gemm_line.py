@@ -16,9 +16,9 @@ import pytest
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.kernel_compile import SHAPES, SHAPES_FILE, Shape, kernel_source, shapes_of
 from sglpatch.project_kind import DEEP_GEMM
-from sglpatch.rebase.git_releases import ensure_git_base, stand_in_of
+from sglpatch.rebase.git_releases import build_git_base, stand_in_of
+from sglpatch.rebase.kernel_compile import SHAPES, SHAPES_FILE, Shape, kernel_source, shapes_of
 from sglpatch.series import check_path_is_safe, load_series
 from sglpatch.wheels import fetch_wheel
 from testing.deep_gemm_trees import KERNEL, LINE, NUMERIC, SCHEDULER
@@ -153,7 +153,7 @@ def test_pr_renders_a_body_for_deepseek_ai_and_refuses_to_submit_a_stand_in(
 
 def test_without_its_source_the_default_base_is_a_stand_in_and_says_so(tmp_path, line_pin, monkeypatch, capsys):
     monkeypatch.setenv("SGLPATCH_DEEP_GEMM_SOURCE", "stand-in")
-    base = ensure_git_base(line_pin, tmp_path / "deep_gemm-54e2261")
+    base = build_git_base(line_pin, tmp_path / "deep_gemm-54e2261")
     said = capsys.readouterr().out
     assert "SGLPATCH_DEEP_GEMM_SOURCE=stand-in: deep_gemm 54e2261 is laid out from a stand-in" in said
     assert "not deepseek-ai/DeepGEMM 54e2261: no csrc/, setup.py or tests/" in said

@@ -19,10 +19,12 @@ from sglpatch.lines import default_line
 from sglpatch.pin import parse_pin
 from sglpatch.project_kind import DEFAULT_KIND, SGLANG, ProjectKind
 from sglpatch.rebase.releases import check_out_release
-from sglpatch.target.target import GIT_CHECKOUT, PACKAGE_FOLDER, open_target
+from sglpatch.targets.target import GIT_CHECKOUT, PACKAGE_FOLDER, open_target
 
-# name, package, package_prefix (DeepGEMM's package sits at the top of its checkout), test_prefix, marker, wheel
-KERNELS = ProjectKind("deep_gemm", "deep_gemm", "deep_gemm/", "tests/", "jit_kernels", "deep-gemm")
+# DeepGEMM's package sits at the top of its checkout; its import package is named like it (the default)
+KERNELS = ProjectKind(
+    name="deep_gemm", package_prefix="deep_gemm/", test_prefix="tests/", marker="jit_kernels", wheel="deep-gemm"
+)
 RELEASE = "2.1.0"
 WHEEL = f"deep_gemm-{RELEASE}-cp311-cp311-manylinux_2_34_x86_64.whl"
 

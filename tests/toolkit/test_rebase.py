@@ -573,7 +573,7 @@ def test_drop_the_patch_whose_prefix_does_not_compile(sglpatch, chain, tmp_path,
 
 def test_the_state_file_loads_and_saves_back_byte_for_byte(sglpatch, chain, three_patches, tmp_path):
     """One type for state.json: what a stopped rebase wrote loads as a RebaseState and saves back unchanged."""
-    from sglpatch.target import rebase_store
+    from sglpatch.targets import rebase_store
 
     assert rebase(sglpatch, chain, three_patches, tmp_path, "--onto", "v0.5.15", "--drop", "3")[0] == 1
     folder = rebase_store.state_dir(Git(chain))

@@ -10,7 +10,7 @@ import pytest
 
 from sglpatch.git import Git
 from sglpatch.series import SUMS_FILE, load_series, sha256_hex
-from sglpatch.target.target import open_target, target_lock
+from sglpatch.targets.target import open_target, target_lock
 from testing.sglang_trees import BACKEND, SECOND, replace_in
 from testing.tree_bytes import fingerprint
 

@@ -6,24 +6,29 @@ import time
 
 from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
-from sglpatch.errors import FatalError, os_reason
-from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed, git_reason
-from sglpatch.interrupts import fault_point, guarded, write_phase
+from sglpatch.errors import FatalError
+from sglpatch.git import GitFailed
 from sglpatch.output import say
 from sglpatch.pin import Pin
+from sglpatch.safety.interrupts import write_phase
 from sglpatch.series import Series
-from sglpatch.target import journal, target_state
-from sglpatch.target.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
-from sglpatch.target.checkout_undo import undo_checkout
-from sglpatch.target.ownership import record_stats, refuse_other_owners
-from sglpatch.target.plan import ALREADY_APPLIED, ApplyPlan, make_plan
-from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target.target import Target, branch_refusal, dirty_paths, target_lock
-from sglpatch.target.target_state import Applied, TargetState
-from sglpatch.target.user_work import work_of_the_user
-from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
-from sglpatch.target.write_check import checkout_mismatch, package_mismatch, restore_previous
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import (
+    Applied,
+    ApplyPlan,
+    CheckoutRecord,
+    Target,
+    TargetState,
+    apply_to_checkout,
+    apply_to_package,
+    branch_refusal,
+    dirty_paths,
+    make_plan,
+    read_state,
+    refuse_unless_settled,
+    undo_checkout,
+    work_of_the_user,
+    writing,
+)
 
 
 def add_arguments(parser) -> None:
@@ -45,9 +50,9 @@ def run(args) -> int:
         say(f"line {line.name} ({len(series.patches)} patches, pinned at {pin.describe()})")
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
-    with guarded("apply", str(target.root)), target_lock(target):
-        state = target_state.read(target)
-        target_state.refuse_unless_settled(state)
+    with writing(target, "apply"):
+        state = read_state(target)
+        refuse_unless_settled(state)
         if _recorded_as_applied(state, series):
             say(f"already applied: all {len(series.patches)} patches are in {target.describe()} ({state.describe()})")
             return 0
@@ -61,18 +66,15 @@ def run(args) -> int:
                     f"{target.root} carries an earlier apply of another series; run {hints.revert(target.root)} first"
                 )
             _refuse_unless_ready(plan, pin.describe(), args.three_way)
-            done = f"the series is applied: {target.root} is fully patched"
             if target.is_git:
                 branch = args.branch or f"sglpatch/{pin.tag}"
                 if why := branch_refusal(target, branch, hints.option("--branch NAME", "BRANCH=NAME")):
                     raise FatalError(why)
                 below = _stack_below(state)
-                with write_phase(done):
-                    _apply_to_checkout(plan, branch, below, series.digest(), three_way=args.three_way)
+                apply_to_checkout(plan, branch, below, series.digest(), three_way=args.three_way)
                 where = f"branch {branch}" + (f", stacked on {below.branch}" if below else "")
             else:
-                with write_phase(done):
-                    _apply_to_package(plan, series.digest())
+                apply_to_package(plan, series.digest())
                 where = f"package folder (journal in .sglpatch/; {hints.revert(target.root)} puts it back)"
     applied = [s.patch.name for s in plan.to_apply]
     skipped = len(plan.states) - len(applied)
@@ -121,7 +123,7 @@ def _plan(target: Target, state: TargetState, series: Series, pin: Pin, args) ->
     plan.close()
     while isinstance(state, Applied) and state.record is not None:
         _take_out_an_earlier_series(state)
-        state = target_state.read(target)
+        state = read_state(target)
     return make_plan(target, series, pin, three_way=args.three_way), state
 
 
@@ -139,130 +141,3 @@ def _take_out_an_earlier_series(state: Applied) -> None:
     say(f"{target.root} carries an earlier version of the series: taking it out first")
     with write_phase(f"the earlier series is out: {target.root} is at the pin"):
         say(undo_checkout(target, record))
-
-
-def _apply_to_checkout(plan: ApplyPlan, branch: str, below: CheckoutRecord | None, digest: str, three_way: bool) -> str:
-    git = plan.target.git
-    head = git.run("rev-parse", "HEAD")
-    previous = git.current_branch() or head
-    committer = git.committer()
-    parent = head
-    for state in plan.to_apply:
-        parent = plan.workspace.commit(state.patch, state.tree, parent, committer)
-    touched = sorted({p for s in plan.states for p in s.patch.touched_paths})
-    try:
-        worktree = record_worktree(plan.target, touched)
-        stats, git_stats = record_stats(plan.target, touched)
-    except (GitFailed, OSError) as exc:
-        raise FatalError(
-            f"{_failure(exc, git.git_dir())}; nothing was changed: {plan.target.root} is as it was"
-        ) from None
-    refuse_other_owners(plan.target, stats, git_stats)
-    record = CheckoutRecord(
-        state=WriteState.APPLYING,
-        branch=branch,
-        previous=previous,
-        head=parent,
-        patches=[s.patch.name for s in plan.states],
-        touched=touched,
-        before=below,
-        series=digest,
-        base=head,
-        three_way=three_way,
-        worktree=worktree,
-        stats=stats,
-        git_stats=git_stats,
-    )
-    room = room_to_roll_back(plan.target, record.touched)
-    try:
-        make_reserve(plan.target, room)
-    except FatalError as exc:
-        raise FatalError(f"{exc}; nothing was changed: {plan.target.root} is as it was") from None
-    try:
-        replace_state(plan.target, record)
-    except OSError as exc:
-        free_reserve(plan.target)
-        raise FatalError(
-            f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {plan.target.root} is as it was"
-        ) from None
-    status, err = 0, ""
-    try:
-        plan.workspace.copy_commit_to(parent, git, f"refs/heads/{branch}", force=False)
-        fault_point("checkout: branch fetched")
-        status, _, err = git.try_run(*KEEP_SPARSE_AS_IT_IS, "checkout", "-q", branch)
-        fault_point("checkout: switched to the branch")
-        if status != 0 and git.current_branch() != branch:
-            raise _SwitchFailed(f"could not make and switch to {branch} ({git_reason(err)})")
-        wrong = checkout_mismatch(plan.target, branch, parent, record.touched)
-        if wrong:
-            why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
-            cause = f"{wrong[0]}{f' (git: {why})' if why else ''}"
-            raise _SwitchFailed(f"git switched {plan.target.root} to {branch} but left it unwritten: {cause}")
-        give_back_stats(plan.target, record)
-        free_reserve(plan.target)
-        write_state(plan.target, record.with_state(WriteState.APPLIED))
-    except (_SwitchFailed, GitFailed, OSError) as exc:
-        _roll_back_checkout(plan, record, _failure(exc, git.git_dir()))
-    if status != 0:  # git switched, then its post-checkout hook failed: git says the hook cannot undo a switch
-        say(f"note: git's post-checkout hook exited {status} after the switch to {branch} ({git_reason(err)})")
-    return branch
-
-
-class _SwitchFailed(Exception):
-    """The switch to the series branch did not happen, or not wholly: the message says how."""
-
-
-def _failure(exc: Exception, git_dir) -> str:
-    if isinstance(exc, OSError):
-        return f"cannot write {exc.filename or git_dir} ({os_reason(exc)})"
-    return str(exc)
-
-
-def _roll_back_checkout(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> None:
-    """The switch failed part-way (a full disk, a read-only work tree): put HEAD, the index and the series'
-    files back as they were, then delete the branch and the record; verified before it says so."""
-    target, git, root = plan.target, plan.target.git, plan.target.root
-    try:
-        free_reserve(target)
-        still = restore_previous(target, record)
-        if not still:
-            give_back_worktree(target, record.worktree)
-            if git.rev_parse(f"refs/heads/{record.branch}") is not None:
-                git.run("branch", "-q", "-D", record.branch)
-            give_back_stats(target, record)
-            drop_record(target, record)
-    except (GitFailed, OSError) as exc:
-        still = [_failure(exc, git.git_dir())]
-    if still:
-        raise FatalError(
-            f"{cause}; rolling back failed too ({still[0]}): the record says the apply was interrupted; "
-            f"free space or fix the cause, then run {hints.recover(root)}"
-        )
-    raise FatalError(f"{cause}; rolled back, nothing changed: {root} is as it was")
-
-
-def _apply_to_package(plan: ApplyPlan, digest: str) -> None:
-    target = plan.target
-    paths = list(dict.fromkeys(p for s in plan.to_apply for p in s.patch.touched_paths))
-    before, was_executable = target.read_files(paths), target.executables(paths)
-    executable = plan.workspace.executables(paths)
-    changes = []
-    for path, old in before.items():
-        new = plan.workspace.read(path)
-        if new != old or (new is not None and (path in executable) != (path in was_executable)):
-            changes.append(journal.Change(target.local_path(path), old, new, path in executable))
-    names = [s.patch.name for s in plan.states if s.state != ALREADY_APPLIED]
-    record = journal.write_changes(target.root, journal.with_bytecode(changes), digest, names)
-    wrong = package_mismatch(target.root, record, "after")
-    if wrong:
-        try:
-            journal.restore(target.root)
-        except FatalError as exc:
-            raise FatalError(
-                f"{target.root / wrong[0]} is not what sglpatch wrote, and rolling back failed ({exc}); "
-                f"run {hints.recover(target.root)}"
-            ) from None
-        raise FatalError(
-            f"{target.root / wrong[0]} is not what sglpatch wrote (changed by someone else meanwhile?); "
-            f"rolled back, nothing changed: {target.root} is as it was"
-        )

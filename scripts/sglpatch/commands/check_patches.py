@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from sglpatch.pin import Pin, load_pin
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.kernel_prefixes import check_line
-from sglpatch.rebase.replay import series_commits
+from sglpatch.rebase.replay import prefix_worktrees
 from sglpatch.series import Patch, Series, load_series
 
 CHECK_REF = "refs/sglpatch/check/series"
@@ -83,20 +82,8 @@ def _check_line(line: Line, series: Series, pin: Pin, jobs: int) -> int:
         return check_line(line.name, line.default_base, series, pin)
     say(f"== line {line.name}: {len(series.patches)} patches, tests in {line.tests_dir.relative_to(PROJECT_ROOT)}")
     git = Git(ensure_default_base(pin, line.default_base))
-    commits = series_commits(git, pin.tag, series.patches)
-    try:
-        commits.workspace.copy_commit_to(commits.commits[-1], git, CHECK_REF)
-    finally:
-        commits.workspace.close()
-    prefixes = [commits.base, *commits.commits]
-    with tempfile.TemporaryDirectory(prefix="sglpatch-check-") as tmp:
-        trees = [_worktree(git, rev, Path(tmp) / f"prefix-{k}") for k, rev in enumerate(prefixes)]
-        try:
-            failures = _check_patches(line, series.patches, trees, jobs)
-        finally:
-            for tree in trees:
-                git.try_run("worktree", "remove", "--force", str(tree))
-            git.try_run("update-ref", "-d", CHECK_REF)
+    with prefix_worktrees(git, pin.tag, series.patches, CHECK_REF, scratch="sglpatch-check-") as trees:
+        failures = _check_patches(line, series.patches, trees, jobs)
     if failures:
         return failures
     say(
@@ -104,11 +91,6 @@ def _check_line(line: Line, series: Series, pin: Pin, jobs: int) -> int:
         f"({len(series.patches)} patches)"
     )
     return 0
-
-
-def _worktree(git: Git, rev: str, path: Path) -> Path:
-    git.run("worktree", "add", "-q", "--detach", str(path), rev)
-    return path
 
 
 def _check_patches(line: Line, patches: list[Patch], trees: list[Path], jobs: int) -> int:

@@ -11,8 +11,7 @@ from sglpatch.project import default_base_dir
 from sglpatch.project_kind import DEFAULT_KIND, KINDS, ProjectKind
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.series import Series, load_series
-from sglpatch.target import target_state
-from sglpatch.target.target import Target, open_target
+from sglpatch.targets import RebaseInProgress, Target, open_target, read_state
 
 # What --sglang and --line mean when left out, for the commands' help (each says its own)
 OWN_BASE = "the line's own base, build/sglang for the default line"
@@ -59,8 +58,8 @@ def chosen_line(args, target: Target | None = None) -> Line | None:
 def _line_of_a_rebase(target: Target, no_line: FatalError) -> Line:
     """A checkout mid-rebase holds ONTO's release, which may have no line: the line the rebase carries, or the
     refusal that names the rebase (or whatever else is in the way); else the refusal of the release."""
-    state = target_state.read(target) if target.is_git else None
-    if isinstance(state, target_state.RebaseInProgress) and state.rebase.patch_dir:
+    state = read_state(target) if target.is_git else None
+    if isinstance(state, RebaseInProgress) and state.rebase.patch_dir:
         carried = Path(state.rebase.patch_dir).resolve()
         for line in all_lines():
             if line.directory.resolve() == carried:

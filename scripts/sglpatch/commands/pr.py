@@ -40,7 +40,7 @@ from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.replay import history_between, upstream_reason
 from sglpatch.series import Patch
-from sglpatch.target.target import open_target
+from sglpatch.targets import open_target
 from sglpatch.upstream.hygiene import check_hygiene
 from sglpatch.upstream.pr_body import Group, render_body
 from sglpatch.upstream.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base

@@ -14,11 +14,9 @@ from sglpatch.commands.common import (
     resolve_target,
 )
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import guarded
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase import rebase_engine
-from sglpatch.target import rebase_store
-from sglpatch.target.target import target_lock
+from sglpatch.targets import writing
 
 # what a user says to the rebase: (the flag, the make variable), for hints.option
 _OPTIONS = (
@@ -58,9 +56,8 @@ def run(args) -> int:
     target = resolve_target(args)
     if not target.is_git:
         raise FatalError("rebase needs a git checkout (a package folder has no history to rebase)")
-    with guarded("rebase", str(target.root)), target_lock(target):
-        folder = rebase_store.state_dir(target.git)
-        state = rebase_store.load(folder)
+    with writing(target, "rebase"):
+        folder, state = rebase_engine.saved_state(target)
         if args.drop is not None and (args.abort or args.resume):
             drop, resume, abort = (hints.option(*pair) for pair in _OPTIONS[1:])
             raise FatalError(f"{drop} goes on by itself (no {resume} needed), and {abort} drops nothing")
@@ -73,7 +70,7 @@ def run(args) -> int:
         if args.onto is None:
             onto, drop, resume, abort = (hints.option(*pair) for pair in _OPTIONS)
             raise FatalError(f"say what to do: {onto}, {resume}, {abort}, or {drop} while stopped")
-        rebase_store.refuse_in_progress(target)
+        rebase_engine.refuse_in_progress(target)
         line = chosen_line(args, target)
         series, pin = load_line(args, line)
         request = rebase_engine.Request(

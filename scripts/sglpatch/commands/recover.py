@@ -12,20 +12,27 @@ from __future__ import annotations
 
 import shutil
 
-from sglpatch import hints, scratch
+from sglpatch import hints
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point, guarded, write_phase
 from sglpatch.output import plural, say
 from sglpatch.rebase import rebase_settle
-from sglpatch.target import journal, rebase_store, target_state
-from sglpatch.target.checkout_undo import undo_checkout
-from sglpatch.target.git_locks import refuse_others, remove_own
-from sglpatch.target.target import dirty_paths, target_lock
-from sglpatch.target.target_state import Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
-from sglpatch.target.user_work import commits_past_the_series
-from sglpatch.target.write_check import remove_file_and_emptied_folders, restore_package, tree_blobs
-from sglpatch.target.write_states import WriteState
+from sglpatch.safety import scratch
+from sglpatch.safety.interrupts import fault_point, write_phase
+from sglpatch.targets import (
+    Foreign,
+    Interrupted,
+    Pristine,
+    RebaseInProgress,
+    TargetState,
+    commits_past_the_series,
+    dirty_paths,
+    read_state,
+    settle_package,
+    settle_rebase_git,
+    undo_checkout,
+    writing,
+)
 
 AS_IT_WAS = "as it was"
 PATCHED = "fully patched"
@@ -41,15 +48,15 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     target = resolve_target(args)
-    with guarded("recover", str(target.root)), target_lock(target):
+    with writing(target, "recover"):
         scratch.remove_stale()
-        state = target_state.read(target)
+        state = read_state(target)
         if isinstance(state, Foreign):
             raise FatalError(state.seen)
         if target.is_git:
             _recover_checkout(state)
         else:
-            _recover_package(state, args.force)
+            say(settle_package(state, args.force))
     return 0
 
 
@@ -63,11 +70,7 @@ def _recover_checkout(state: TargetState) -> None:
                 f"{rebase.describe_stop()} in {target.root}, waiting for you (not an interruption): "
                 f"resolve, then {hints.continue_rebase(target.root)}, or {hints.abort_rebase(target.root)} to put everything back"
             )
-        refuse_others(state.locks, target.root)
-        _refuse_unexplained_changes(state)
-        with write_phase():
-            remove_own(state.locks, target.root)
-            _remove_killed_git_files(state)
+        settle_rebase_git(state)
         done = rebase_settle.finish_or_roll_back(target, state.folder, rebase)
         say(f"recovered {target.root}: {done}")
         return
@@ -110,90 +113,3 @@ def _remove_leftovers(state: TargetState) -> None:
                 leftover.path.unlink()
             fault_point(f"recover: {leftover.path.name} removed")
         say(f"removed {leftover.path.name}, {leftover.what}")
-
-
-def _refuse_unexplained_changes(state: RebaseInProgress) -> None:
-    """Rolling a rebase back discards work-tree changes: only when its own steps explain them.
-
-    Between its steps a rebase leaves the work tree clean, and a kill inside `git cherry-pick` leaves
-    CHERRY_PICK_HEAD; a git killed inside its own write (the lock it held was the run's) leaves files of the
-    two commits it was moving between, or of the patch it was picking. Anything else (an edit since) is not
-    guessed at."""
-    git, rebase = state.target.git, state.rebase
-    if rebase.phase == rebase_store.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
-        return
-    changed = git.run("diff", "--name-only", "--no-renames", "HEAD").splitlines()
-    if changed and any(lock.ours for lock in state.locks):
-        changed = _not_from_the_killed_git(state, changed)
-    if changed:
-        raise FatalError(
-            f"the interrupted rebase left changes in {', '.join(changed[:5])} (HEAD is detached); nothing was "
-            "changed: check them, then `git checkout -- <files>` and run recover again"
-        )
-
-
-def _not_from_the_killed_git(state: RebaseInProgress, changed: list[str]) -> list[str]:
-    """The changed files a git killed mid-write cannot have left: not as HEAD, ONTO or the original branch
-    has them (a checkout between two of those), not missing, and not in the patch being picked."""
-    target, rebase = state.target, state.rebase
-    commits = [c for c in ("HEAD", rebase.onto, rebase.original_head) if c]
-    known = [tree_blobs(target, commit, changed) for commit in commits]
-    picking = set()
-    if _picking(rebase):
-        picked = rebase.commits[rebase.next]
-        picking = set(target.git.run("diff-tree", "-r", "--name-only", "--no-commit-id", picked).splitlines())
-    now = target.current_blobs(changed)
-    return [p for p in changed if now[p] and p not in picking and all(now[p] != blobs.get(p) for blobs in known)]
-
-
-def _remove_killed_git_files(state: RebaseInProgress) -> None:
-    """Files a git killed inside its write made that neither HEAD nor the index knows: those holding exactly the
-    bytes of ONTO or of the patch being picked are that git's; rolling back would leave them behind."""
-    target, rebase = state.target, state.rebase
-    if rebase.phase == rebase_store.INSTALLING or not any(lock.ours for lock in state.locks):
-        return
-    new = target.git.run("ls-files", "--others", "-z", strip=False).split("\0")
-    new = [path for path in new if path]
-    if not new:
-        return
-    sources = [rebase.onto] + ([rebase.commits[rebase.next]] if _picking(rebase) else [])
-    known = [tree_blobs(target, commit, new) for commit in sources if commit]
-    now = target.current_blobs(new)
-    for path in new:
-        if now[path] and any(now[path] == blobs.get(path) for blobs in known):
-            remove_file_and_emptied_folders(target.root / path, target.root)
-            fault_point(f"recover: {path} (written by the killed git) removed")
-
-
-def _picking(rebase) -> bool:
-    return bool(rebase.commits) and rebase.next is not None and rebase.next < len(rebase.commits)
-
-
-def _recover_package(state: TargetState, force: bool) -> None:
-    root = state.target.root
-    if isinstance(state, Pristine) and state.leftovers:
-        with write_phase(f"{root} is {AS_IT_WAS}"):
-            journal.discard_leftover(root)
-        say(f"recovered {root}: removed what an interrupted run left in {journal.JOURNAL_DIR}/; it is {AS_IT_WAS}")
-        return
-    if isinstance(state, Pristine):
-        say(f"nothing to recover: {root} has no sglpatch journal; it is {AS_IT_WAS}")
-        return
-    if isinstance(state, Interrupted):
-        applying = state.journal.state == WriteState.APPLYING
-        done = "rolled back the interrupted apply" if applying else "finished the revert"
-        with write_phase(f"{done}: {root} is {AS_IT_WAS}"):
-            restored = restore_package(state.target, force=force)
-        say(f"recovered {root}: {done} ({len(restored)} files restored byte for byte); it is {AS_IT_WAS}")
-        return
-    record = state.journal
-    with write_phase(f"{root} is {PATCHED}"):
-        removed = journal.remove_stray(root, record)
-    edited = journal.changed_files(root, record, expect="after")
-    if edited:
-        raise FatalError(
-            f"{root} is patched, but {', '.join(edited[:5])} changed since sglpatch wrote them; "
-            "`sglpatch revert --force` puts back the original bytes"
-        )
-    note = f"removed {removed} temporary files a killed run left; " if removed else "nothing to recover: "
-    say(f"{note}{root} is {PATCHED}")

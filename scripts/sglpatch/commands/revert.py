@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from sglpatch.commands.common import add_line_option, add_target_option, resolve_target
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import guarded, write_phase
 from sglpatch.output import say
-from sglpatch.target import journal, target_state
-from sglpatch.target.checkout_undo import undo_checkout
-from sglpatch.target.target import dirty_paths, target_lock
-from sglpatch.target.target_state import Applied, Foreign, Interrupted, Pristine, RebaseInProgress, TargetState
-from sglpatch.target.write_check import package_mismatch, restore_package
+from sglpatch.targets import (
+    Foreign,
+    Interrupted,
+    Pristine,
+    RebaseInProgress,
+    TargetState,
+    dirty_paths,
+    read_state,
+    undo_checkout,
+    undo_package,
+    writing,
+)
 
 
 def add_arguments(parser) -> None:
@@ -21,24 +27,14 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     target = resolve_target(args)
-    with guarded("revert", str(target.root)), target_lock(target):
-        state = target_state.read(target)
+    with writing(target, "revert"):
+        state = read_state(target)
         if isinstance(state, (Foreign, RebaseInProgress)):
             raise FatalError(state.refusal())
         if target.is_git:
             _revert_checkout(state)
-        elif isinstance(state, Pristine) and state.leftovers:
-            with write_phase(f"{target.root} is as it was"):
-                journal.discard_leftover(target.root)
-            say(f"{target.root} was not patched: removed what an interrupted run left in {journal.JOURNAL_DIR}/")
         else:
-            record = state.journal if isinstance(state, (Applied, Interrupted)) else None
-            with write_phase(f"the series is reverted: {target.root} is as it was"):
-                restored = restore_package(target, force=args.force)
-            wrong = package_mismatch(target.root, record, "before") if record else []
-            if wrong:
-                raise FatalError(f"{target.root / wrong[0]} is not as it was after the revert: check it by hand")
-            say(f"reverted {target.root}: restored {len(restored)} files byte for byte")
+            say(undo_package(state, force=args.force))
     return 0
 
 

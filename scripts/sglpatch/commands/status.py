@@ -7,11 +7,19 @@ from sglpatch.commands.common import add_series_options, add_target_option, open
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.series import Series
-from sglpatch.target import journal, target_state
-from sglpatch.target.plan import make_plan
-from sglpatch.target.target import branch_refusal, busy, dirty_paths, working_run
-from sglpatch.target.target_state import Applied, Interrupted, TargetState
-from sglpatch.target.write_check import tree_blobs
+from sglpatch.targets import (
+    Applied,
+    Interrupted,
+    TargetState,
+    branch_refusal,
+    busy,
+    dirty_paths,
+    journal_progress,
+    make_plan,
+    read_state,
+    tree_blobs,
+    working_run,
+)
 
 
 def add_arguments(parser) -> None:
@@ -22,7 +30,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     target, line, series, pin = open_with_line(args)
     working = working_run(target)
-    state = target_state.read(target)
+    state = read_state(target)
     say(f"target: {target.describe()}")
     say(f"line:   {line.name} ({line.directory})" if line else f"series: {series.directory}")
     if working:
@@ -34,7 +42,7 @@ def run(args) -> int:
         if recorded or (isinstance(state, Applied) and state.record and (state.record.before or not state.in_place)):
             say(f"state:  {state.describe()}")
         if isinstance(state, Interrupted) and state.journal is not None:
-            say(f"state:  {_journal_progress(state)}")
+            say(f"state:  {journal_progress(state)}")
         if recorded:
             _say_recorded(state, series, pin)
             say(f"apply:  {NOTHING_TO_DO}")
@@ -97,15 +105,3 @@ def _say_recorded(state: Applied, series: Series, pin: Pin) -> None:
     width = max(len(p.name) for p in series.patches)
     for patch in series.patches:
         say(f"  {patch.name:<{width}}  applied (3-way)")
-
-
-def _journal_progress(state: Interrupted) -> str:
-    """Where a package folder's interrupted write stands: how many journaled files are as they were."""
-    files = state.journal.files
-    not_back = journal.changed_files(state.target.root, state.journal, expect="before")
-    return (
-        f"{state.operation} interrupted: {len(files) - len(not_back)} of {len(files)} files as they were "
-        f"before the apply, {len(not_back)} not ({', '.join(not_back[:3])})"
-        if not_back
-        else f"{state.operation} interrupted: all {len(files)} files are as they were before the apply"
-    )

@@ -17,20 +17,21 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
 from sglpatch.output import timed
 from sglpatch.pin import Pin, drifted_files
-from sglpatch.rebase.git_releases import ensure_git_base
+from sglpatch.rebase.git_releases import build_git_base
 from sglpatch.rebase.releases import check_out_release
 from sglpatch.wheels import fetch_wheel
 
 
 def ensure_default_base(pin: Pin, dest: Path) -> Path:
-    if pin.project.from_git:  # DeepGEMM: the pinned commit from a clone (or its stand-in)
-        return ensure_git_base(pin, dest)
+    """The line's default base at `dest`: there already (a git repo with the pin's tag), or built from the pin."""
     if (dest / ".git").exists():
         if Git(dest).rev_parse(pin.tag) is None:
             raise FatalError(f"{dest} exists but has no tag {pin.tag}; {_made_elsewhere(dest)}")
         return dest
     if dest.exists():
         raise FatalError(f"{dest} exists but is not a git repo; {_made_elsewhere(dest)}")
+    if pin.project.from_git:  # DeepGEMM: the pinned commit from a clone (or its stand-in)
+        return build_git_base(pin, dest)
     wheel_path = fetch_wheel(pin.release, pin.wheel, pin.project)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

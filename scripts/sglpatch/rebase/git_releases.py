@@ -23,7 +23,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, git_reason, init_repo
 from sglpatch.output import progress, say, show_path, timed
@@ -91,15 +90,9 @@ def stand_in_of(git: Git, rev: str) -> str | None:
     return (value.strip() or None) if status == 0 else None
 
 
-def ensure_git_base(pin: Pin, dest: Path) -> Path:
-    """A git kind's default base: the pinned commit from the source (or the stand-in), tagged with the line's
-    name, built beside `dest` and renamed into place."""
-    if (dest / ".git").exists():
-        if Git(dest).rev_parse(pin.tag) is None:
-            raise FatalError(f"{dest} exists but has no tag {pin.tag}; delete it and run {hints.apply()} again")
-        return dest
-    if dest.exists():
-        raise FatalError(f"{dest} exists but is not a git repo; delete it and run {hints.apply()} again")
+def build_git_base(pin: Pin, dest: Path) -> Path:
+    """A git kind's default base, where none is: the pinned commit from the source (or the stand-in), tagged with
+    the line's name, built beside `dest` and renamed into place."""
     kind = pin.project
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -10,17 +10,15 @@ patches that leaves and that csrc/, setup.py and tests/ went unchecked.
 
 from __future__ import annotations
 
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch.git import Git
-from sglpatch.kernel_compile import compile_tree, shapes_of
 from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.git_releases import stand_in_of
-from sglpatch.rebase.replay import series_commits
+from sglpatch.rebase.kernel_compile import compile_tree, shapes_of
+from sglpatch.rebase.replay import prefix_worktrees
 from sglpatch.series import Series
 
 CHECK_REF = "refs/sglpatch/check/kernel"
@@ -41,7 +39,7 @@ def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
         )
         patches, names = kept, [part.name for part in kept]
     failures = 0
-    with _prefix_trees(git, pin.tag, patches) as trees:
+    with prefix_worktrees(git, pin.tag, patches, CHECK_REF, scratch="sglpatch-kernel-check-") as trees:
         for k, (label, tree) in enumerate(zip(["the base", *(f"with {n}" for n in names)], trees, strict=True)):
             builds = compile_tree(tree, pin, shapes_of(series.directory, [p.name for p in patches[:k]]))
             for build in builds:
@@ -50,28 +48,3 @@ def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
     if not failures:
         say(f"line {name}: every prefix's SM90 paged-MQA kernel compiles for sm_90a ({len(trees)} trees)")
     return failures
-
-
-@contextmanager
-def _prefix_trees(git: Git, tag: str, patches: list):
-    """Worktrees of the base and of each prefix of `patches` on it, removed afterwards."""
-    revisions = [git.run("rev-parse", f"{tag}^{{commit}}")]
-    if patches:
-        commits = series_commits(git, tag, patches)
-        try:
-            commits.workspace.copy_commit_to(commits.commits[-1], git, CHECK_REF)
-        finally:
-            commits.workspace.close()
-        revisions = [commits.base, *commits.commits]
-    with tempfile.TemporaryDirectory(prefix="sglpatch-kernel-check-") as tmp:
-        trees = []
-        try:
-            for k, rev in enumerate(revisions):
-                tree = Path(tmp) / f"prefix-{k}"
-                git.run("worktree", "add", "-q", "--detach", str(tree), rev)
-                trees.append(tree)
-            yield trees
-        finally:
-            for tree in trees:
-                git.try_run("worktree", "remove", "--force", str(tree))
-            git.try_run("update-ref", "-d", CHECK_REF)

@@ -12,7 +12,7 @@ On success, patches/ is rewritten against ONTO (new pin), a range-diff of the
 old and new series is written for reviewers, and the checkout records the
 rebased branch like `apply` does (so a revert steps back to where the rebase
 began). Ctrl-C, SIGTERM or a kill roll the rebase back, or, once the result is
-staged, finish it: rebase_settle.py. Its state on disk: target/rebase_store.py.
+staged, finish it: rebase_settle.py. Its state on disk: targets/rebase_store.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from packaging.version import Version
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin, pinned_kind
 from sglpatch.project_kind import ProjectKind
@@ -37,16 +36,20 @@ from sglpatch.rebase._prefix_checks import compile_error, import_error
 from sglpatch.rebase._series_digest import series_digest
 from sglpatch.rebase.releases import release_commit, release_date, release_of
 from sglpatch.rebase.replay import Landing, describe, history_between, land, picture, series_commits
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.series import Series, load_series
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series
-from sglpatch.target import rebase_store
-from sglpatch.target.checkout_record import CheckoutRecord
-from sglpatch.target.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
-from sglpatch.target.space import RESERVE, make_reserve, room_to_switch_back
-from sglpatch.target.target import Target
-from sglpatch.target.target_state import current_record
-from sglpatch.target.user_work import refuse_commits_past_the_series
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets import (
+    RESERVE,
+    CheckoutRecord,
+    Target,
+    current_record,
+    make_reserve,
+    rebase_store,
+    refuse_commits_past_the_series,
+    room_to_switch_back,
+)
+from sglpatch.targets.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
 from sglpatch.wheels import fetch_wheel, file_sha256
 
 MERGED = "merged with changes"
@@ -182,6 +185,17 @@ def _rolled_back(target: Target, folder: Path, state: RebaseState, why: str) -> 
 
 
 # -- starting ----------------------------------------------------------------------
+
+
+def saved_state(target: Target) -> tuple[Path, RebaseState | None]:
+    """The folder a rebase of `target` keeps its state in, and the state there (None: no rebase in progress)."""
+    folder = rebase_store.state_dir(target.git)
+    return folder, rebase_store.load(folder)
+
+
+def refuse_in_progress(target: Target) -> None:
+    """Before a new rebase: refuse one in progress (stopped, or cut short), saying how to settle it."""
+    rebase_store.refuse_in_progress(target)
 
 
 def start(target: Target, folder: Path, request: Request, series: Series, pin: Pin) -> int:
@@ -629,8 +643,7 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
     # files of the series below, not "the whole package", which an empty list means)
     touched = set(git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines())
     touched |= set(before.touched if before else [])
-    return CheckoutRecord(
-        state=WriteState.APPLIED,
+    return CheckoutRecord(  # applied: a record's state when none is given
         branch=branch,
         previous=state.original,
         head=git.run("rev-parse", "HEAD"),

@@ -17,15 +17,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.durable import fsync_dir, write_durably
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
+from sglpatch.safety.durable import fsync_dir, write_durably
+from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
-from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, write_state
-from sglpatch.target.rebase_store import (
+from sglpatch.targets import RESERVE, STATE_FILE, CheckoutRecord, Target, write_record
+from sglpatch.targets.rebase_store import (
     INSTALLING,
     SERIES_REF,
     STAGED_REPORT,
@@ -35,8 +35,6 @@ from sglpatch.target.rebase_store import (
     remove_state_folder,
     save,
 )
-from sglpatch.target.space import RESERVE
-from sglpatch.target.target import Target
 
 
 def finish_or_roll_back(target: Target, folder: Path, state: RebaseState) -> str:
@@ -190,7 +188,7 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         report.parent.mkdir(parents=True, exist_ok=True)
         write_durably(report, (folder / STAGED_REPORT).read_bytes(), fault_points=False)
         fault_point("rebase install: range-diff written")
-    write_state(target, plan.record)
+    write_record(target, plan.record)
     fault_point(f"rebase install: {STATE_FILE} written")
     if plan.files:
         (patch_dir / REWRITE_MARKER).unlink(missing_ok=True)

@@ -21,7 +21,9 @@ cherry-picks it in the checkout.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -96,6 +98,33 @@ def series_commits(
         parent = workspace.commit(patch, workspace.git.run("write-tree"), parent, committer, message)
         commits.append(parent)
     return SeriesCommits(workspace, base, commits)
+
+
+@contextmanager
+def prefix_worktrees(git: Git, tag: str, patches: list[Patch], ref: str, scratch: str):
+    """Worktrees of the base (`tag`) and of the base with patches 1..k, for each k, in a temporary folder whose name
+    starts with `scratch`; the series' last commit is under `ref` meanwhile. All removed afterwards."""
+    if patches:
+        commits = series_commits(git, tag, patches)
+        try:
+            commits.workspace.copy_commit_to(commits.commits[-1], git, ref)
+        finally:
+            commits.workspace.close()
+        revisions = [commits.base, *commits.commits]
+    else:
+        revisions = [git.run("rev-parse", f"{tag}^{{commit}}")]
+    with tempfile.TemporaryDirectory(prefix=scratch) as tmp:
+        trees = []
+        try:
+            for k, rev in enumerate(revisions):
+                tree = Path(tmp) / f"prefix-{k}"
+                git.run("worktree", "add", "-q", "--detach", str(tree), rev)
+                trees.append(tree)
+            yield trees
+        finally:
+            for tree in trees:
+                git.try_run("worktree", "remove", "--force", str(tree))
+            git.try_run("update-ref", "-d", ref)
 
 
 def upstream_reason(git: Git, rev: str, patch: Patch, history: tuple[str, str] | None = None) -> str | None:

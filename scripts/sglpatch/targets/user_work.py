@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from sglpatch.errors import FatalError
 from sglpatch.output import plural
-from sglpatch.target.checkout_record import CheckoutRecord
-from sglpatch.target.target import Target
+from sglpatch.targets.checkout_record import CheckoutRecord
+from sglpatch.targets.target import Target
 
 _SHOWN = 3  # files named in a phrase; the rest are counted
 

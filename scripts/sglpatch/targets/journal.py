@@ -33,14 +33,15 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglpatch.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
-from sglpatch.errors import CorruptState, FatalError, os_reason
+from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import blob_id
-from sglpatch.interrupts import fault_point
-from sglpatch.target._bytecode import bytecode_of, is_bytecode
-from sglpatch.target.ownership import give_to_folder_owner, with_executable
-from sglpatch.target.target import JOURNAL_DIR
-from sglpatch.target.write_states import WriteState
+from sglpatch.safety.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
+from sglpatch.safety.interrupts import fault_point
+from sglpatch.targets._bytecode import bytecode_of, is_bytecode
+from sglpatch.targets._record_file import load_json_record
+from sglpatch.targets.ownership import give_to_folder_owner, with_executable
+from sglpatch.targets.target import JOURNAL_DIR
+from sglpatch.targets.write_states import WriteState
 
 JOURNAL_FILE = "journal.json"
 NEW_FILE_MODE = 0o644
@@ -147,10 +148,7 @@ def read_journal(package: Path) -> Journal | None:
     path = journal_path(package)
     if not path.exists():
         return None
-    try:
-        return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptState(f"{path} is corrupt ({exc}); restore the package from its wheel") from None
+    return load_json_record(path, Journal.from_json, "restore the package from its wheel")
 
 
 def has_leftover(package: Path) -> bool:

@@ -8,15 +8,16 @@ from pathlib import Path
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
-from sglpatch.interrupts import fault_point, write_phase
 from sglpatch.output import say
-from sglpatch.target.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
-from sglpatch.target.git_locks import GitLock, refuse_others, remove_own
-from sglpatch.target.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.target.target import Target, dirty_paths
-from sglpatch.target.worktree_bytes import give_back_stats, give_back_worktree
-from sglpatch.target.write_check import checkout_mismatch, move_checkout, tree_blobs
-from sglpatch.target.write_states import INTERRUPTED, WriteState
+from sglpatch.safety.interrupts import fault_point, write_phase
+from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
+from sglpatch.targets.git_locks import GitLock
+from sglpatch.targets.killed_git import settle_checkout_switch
+from sglpatch.targets.space import free_reserve, make_reserve, room_to_roll_back
+from sglpatch.targets.target import Target
+from sglpatch.targets.worktree_bytes import give_back_stats, give_back_worktree
+from sglpatch.targets.write_check import checkout_mismatch, move_checkout
+from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 
 def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...] = ()) -> str:
@@ -31,7 +32,7 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
     _refuse_held_elsewhere(target, branch)
     on_branch = git.current_branch() == branch
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
-        half_switched = _settle_killed_git(target, record, locks) if was in INTERRUPTED else []
+        half_switched = settle_checkout_switch(target, record, locks) if was in INTERRUPTED else []
         free_reserve(target)  # what a killed run kept aside to roll back with: this is that roll-back
         switching = on_branch and not half_switched
         unchanged = "still fully patched" if was == WriteState.APPLIED else "as the interrupted run left it"
@@ -103,33 +104,6 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
     fault_point("checkout: state file removed")
 
 
-def _settle_killed_git(target: Target, record: CheckoutRecord, locks: tuple[GitLock, ...]) -> list[str]:
-    """After a kill: remove the git locks the killed run left, and return the series files that a `git checkout`
-    killed half-way left between the two branches. Each must hold the series branch's bytes, the previous
-    branch's, or be missing (git removes a file before it writes the new one); anything else is an edit made
-    since, and nothing is changed."""
-    git = target.git
-    refuse_others(locks, target.root)
-    touched = target.paths_or_package(record.touched)
-    dirty = dirty_paths(target, touched)
-    if dirty and (edited := _edited(target, record, dirty)):
-        raise FatalError(
-            f"the interrupted {'apply' if record.state == WriteState.APPLYING else 'revert'} left changes in "
-            f"{', '.join(edited[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
-            "changed: check them, then `git checkout -- <files>` and run recover again"
-        )
-    remove_own(locks, target.root)
-    return dirty
-
-
-def _edited(target: Target, record: CheckoutRecord, dirty: list[str]) -> list[str]:
-    """The files of `dirty` that hold neither the series branch's bytes, nor the previous branch's, nor nothing."""
-    commits = (record.head, _commit_of(target.git, record.previous))
-    allowed = [tree_blobs(target, commit, dirty) for commit in commits]
-    now = target.current_blobs(dirty)
-    return [path for path in dirty if now[path] and all(now[path] != blobs.get(path) for blobs in allowed)]
-
-
 def _put_back(target: Target, record: CheckoutRecord) -> None:
     """The previous branch's files, index and HEAD, without `git checkout` (the index and work tree disagree)."""
     still = move_checkout(target, record.previous, record.head, target.paths_or_package(record.touched))
@@ -139,10 +113,6 @@ def _put_back(target: Target, record: CheckoutRecord) -> None:
             f"fix the cause, then run {hints.recover(target.root)}"
         )
     fault_point("checkout: half-switched files put back")
-
-
-def _commit_of(git, name: str) -> str:
-    return git.rev_parse(f"refs/heads/{name}") or git.rev_parse(name) or name
 
 
 def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> None:

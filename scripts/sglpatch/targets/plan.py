@@ -19,7 +19,7 @@ from sglpatch.output import plural
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.project import default_base_dir
 from sglpatch.series import Patch, Series
-from sglpatch.target.target import Target, dirty_paths
+from sglpatch.targets.target import Target, dirty_paths
 from sglpatch.workspace import ApplyFailure, Workspace
 
 ALREADY_APPLIED = "applied"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sglpatch.interrupts import fault_point
+from sglpatch.safety.interrupts import fault_point
 
 
 def write_durably(

@@ -21,13 +21,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sglpatch.durable import unlink_if_there, write_durably
-from sglpatch.errors import CorruptState
-from sglpatch.run_mark import RunMark
+from sglpatch.safety.durable import unlink_if_there, write_durably
+from sglpatch.safety.run_mark import RunMark
 from sglpatch.series import check_path_is_safe
-from sglpatch.target.ownership import GIT_FILES, give_to_folder_owner
-from sglpatch.target.target import Target
-from sglpatch.target.write_states import INTERRUPTED, WriteState
+from sglpatch.targets._record_file import load_json_record
+from sglpatch.targets.ownership import GIT_FILES, give_to_folder_owner
+from sglpatch.targets.target import Target
+from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 STATE_FILE = "sglpatch-state.json"
 
@@ -149,14 +149,11 @@ def state_path(target: Target) -> Path:
     return target.git.git_dir() / STATE_FILE
 
 
-def read_state(target: Target) -> CheckoutRecord | None:
+def read_record(target: Target) -> CheckoutRecord | None:
     path = state_path(target)
     if not path.is_file():
         return None
-    try:
-        return CheckoutRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptState(f"{path} is corrupt ({exc}); check the branch by hand, then delete it") from None
+    return load_json_record(path, CheckoutRecord.from_json, "check the branch by hand, then delete it")
 
 
 def write_state(target: Target, record: CheckoutRecord) -> None:

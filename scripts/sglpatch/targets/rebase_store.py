@@ -20,12 +20,13 @@ from enum import StrEnum
 from pathlib import Path
 
 from sglpatch import hints
-from sglpatch.durable import write_durably
-from sglpatch.errors import CorruptState, FatalError
+from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.run_mark import RunMark
-from sglpatch.target.checkout_record import CheckoutRecord
-from sglpatch.target.target import Target
+from sglpatch.safety.durable import write_durably
+from sglpatch.safety.run_mark import RunMark
+from sglpatch.targets._record_file import load_json_record
+from sglpatch.targets.checkout_record import CheckoutRecord
+from sglpatch.targets.target import Target
 
 STATE_DIR = "sglpatch-rebase"
 DELETING = STATE_DIR + ".deleting"  # the state folder on its way out: never read as a rebase in progress
@@ -316,13 +317,8 @@ def load(folder: Path) -> RebaseState | None:
     path = folder / "state.json"
     if not path.is_file():
         return RebaseState()
-    try:
-        return RebaseState.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptState(
-            f"{path} is corrupt ({exc}); check out your branch by hand (its HEAD is also under "
-            f"refs/sglpatch/backup/), then delete {folder}"
-        ) from None
+    advice = f"check out your branch by hand (its HEAD is also under refs/sglpatch/backup/), then delete {folder}"
+    return load_json_record(path, RebaseState.from_json, advice)
 
 
 def _why_not_continuable(data: dict) -> str | None:

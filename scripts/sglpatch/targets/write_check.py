@@ -1,23 +1,18 @@
-"""After a write, check that the target is what the tool believes it is; move a checkout back without git's help.
+"""After a write to a checkout, check that it is what the tool believes it is; move it back without git's help.
 
 `git checkout` can exit 0 and still leave files as they were (a read-only work
 tree with a writable .git: "error: unable to unlink old ..."): HEAD and the
-index then say one thing and the files another. Every write to a target is
-followed by a check here, and a mismatch is rolled back or refused, never
-reported as success.
+index then say one thing and the files another. Every write to a checkout is
+followed by a check here (a package folder's, by its journal: package_writes.py),
+and a mismatch is rolled back or refused, never reported as success.
 """
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
-from sglpatch import hints
-from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import blob_id
-from sglpatch.target import journal
-from sglpatch.target.target import Target, dirty_paths
-from sglpatch.target.write_states import WriteState
+from sglpatch.targets.target import Target, dirty_paths
 
 
 def checkout_mismatch(target: Target, branch: str | None, head: str, touched: list[str]) -> list[str]:
@@ -30,41 +25,6 @@ def checkout_mismatch(target: Target, branch: str | None, head: str, touched: li
         problems.append(f"HEAD is at {git.rev_parse('HEAD') or 'nothing'}, not {head[:12]}")
     problems += [f"{path} is not as committed" for path in dirty_paths(target, touched)]
     return problems
-
-
-def package_mismatch(package: Path, record: journal.Journal, expect: str) -> list[str]:
-    """Journaled files of a package folder whose bytes or mode are not as `expect` ("before" or "after")."""
-    return journal.files_not_as(package, record, expect)
-
-
-def restore_package(target: Target, force: bool) -> list[str]:
-    """journal.restore, with a file that cannot be written made a one-line refusal that says where things stand
-    (checked file by file: "fully patched" or "as it was" only when every file is)."""
-    try:
-        return journal.restore(target.root, force=force)
-    except OSError as exc:
-        why = f"cannot write {exc.filename or target.root} ({os_reason(exc)})"
-        record = journal.read_journal(target.root)
-        if record is None:
-            raise FatalError(
-                f"{why}; the journal is gone but {journal.JOURNAL_DIR}/ is left: run {hints.recover(target.root)}"
-            ) from None
-        if record.state == WriteState.APPLIED and not journal.files_not_as(target.root, record, "after"):
-            where = f"nothing was changed: {target.root} is still fully patched"
-        elif not journal.files_not_as(target.root, record, "before"):
-            where = f"every file is back, but the journal is left: run {hints.recover(target.root)}"
-        elif exc.errno == errno.ENAMETOOLONG:
-            where = (
-                "the revert stopped part-way; move the package folder to a shorter path, "
-                "then run `sglpatch recover --sglang NEW-PATH`"
-            )
-        else:
-            left = journal.files_not_as(target.root, record, "before")
-            where = (
-                f"stopped part-way, {len(left)} of {len(record.files)} files not yet back ({', '.join(left[:3])}); "
-                f"free space or make it writable, then run {hints.recover(target.root)}"
-            )
-        raise FatalError(f"{why}; {where}") from None
 
 
 def restore_previous(target: Target, record) -> list[str]:

@@ -16,10 +16,10 @@ import errno
 import os
 from pathlib import Path
 
-from sglpatch.durable import fsync_dir, unlink_if_there
 from sglpatch.errors import FatalError, os_reason
-from sglpatch.interrupts import fault_point
-from sglpatch.target.target import Target
+from sglpatch.safety.durable import fsync_dir, unlink_if_there
+from sglpatch.safety.interrupts import fault_point
+from sglpatch.targets.target import Target
 
 RESERVE = "sglpatch-reserve"
 _SLACK = 64 * 1024  # the state file written twice, HEAD.lock, ref and reflog files

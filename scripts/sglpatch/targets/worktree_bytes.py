@@ -10,13 +10,13 @@ roll-back and `recover`, once HEAD and the index are back, rewrite each file who
 
 from __future__ import annotations
 
-from sglpatch.durable import write_durably
 from sglpatch.git import blob_id
-from sglpatch.interrupts import fault_point
 from sglpatch.output import say
-from sglpatch.target.ownership import give_back
-from sglpatch.target.target import Target
-from sglpatch.target.write_check import tree_blobs
+from sglpatch.safety.durable import write_durably
+from sglpatch.safety.interrupts import fault_point
+from sglpatch.targets.ownership import give_back
+from sglpatch.targets.target import Target
+from sglpatch.targets.write_check import tree_blobs
 
 
 def record_worktree(target: Target, paths: list[str]) -> dict[str, str]:

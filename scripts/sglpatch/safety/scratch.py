@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sglpatch.run_mark import RunMark
+from sglpatch.safety.run_mark import RunMark
 
 _NAME = re.compile(r"^sglpatch-[a-z]+-(\d+\.\d+)-[A-Za-z0-9_]+$")
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point
-from sglpatch.run_mark import RunMark, dead_but_listed
+from sglpatch.safety.interrupts import fault_point
+from sglpatch.safety.run_mark import RunMark, dead_but_listed
 
 _PROC = Path("/proc")
 

@@ -23,7 +23,8 @@ from sglpatch.errors import FatalError
 from sglpatch.git import Git, blob_id, git_reason
 from sglpatch.output import say
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
-from sglpatch.run_mark import RunMark
+from sglpatch.safety.interrupts import guarded
+from sglpatch.safety.run_mark import RunMark
 from sglpatch.wheels import cache_folder, unwritable_cache
 
 GIT_CHECKOUT = "git checkout"
@@ -260,3 +261,11 @@ def target_lock(target: Target):
         yield
     finally:
         os.close(fd)
+
+
+@contextmanager
+def writing(target: Target, command: str):
+    """A command's hold on `target` while it may write there: the one sglpatch run working on it (target_lock),
+    and SIGINT/SIGTERM answered with a line saying where the target stands (interrupts.guarded)."""
+    with guarded(command, str(target.root)), target_lock(target):
+        yield

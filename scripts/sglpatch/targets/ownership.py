@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.interrupts import fault_point
-from sglpatch.target.target import Target
+from sglpatch.safety.interrupts import fault_point
+from sglpatch.targets.target import Target
 
 GIT_FILES = ("HEAD", "index", "packed-refs")  # the files of the git dir the git commands of a run rewrite
 _STARTED_NS = time.time_ns()  # what this process writes is newer than this

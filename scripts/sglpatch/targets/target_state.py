@@ -28,14 +28,14 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import CorruptState, FatalError
-from sglpatch.target import journal, rebase_store
-from sglpatch.target.checkout_record import STATE_FILE, CheckoutRecord, read_state, state_path
-from sglpatch.target.git_locks import GitLock, classify, lock_files
-from sglpatch.target.journal import Journal
-from sglpatch.target.rebase_store import RebaseState
-from sglpatch.target.space import RESERVE
-from sglpatch.target.target import Target
-from sglpatch.target.write_states import INTERRUPTED, WriteState
+from sglpatch.targets import journal, rebase_store
+from sglpatch.targets.checkout_record import STATE_FILE, CheckoutRecord, read_record, state_path
+from sglpatch.targets.git_locks import GitLock, classify, lock_files
+from sglpatch.targets.journal import Journal
+from sglpatch.targets.rebase_store import RebaseState
+from sglpatch.targets.space import RESERVE
+from sglpatch.targets.target import Target
+from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 APPLY, REVERT = "apply", "revert"
 # What another tool leaves in the git dir while its operation waits for the user.
@@ -183,7 +183,7 @@ def read(target: Target) -> TargetState:
 def current_record(target: Target) -> CheckoutRecord | None:
     """A checkout's record as it is on disk, whatever the state: for a rebase writing the record that replaces
     it (the old one is kept inside it, `before`)."""
-    return read_state(target)
+    return read_record(target)
 
 
 def refuse_unless_settled(state: TargetState) -> None:
@@ -207,7 +207,7 @@ def _read_checkout(target: Target) -> TargetState:
     if rebase is not None:
         found = classify(locks, folder / "state.json", rebase.run, repo)
         return RebaseInProgress(target=target, leftovers=leftovers, rebase=rebase, folder=folder, locks=found)
-    record = read_state(target)
+    record = read_record(target)
     if record is not None and record.state in INTERRUPTED:
         found = classify(locks, state_path(target), record.run, repo)
         operation = APPLY if record.state == WriteState.APPLYING else REVERT
