@@ -95,8 +95,12 @@ def pack_third_party(stand_in: Path, fmt_wheel: Path, packer) -> None:
                 )
 
 
-def build(line_name: str, out: Path, cache: Path, update_hashes: bool, packer_class, download) -> dict:
-    """OUT/deep_gemm/{source,third-party}.tar.xz and MANIFEST.json; returns the manifest."""
+def build(
+    line_name: str, out: Path, cache: Path, update_hashes: bool, packer_class, download, first: int | None = None
+) -> dict:
+    """OUT/deep_gemm/{source,third-party}.tar.xz and MANIFEST.json; returns the manifest. FIRST: pack the source
+    with only the series' first FIRST patches (0: the pin as it is), e.g. the build-only patches without a kernel
+    change, so that the box builds the pinned kernel code."""
     line_name = newest_line() if line_name == "newest" else line_name
     try:
         git, branch = applied_source(line_name)
@@ -106,6 +110,13 @@ def build(line_name: str, out: Path, cache: Path, update_hashes: bool, packer_cl
         stand_in = fetch_wheel(pin.wheel.filename.split("-")[1], pin.wheel, pin.project)
     except FatalError as exc:
         raise SystemExit(str(exc)) from None
+    patches = list(series.patches)
+    if first is not None:
+        if not 0 <= first <= len(patches):
+            raise SystemExit(f"--deep-gemm-patches takes 0 to {len(patches)} (the line has {len(patches)} patches)")
+        # the applied branch holds one commit per patch: the prefix is that many commits back
+        branch = git.run("rev-parse", f"{branch}~{len(patches) - first}")
+        patches = patches[:first]
     cache.mkdir(parents=True, exist_ok=True)
     fmt = [e for e in download(REQUIREMENTS, "3.11", cache, update_hashes) if e["name"] == "cmeel-fmt"][0]
     dest = out / "deep_gemm"
@@ -116,12 +127,13 @@ def build(line_name: str, out: Path, cache: Path, update_hashes: bool, packer_cl
     pack_third_party(stand_in, fmt["path"], third_party)
     archives = {"source": source.close(), "third-party": third_party.close()}
     manifest = {
-        "made_by": f"ci/gpu_bundle.py --deep-gemm {line_name}",
+        "made_by": f"ci/gpu_bundle.py --deep-gemm {line_name}"
+        + ("" if first is None else f" --deep-gemm-patches {first}"),
         "line": line.name,
         "source": pin.project.upstream,
         "commit": pin.commit,
         "head": git.run("rev-parse", branch),
-        "patches": [{"name": p.name, "sha256": sha256_file(p.path)} for p in series.patches],
+        "patches": [{"name": p.name, "sha256": sha256_file(p.path)} for p in patches],
         "stand_in_wheel": {"filename": pin.wheel.filename, "sha256": pin.wheel.sha256},
         "fmt_wheel": {k: fmt[k] for k in ("name", "version", "filename", "sha256")},
         "archives": archives,

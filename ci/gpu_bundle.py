@@ -378,12 +378,12 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
     return names
 
 
-def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = False) -> int:
+def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = False, first: int | None = None) -> int:
     """OUT/deep_gemm/: the DeepGEMM source with the line applied, its third-party headers (ci/deep_gemm_bundle.py)."""
     import deep_gemm_bundle  # noqa: PLC0415 - beside this script; only this part needs it
 
     t0 = time.time()
-    manifest = deep_gemm_bundle.build(line, out, cache, update_hashes, Packer, download)
+    manifest = deep_gemm_bundle.build(line, out, cache, update_hashes, Packer, download, first)
     for name, info in manifest["archives"].items():
         log(
             f"deep_gemm/{name}.tar.xz {info['bytes'] / 2**20:.1f} MiB packed, {info['unpacked_bytes'] / 2**20:.1f} "
@@ -395,7 +395,7 @@ def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = Fal
 
 def build(args) -> int:
     if args.deep_gemm:
-        return build_deep_gemm(args.deep_gemm, Path(args.out), Path(args.cache), args.update_hashes)
+        return build_deep_gemm(args.deep_gemm, Path(args.out), Path(args.cache), args.update_hashes, args.deep_gemm_patches)
     if args.line:
         return max(build_line(line, Path(args.out), Path(args.cache), args.update_hashes) for line in args.line)
     if args.patches_only:
@@ -486,6 +486,13 @@ def main(argv=None) -> int:
         metavar="LINE",
         help="build only OUT/deep_gemm/ (LINE left out: the newest DeepGEMM line): deepseek-ai/DeepGEMM at the DeepGEMM line LINE's pin with its series "
         "applied (e.g. deep_gemm/54e2261; the source from SGLPATCH_DEEP_GEMM_SOURCE), cute/cutlass and fmt headers",
+    )
+    ap.add_argument(
+        "--deep-gemm-patches",
+        type=int,
+        metavar="N",
+        help="with --deep-gemm: the source with only the line's first N patches applied (0: the pin itself); "
+        "default all. N=1 on deep_gemm/54e2261 is the build patch alone: the pinned SM90 kernel code",
     )
     ap.add_argument(
         "--max-mib", type=float, default=45.0, help="fail if the three archives together exceed this (default 45)"

@@ -43,6 +43,8 @@ GRIDS = {
     "targets64k_wide": [(64, 65536, "uniform")],
     # Issue 46, the one-call patch at next_n 3 (one token per row): 288 and 192 rows, above 132, and 144.
     "one_call": [(96, 16384, "uniform"), (64, 32768, "ragged"), (48, 16384, "uniform")],
+    # one_call's 16k cases alone (1.6M pool tokens per engine: three engines fit where one_call's 64 x 32k did not)
+    "one_call_16k": [(96, 16384, "uniform"), (48, 16384, "uniform")],
     # The same at next_n 4 with two-token rows: 256 rows (above 132) and 128 (below).
     "one_call_pairs": [(128, 16384, "uniform"), (64, 16384, "uniform")],
     # Every draft position compared (issue 47): one request, and ragged 16k batches of 16 and of 40, which
