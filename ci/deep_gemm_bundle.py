@@ -70,6 +70,16 @@ def applied_source(line_name: str) -> tuple[Git, str]:
     return git, branch
 
 
+def series_prefix(git: Git, branch: str, patches: list, first: int | None) -> tuple[str, list]:
+    """The commit holding only the first FIRST patches of the applied BRANCH (one commit per patch), and those
+    patches; BRANCH and all of them when FIRST is None."""
+    if first is None:
+        return branch, patches
+    if not 0 <= first <= len(patches):
+        raise SystemExit(f"--deep-gemm-patches takes 0 to {len(patches)} (the line has {len(patches)} patches)")
+    return git.run("rev-parse", f"{branch}~{len(patches) - first}"), patches[:first]
+
+
 def pack_source(git: Git, branch: str, packer) -> None:
     data = git.run_bytes("archive", "--format=tar", branch)
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
@@ -110,13 +120,7 @@ def build(
         stand_in = fetch_wheel(pin.wheel.filename.split("-")[1], pin.wheel, pin.project)
     except FatalError as exc:
         raise SystemExit(str(exc)) from None
-    patches = list(series.patches)
-    if first is not None:
-        if not 0 <= first <= len(patches):
-            raise SystemExit(f"--deep-gemm-patches takes 0 to {len(patches)} (the line has {len(patches)} patches)")
-        # the applied branch holds one commit per patch: the prefix is that many commits back
-        branch = git.run("rev-parse", f"{branch}~{len(patches) - first}")
-        patches = patches[:first]
+    branch, patches = series_prefix(git, branch, list(series.patches), first)
     cache.mkdir(parents=True, exist_ok=True)
     fmt = [e for e in download(REQUIREMENTS, "3.11", cache, update_hashes) if e["name"] == "cmeel-fmt"][0]
     dest = out / "deep_gemm"

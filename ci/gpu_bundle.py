@@ -395,7 +395,9 @@ def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = Fal
 
 def build(args) -> int:
     if args.deep_gemm:
-        return build_deep_gemm(args.deep_gemm, Path(args.out), Path(args.cache), args.update_hashes, args.deep_gemm_patches)
+        return build_deep_gemm(
+            args.deep_gemm, Path(args.out), Path(args.cache), args.update_hashes, args.deep_gemm_patches
+        )
     if args.line:
         return max(build_line(line, Path(args.out), Path(args.cache), args.update_hashes) for line in args.line)
     if args.patches_only:
