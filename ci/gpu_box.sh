@@ -63,8 +63,12 @@ box_start() {
 # extract_archive ARCHIVE DEST: a bundle archive (tar.xz, members site/... or pkgs/...) into DEST, with
 # tarfile's "data" rules (no absolute paths, links out of DEST or device files), on any Python 3.11 (ci/untar.py:
 # the filter itself came in 3.11.4); fails if it cannot.
+# GPU_BOX_CI: this folder, found once here and exported, since a runner may call extract_archive from a
+# `bash -c` child (export -f), where BASH_SOURCE names no file (run_gpu_layouts.sh's parts did: exit 3).
+GPU_BOX_CI=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export GPU_BOX_CI
 extract_archive() {
-  "$PY" "$(dirname "${BASH_SOURCE[0]}")/untar.py" "$1" "$2"
+  "$PY" "$GPU_BOX_CI/untar.py" "$1" "$2"
 }
 
 # unpack_bundle BUNDLE WORK: deps -> WORK/site, sgl-kernel and sglang -> WORK/pkgs (exit 3 if missing). sglang.tar.xz

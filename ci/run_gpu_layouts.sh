@@ -114,7 +114,7 @@ export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1 PYTHONDONTWR
 trees_from_bundle() {
   unpack_bundle "$BUNDLE" "$WORK"  # deps -> WORK/site, sgl-kernel and sglang (v0.5.14) -> WORK/pkgs
   mkdir -p "$WORK/trees/v0.5.14/pristine" "$WORK/trees/v0.5.23/pristine"
-  mv "$WORK/pkgs/sglang" "$WORK/trees/v0.5.14/pristine/sglang"
+  [ ! -d "$WORK/pkgs/sglang" ] || mv "$WORK/pkgs/sglang" "$WORK/trees/v0.5.14/pristine/sglang"  # absent: a v0.5.23-only call
   [ -f "$BUNDLE/v0.5.23/sglang.tar.xz" ] || { echo "missing $BUNDLE/v0.5.23/sglang.tar.xz (ci/gpu_bundle.py --line v0.5.23)"; return 3; }
   extract_archive "$BUNDLE/v0.5.23/sglang.tar.xz" "$WORK/line-v0.5.23" || return 3
   mv "$WORK/line-v0.5.23/pkgs/sglang" "$WORK/trees/v0.5.23/pristine/sglang"

@@ -9,10 +9,12 @@ import enum
 import hashlib
 import importlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -492,3 +494,20 @@ def test_jit_caches_outlive_the_work_folder_and_are_saved_from_where_they_live(t
     assert "already on this box" in second.stdout
     with tarfile.open(out / "jit-cache.tar.gz") as saved:
         assert {"jit/deep_gemm/kernel.cubin", "jit/sglang-jit/built.so"} <= set(saved.getnames())
+
+
+def test_an_archive_is_unpacked_from_a_child_shell_of_a_runner(tmp_path):
+    """run_gpu_layouts.sh runs its parts in `bash -c` children with the functions exported; extract_archive
+    there found no untar.py (the H200 run of 4 Dec 2026: `can't open file './untar.py'`, unpack exit 3)."""
+    archive = tmp_path / "deps.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        info = tarfile.TarInfo("site/pkg/__init__.py")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"x=1"))
+    script = (
+        f'PY={sys.executable}; . {CI / "gpu_box.sh"}; export -f extract_archive; export PY; cd {tmp_path}; '
+        f'bash -c \'extract_archive "$1" "$2"\' _ {archive} {tmp_path / "work"}'
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "work" / "site" / "pkg" / "__init__.py").read_bytes() == b"x=1"
