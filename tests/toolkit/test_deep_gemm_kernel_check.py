@@ -58,7 +58,7 @@ def test_the_line_applies_to_a_deepseek_checkout_and_reverts_byte_exact(sglpatch
     Git(checkout).run("checkout", "-q", "-b", "work", line_pin.commit)
     before = {p: d for p, d in fingerprint(checkout).items() if not p.startswith(".git/")}
     code, out, err = sglpatch("apply", "--sglang", checkout)
-    assert code == 0 and f"line {LINE} (1 patches, pinned at deep_gemm 54e2261)" in out, err
+    assert code == 0 and f"line {LINE} (1 patch, pinned at deep_gemm 54e2261)" in out, err
     assert "DG_CUTLASS_INCLUDE_DIR" in (checkout / "setup.py").read_text()
     assert sglpatch("revert", "--sglang", checkout)[0] == 0
     assert {p: d for p, d in fingerprint(checkout).items() if not p.startswith(".git/")} == before

@@ -8,7 +8,7 @@ from sglpatch import hints
 from sglpatch.commands.common import add_series_options, add_target_option, open_with_line
 from sglpatch.errors import FatalError
 from sglpatch.git import GitFailed
-from sglpatch.output import say
+from sglpatch.output import plural, say
 from sglpatch.pin import Pin
 from sglpatch.safety.interrupts import write_phase
 from sglpatch.series import Series
@@ -47,7 +47,7 @@ def run(args) -> int:
     started = time.monotonic()
     target, line, series, pin = open_with_line(args, build_base=True)
     if line is not None:
-        say(f"line {line.name} ({len(series.patches)} patches, pinned at {pin.describe()})")
+        say(f"line {line.name} ({plural(len(series.patches), 'patch')}, pinned at {pin.describe()})")
     if args.three_way and not target.is_git:
         raise FatalError("--3way needs a git checkout; a package folder must be at the pin")
     with writing(target, "apply"):
@@ -79,7 +79,9 @@ def run(args) -> int:
     applied = [s.patch.name for s in plan.to_apply]
     skipped = len(plan.states) - len(applied)
     note = f", {skipped} already there" if skipped else ""
-    say(f"applied {len(applied)} patches to {target.root} on {where}{note} in {time.monotonic() - started:.1f} s")
+    say(
+        f"applied {plural(len(applied), 'patch')} to {target.root} on {where}{note} in {time.monotonic() - started:.1f} s"
+    )
     return 0
 
 
