@@ -53,7 +53,7 @@ class Group:
     accuracy_notes: list[str] = field(default_factory=list)  # what each GPU result ran, and what it did not
     speed_notes: list[str] = field(default_factory=list)  # said instead of a table when there is no benchmark
     # sglang's own engine, pristine vs patched: {"file": bench/engine/report.py JSON, "line": ..., "next_n": [...],
-    # "runs": [file names]}; each key but "file" narrows the rows cited
+    # "runs": [file names], "requests": [batch sizes]}; each key but "file" narrows the rows cited
     engine: dict | None = None
     # [{"pr": N, "note": how this PR differs}]; "repo": "owner/name" for a PR outside sglang
     prior_art: list[dict] = field(default_factory=list)
@@ -330,7 +330,7 @@ _GATE_SKIPPED = " (past sglang's sglang-kernel version check: `SGLANG_SKIP_SGL_K
 
 def _engine_table(data: dict, cited: dict) -> list[str]:
     """sglang's own engine with MTP, pristine against patched (bench/engine_ab.py runs, combined), the rows of
-    the cited line, next_n values and runs (each optional)."""
+    the cited line, next_n values, runs and batch sizes (each optional)."""
     runs = {run["run"]: run for run in data["runs"]}
     rows = [
         r
@@ -339,6 +339,7 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
         and r.get("line") == cited.get("line", r.get("line"))
         and r["next_n"] in cited.get("next_n", [r["next_n"]])
         and r["run"] in cited.get("runs", [r["run"]])
+        and r["batch_size"] in cited.get("requests", [r["batch_size"]])
     ]
     lines = [
         "sglang's own `Engine` on one GPU with MTP (EAGLE, NextN draft, topk 1), decode CUDA graphs and the overlap "
