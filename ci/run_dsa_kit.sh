@@ -54,6 +54,9 @@ say "unpacked bundle into $WORK, sglang of line $LINE ($(du -sh "$WORK" | cut -f
 
 # 3. environment --------------------------------------------------------------------------
 use_bundle_env "$BUNDLE" "$WORK"
+# only the v0.5.14 line names the TARGET_VERIFY layout in a metadata field (its patch 0001); the driver
+# asserts that field on a patched tree of it, and the layout from the 2D lengths' shape on every line
+[ "$LINE" = v0.5.14 ] && export DSA_KIT_LAYOUT_FIELD=1 || export DSA_KIT_LAYOUT_FIELD=0
 "$PY" - <<'EOF' || SMOKE_FAILED=1
 import importlib, time, traceback
 t = time.time()

@@ -227,6 +227,38 @@ def test_target_verify_check_on_fake_kit(tmp_path, monkeypatch):
     with pytest.raises(AssertionError):  # paired for an odd next_n
         drv._run_target_verify(make_kit(lambda bs, n: "paired"), None, request, (1,) * 8, 3)
 
+    mode.is_target_verify, mode.is_draft_extend_v2 = (lambda: True), (lambda: False)  # the recorder asks
+
+    def without_field(shape_for):  # the v0.5.23 line: no layout field, only the lengths' shape
+        kit = make_kit(shape_for)
+        run = kit["dsa"].run_dsa_sparse_speculative_forward_mode_case
+
+        def run_without(tc, case):
+            original = drv.RECORDER._note
+            monkeypatch.setattr(drv.RECORDER, "_note", lambda b, *a: original(_drop_layout(b), *a), raising=False)
+            try:
+                run(tc, case)
+            finally:
+                monkeypatch.setattr(drv.RECORDER, "_note", original, raising=False)
+
+        kit["dsa"].run_dsa_sparse_speculative_forward_mode_case = run_without
+        return kit
+
+    def _drop_layout(backend):
+        meta = backend.forward_metadata
+        backend.forward_metadata = types.SimpleNamespace(paged_mqa_ctx_lens_2d=meta.paged_mqa_ctx_lens_2d)
+        return backend
+
+    drv.RECORDER.records.clear()
+    with pytest.raises(AssertionError, match="no layout field"):  # v0.5.14's patched tree must name it
+        drv._run_target_verify(without_field(good), None, request, (1,) * 8, 4)
+    monkeypatch.setenv("DSA_KIT_LAYOUT_FIELD", "0")
+    drv.RECORDER.records.clear()
+    drv._run_target_verify(without_field(good), None, request, (1,) * 8, 4)  # v0.5.23: the shape says paired
+    drv.RECORDER.records.clear()
+    with pytest.raises(AssertionError, match="imply"):  # and a wrong shape still fails
+        drv._run_target_verify(without_field(lambda bs, n: "native"), None, request, (1,) * 8, 4)
+
 
 def test_kit_metadata_layouts_reads_old_and_new_summaries():
     committed = json.loads((CI.parent / "docs" / "ci" / "dsa_kit_patched_h200.json").read_text())
