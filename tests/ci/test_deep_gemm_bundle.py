@@ -3,19 +3,31 @@ commit packed holds the first N patches only, on a real git repository with one 
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "ci"))
-sys.path.insert(0, str(REPO / "scripts"))
+from sglpatch.git import Git
 
-import deep_gemm_bundle  # noqa: E402
+CI = Path(__file__).resolve().parents[2] / "ci"
 
-from sglpatch.git import Git  # noqa: E402
+
+def _load_bundle_module():
+    """ci/deep_gemm_bundle.py, a script beside ci/gpu_bundle.py, loaded by path."""
+    sys.path.insert(0, str(CI))
+    try:
+        spec = importlib.util.spec_from_file_location("_ci_deep_gemm_bundle", CI / "deep_gemm_bundle.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(CI))
+
+
+deep_gemm_bundle = _load_bundle_module()
 
 IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@t"]
 
