@@ -80,7 +80,9 @@ def _check_line(line: Line, series: Series, pin: Pin, jobs: int) -> int:
     if line.project.from_git:  # DeepGEMM: each prefix's kernel compiles for sm_90a (no CPU tests of its own)
         say(f"== line {line.name}: {len(series.patches)} patches, each prefix's SM90 paged-MQA kernel for sm_90a")
         return check_line(line.name, line.default_base, series, pin)
-    say(f"== line {line.name}: {len(series.patches)} patches, tests in {line.tests_dir.relative_to(PROJECT_ROOT)}")
+    say(
+        f"== line {line.name}: {plural(len(series.patches), 'patch')}, tests in {line.tests_dir.relative_to(PROJECT_ROOT)}"
+    )
     git = Git(ensure_default_base(pin, line.default_base))
     with prefix_worktrees(git, pin.tag, series.patches, CHECK_REF, scratch="sglpatch-check-") as trees:
         failures = _check_patches(line, series.patches, trees, jobs)
@@ -88,7 +90,7 @@ def _check_line(line: Line, series: Series, pin: Pin, jobs: int) -> int:
         return failures
     say(
         f"line {line.name}: every patch's tests fail without it, and every prefix passes the tests of its patches "
-        f"({len(series.patches)} patches)"
+        f"({plural(len(series.patches), 'patch')})"
     )
     return 0
 
