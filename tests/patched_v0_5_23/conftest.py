@@ -39,6 +39,25 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def _deep_gemm_not_asked_yet():
+    # The SM90 row rule's DeepGEMM probe caches its answers per process
+    # (patch 0002): each test starts with none, whatever ran before it.
+    answers = _probe_answers()
+    answers.clear()
+    yield
+    answers.clear()
+
+
+def _probe_answers() -> dict:
+    if _SETUP_ERROR is not None:
+        return {}
+    from cpu_sglang import import_sglang
+
+    rule = import_sglang("sglang.kernels.ops.attention.dsa.paged_mqa_logits")
+    return getattr(rule, "_SM90_NEXT_N_ROWS", {})  # absent before patch 0002
+
+
 class _TreeNotSetUp(pytest.Item):
     """Stands for a test module that cannot be imported: fails with the reason."""
 

@@ -12,7 +12,10 @@
   checked by value) and computes the logits in plain torch.
 - ``use_kernels``: routes dsa_backend's and dsa_indexer's DeepGEMM entry
   points (0.5.23 reaches them through ``resolve_*`` helpers) to the stand-in,
-  and the CUDA-only triton length expansion to plain torch.
+  and the CUDA-only triton length expansion to plain torch. The backend's
+  probe of whether SM90 DeepGEMM takes [B, next_n] rows (patch 0002) asks a
+  stand-in of its own with the same limit, so the calls a test counts are the
+  indexer's.
 - ``platform``: sglang's own ``override_platform`` for SM100 / SM90 / other
   CUDA, plus the module-level ``is_cuda`` answers the code under test reads.
 """
@@ -94,13 +97,21 @@ def cuda_only(name: str):
     return _raise
 
 
-def use_kernels(monkeypatch, fake: FakeDeepGemm) -> None:
+def use_kernels(monkeypatch, fake: FakeDeepGemm) -> FakeDeepGemm:
+    """Route the DeepGEMM calls to ``fake``; returns the stand-in the backend's probe asks (fake's limit)."""
+    probed = FakeDeepGemm(max_tokens_per_row=fake.max_tokens_per_row, num_sms=fake.num_sms)
+
+    def probe_fns():
+        return probed.fp8_paged_mqa_logits, probed.get_paged_mqa_logits_metadata, probed.num_sms
+
+    monkeypatch.setattr(backend_mod, "_deep_gemm_paged_mqa_fns", probe_fns, raising=False)  # absent before 0002
     for mod in (backend_mod, indexer_mod):
         monkeypatch.setattr(mod, "resolve_paged_mqa_logits_metadata_fn", lambda: fake.get_paged_mqa_logits_metadata)
         monkeypatch.setattr(mod, "resolve_num_sms", fake.get_num_sms)
     monkeypatch.setattr(indexer_mod, "resolve_fp8_paged_mqa_logits_fn", lambda: fake.fp8_paged_mqa_logits)
     monkeypatch.setattr(backend_mod, "seqlens_expand_triton", seqlens_expand_cpu)
     monkeypatch.setenv("SGLANG_DSA_FUSE_TOPK", "0")  # plain-torch top-k
+    return probed
 
 
 class IndexKPool:
@@ -212,6 +223,8 @@ def make_backend(next_n: int, num_reqs: int = 16, seed: int = 0):
     backend = p12_support.make_backend(next_n, num_reqs, seed, kv_pool=IndexKPool)
     backend.physical_page_size = PAGE
     backend.dsa_index_kpool = 1
+    backend.dsa_index_n_heads = NUM_HEADS
+    backend.dsa_index_head_dim = HEAD_DIM
     backend._kv_shard_pool = None
     backend.dcp_size, backend.dcp_rank = 1, 0
     backend.use_fused_topk = False

@@ -122,10 +122,12 @@ def test_sm90_odd_next_n_stays_per_token(monkeypatch, next_n, host_lengths):
 
 
 def test_the_rule_reads_next_n_and_the_batch_size_only():
-    # eager forwards and graphs captured for a batch size choose from the same inputs
+    # eager forwards and graphs captured for a batch size choose from the same inputs; patch 0002 adds
+    # whether DeepGEMM takes [B, next_n] rows, one answer per process, asked before any capture
     import inspect
 
-    assert list(inspect.signature(RULE.pick_sm90_paged_mqa_tokens_per_row).parameters) == ["next_n", "batch_size"]
+    params = list(inspect.signature(RULE.pick_sm90_paged_mqa_tokens_per_row).parameters)
+    assert params[:2] == ["next_n", "batch_size"] and params[2:] in ([], ["takes_next_n_rows"])
 
 
 @pytest.mark.parametrize("next_n,below,at", [(2, 15, 16), (4, 7, 8), (6, 5, 6)])

@@ -346,6 +346,17 @@ def test_the_bodies_that_go_upstream_keep_the_rules():
         assert count_tables(main) == 1 and "| measure | result | what ran |" in main, group_id
 
 
+def test_a_body_names_the_groups_stacked_on_it_except_held_ones():
+    from sglpatch.commands.pr import stack_lines
+
+    base = Group("rows", "[DSA] Rows", "rows", [PATCH])
+    sent = Group("wider", "[DSA] Wider", "wider", [PATCH], depends_on=["rows"])
+    held = Group("widest", "[DSA] Widest", "widest", [PATCH], depends_on=["rows"], held="Its kernel is not upstream.")
+    lines = stack_lines(base, {"groups": [base, sent, held]}, {})
+    assert any("`wider` PR" in line for line in lines)
+    assert not any("widest" in line for line in lines)
+
+
 def test_a_held_group_prepares_no_pr_and_a_group_on_it_is_refused(capsys):
     from sglpatch.commands.pr import _not_held
     from sglpatch.errors import FatalError

@@ -293,7 +293,7 @@ def stack_lines(group: Group, config: dict, records: dict) -> list[str]:
         ref = f"#{number}" if number else f"the PR of branch `{other.branch}`, this branch's first commits"
         lines.append(f"**Stacked PR**: depends on {other.title} ({ref}); review and merge that one first.")
     for other in config["groups"]:
-        if group.id in other.depends_on:
+        if group.id in other.depends_on and not other.held:  # a held group sends no PR to name
             number = records.get(other.id, {}).get("number")
             ref = f"#{number}" if number else f"the `{other.branch}` PR"
             lines.append(f"**Stacked PR**: {ref} ({other.title}) builds on this one.")
