@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from sglpatch.git import Git
+from testing.fault_harness import default_sigint
 from testing.hostile import CAPSH
 from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
@@ -157,7 +158,10 @@ def test_ctrl_c_while_the_toolkit_is_imported_is_one_line(tmp_path):
         "import os, signal, sys\nimport sglpatch\nos.kill(os.getpid(), signal.SIGINT)\n"
         "from sglpatch.cli import main\nsys.exit(main())\n"
     )
-    result = subprocess.run([sys.executable, str(script), "lines"], capture_output=True, text=True, timeout=60)
+    # SIGINT at its default, as at a terminal: a child of a shell's background job starts with it ignored
+    result = subprocess.run(
+        [sys.executable, str(script), "lines"], capture_output=True, text=True, timeout=60, preexec_fn=default_sigint
+    )
     assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr == "sglpatch: interrupted by SIGINT while starting; nothing was changed\n"
     started = subprocess.run([sys.executable, "-m", "sglpatch", "lines"], capture_output=True, text=True)

@@ -26,6 +26,7 @@ from sglpatch.git import Git
 from sglpatch.project import PROJECT_ROOT, default_patch_dir
 from sglpatch.series import load_series
 from testing import tmp_root
+from testing.fault_harness import default_sigint
 from testing.sglang_trees import as_tester
 from testing.tree_bytes import tree_state
 
@@ -368,6 +369,7 @@ def test_a_failed_or_interrupted_make_test_leaves_no_trees_on_the_ram_disk_unles
         text=True,
         env=env,
         start_new_session=True,
+        preexec_fn=default_sigint,  # as at a terminal, even when this suite runs in a background job
     )
     if how == "interrupted":
         deadline = time.monotonic() + 30
