@@ -85,13 +85,11 @@ $(VENV)/.tool-stamp: pyproject.toml
 	$(PY) -m pip install --progress-bar off -e '.[test]'
 	touch $@
 
-# --no-compile: pip would byte-compile every module of torch and the rest (on a 2-core machine with pip's cache
-# warm the install took 75 s with that, 33 s without, 4 Dec 2026); Python compiles what the tests import as they do.
 $(VENV)/.sglang-cpu-stamp: $(VENV)/.tool-stamp ci/requirements-sglang-cpu.txt
 	@echo "make: installing sglang 0.5.14's import-time dependencies for the CPU tests (ci/requirements-sglang-cpu.txt)"
 	@echo "make: from PyPI alone torch is the CUDA build: about 2.7 GB of wheels, several minutes; TORCH_INDEX=URL takes a CPU build (README)"
-	$(if $(TORCH_INDEX),$(PY) -m pip install --progress-bar off --no-compile --index-url $(call q,$(TORCH_INDEX)) "$$(grep '^torch==' ci/requirements-sglang-cpu.txt)")
-	$(PY) -m pip install --progress-bar off --no-compile -r ci/requirements-sglang-cpu.txt
+	$(if $(TORCH_INDEX),$(PY) -m pip install --progress-bar off --index-url $(call q,$(TORCH_INDEX)) "$$(grep '^torch==' ci/requirements-sglang-cpu.txt)")
+	$(PY) -m pip install --progress-bar off -r ci/requirements-sglang-cpu.txt
 	touch $@
 
 apply: $(VENV)/.tool-stamp ## apply the line matching SGLANG=PATH (a checkout or installed package; LINE= overrides); default: the pinned base in build/sglang, or LINE's in build/sglang-<line>
