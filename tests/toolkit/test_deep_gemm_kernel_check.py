@@ -15,8 +15,10 @@ import pytest
 
 from sglpatch import project
 from sglpatch.git import Git
+from sglpatch.lines import line_named
 from sglpatch.project_kind import DEEP_GEMM
 from sglpatch.rebase.git_releases import fetch_source
+from sglpatch.series import load_series
 from testing.deep_gemm_trees import KERNEL, LINE, deep_gemm_series
 from testing.tree_bytes import fingerprint
 
@@ -47,6 +49,23 @@ def test_a_patch_that_breaks_the_kernels_compile_fails_on_cpu(
     assert "does not compile" in patched and patched.endswith("[FAIL]"), out
 
 
+def test_a_patch_whose_wgmma_ptxas_serializes_fails_on_cpu(
+    sglpatch, tmp_path, monkeypatch, deep_gemm_source, stand_in_pin
+):
+    """A kernel that touches a WGMMA's accumulators before waiting for it still compiles, but ptxas then waits
+    for every WGMMA itself (C7517): the overlap a patch is for is gone, so the check fails it."""
+    monkeypatch.setenv("SGLPATCH_DEEP_GEMM_SOURCE", str(deep_gemm_source))
+    monkeypatch.setattr(project, "PROJECT_ROOT", tmp_path)
+    commit = "ptx::warpgroup_commit_batch();"
+    edit = (KERNEL, commit, commit + ' asm volatile("add.f32 %0, %0, 0f00000000;" : "+f"(accum[0]));')
+    patches = deep_gemm_series(deep_gemm_source, stand_in_pin, tmp_path / "serialized", [edit])
+    code, out, err = sglpatch("check-patches", "--patches", patches)
+    assert code == 2 and "1 of 1 patches fail" in err, err
+    base, patched = [line for line in out.splitlines() if "SM90 paged-MQA kernel, next_n 2" in line]
+    assert base.endswith("[ok]")
+    assert "ptxas serializes its WGMMAs" in patched and patched.endswith("[FAIL]"), out
+
+
 def test_the_line_applies_to_a_deepseek_checkout_and_reverts_byte_exact(sglpatch, tmp_path, line_pin):
     """The project's own line on deepseek-ai/DeepGEMM itself (SGLPATCH_DEEP_GEMM_SOURCE: a clone, a mirror or
     the URL); the line is found from the checkout's pinned files, as `make apply SGLANG=<checkout>` finds it."""
@@ -58,7 +77,9 @@ def test_the_line_applies_to_a_deepseek_checkout_and_reverts_byte_exact(sglpatch
     Git(checkout).run("checkout", "-q", "-b", "work", line_pin.commit)
     before = {p: d for p, d in fingerprint(checkout).items() if not p.startswith(".git/")}
     code, out, err = sglpatch("apply", "--sglang", checkout)
-    assert code == 0 and f"line {LINE} (1 patch, pinned at deep_gemm 54e2261)" in out, err
+    line = line_named(LINE)
+    count = len(load_series(line.directory, project=line.project).patches)
+    assert code == 0 and f"line {LINE} ({count} patches, pinned at deep_gemm 54e2261)" in out, err
     assert "DG_CUTLASS_INCLUDE_DIR" in (checkout / "setup.py").read_text()
     assert sglpatch("revert", "--sglang", checkout)[0] == 0
     assert {p: d for p, d in fingerprint(checkout).items() if not p.startswith(".git/")} == before

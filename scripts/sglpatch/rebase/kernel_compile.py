@@ -8,10 +8,12 @@ a DeepGEMM checkout has them only as its third-party/cutlass submodule.
 The kernel template is instantiated as DeepGEMM's host code asks its JIT for it
 (csrc/jit_kernels/impls/sm90_fp8_mqa_logits.hpp at 54e2261: head_dim 128, block_kv 64, 2-D context
 lengths, not varlen, 3 Q and 3 KV stages, split_kv 256, 128 TMA and 512 math threads, float logits), for
-each next_n and head count asked; a line's patch that makes the host code ask for other shapes lists them
-in the line's SHAPES_FILE (`shapes_of`), and every prefix from that patch on compiles them too; and compiled with the flags of its JIT's nvcc (csrc/jit/compiler.hpp:
-C++20, its suppressed diagnostics, register-usage level 10, -O3, relaxed constexpr, extended lambdas) and
-ptxas's verbose report, from which registers, spills and local memory are read.
+each next_n and head count asked; a line's patch that makes the host code ask for other shapes (or KV
+stages) lists them in the line's SHAPES_FILE (`shapes_of`), and every prefix from that patch on compiles
+them too; and compiled with the flags of its JIT's nvcc (csrc/jit/compiler.hpp: C++20, its suppressed
+diagnostics, register-usage level 10, -O3, relaxed constexpr, extended lambdas) and ptxas's verbose report,
+from which registers, spills and local memory are read. A kernel whose WGMMAs ptxas serializes (it injects
+warpgroup.wait, note C7517) fails the check: it would run, without the overlap of tensor cores and epilogue.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ TOOLKIT_FOLDER = "nvidia/cu13/"  # where the CUDA 13 wheels put their files
 ARCH = "sm_90a"
 HEADER = "deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh"
 SHAPES_FILE = "kernel-shapes.json"
+# ptxas's note (C7517) when it cannot prove a WGMMA's accumulators unused until waited for, and waits itself
+WGMMA_SERIALIZED = "warpgroup.wait is injected"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Shape:
     heads: int
     split_kv: int = 256
     math_threads: int = 512
+    kv_stages: int = 3
 
 
 # The shapes DeepSeek-V3.2's indexer runs on SM90 at 54e2261 (the host code allows next_n 1 and 2)
@@ -90,7 +95,7 @@ class KernelBuild:
 def kernel_source(shape: Shape) -> str:
     """A translation unit that makes nvcc build the kernel for `shape`, as DeepGEMM's JIT does."""
     n, h, split, math = shape.next_n, shape.heads, shape.split_kv, shape.math_threads
-    arguments = f"{n}, {h}, 128, 64, true, false, 3, 3, {split}, 128, {math}, float"
+    arguments = f"{n}, {h}, 128, 64, true, false, 3, {shape.kv_stages}, {split}, 128, {math}, float"
     return (
         f"#include <{HEADER}>\n\n"
         "static void instantiate() {\n"
@@ -170,6 +175,9 @@ def compile_kernel(include: Path, cutlass: Path, cuda: Path, shape: Shape) -> Ke
     if result.returncode != 0:
         errors = [line.strip() for line in output.splitlines() if "error" in line.lower()]
         return KernelBuild(next_n, heads, False, seconds, error=(errors or [f"nvcc exit {result.returncode}"])[0])
+    if WGMMA_SERIALIZED in output:
+        # ptxas waits for every WGMMA before its accumulators are touched: it compiles, but the overlap is gone
+        return KernelBuild(next_n, heads, False, seconds, error=f"ptxas serializes its WGMMAs ({WGMMA_SERIALIZED})")
     registers = re.search(r"Used (\d+) registers", output)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", output)
     return KernelBuild(
@@ -201,5 +209,7 @@ def shapes_of(line_dir: Path, patch_names: list[str]) -> tuple[Shape, ...]:
     try:
         added = [Shape(*map(int, shape)) for name in patch_names for shape in listed.get(name, [])]
     except (TypeError, ValueError) as exc:
-        raise FatalError(f"{path}: each shape is [next_n, heads, split_kv, math_threads] ({exc})") from None
+        raise FatalError(
+            f"{path}: each shape is [next_n, heads, split_kv, math_threads(, kv_stages)] ({exc})"
+        ) from None
     return tuple(dict.fromkeys([*SHAPES, *added]))
