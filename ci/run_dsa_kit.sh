@@ -57,6 +57,10 @@ use_bundle_env "$BUNDLE" "$WORK"
 # only the v0.5.14 line names the TARGET_VERIFY layout in a metadata field (its patch 0001); the driver
 # asserts that field on a patched tree of it, and the layout from the 2D lengths' shape on every line
 [ "$LINE" = v0.5.14 ] && export DSA_KIT_LAYOUT_FIELD=1 || export DSA_KIT_LAYOUT_FIELD=0
+# 0.5.23's sglang.test.test_utils (the draft-runner case imports it) imports Hugging Face datasets, which
+# the box lacks: the stand-ins, last on the path (the H200, 4 Dec 2026: the one failure of 23 kit cases)
+sglang_test_shims "$WORK/shims"
+export PYTHONPATH="$PYTHONPATH:$WORK/shims"
 "$PY" - <<'EOF' || SMOKE_FAILED=1
 import importlib, time, traceback
 t = time.time()

@@ -248,8 +248,10 @@ unset SGLANG_OPT_USE_TOPK_V2
 
 # --- report --------------------------------------------------------------------------------------
 if [ "$HOLDOUT" = 1 ]; then
-  "$PY" "$REPO/bench/layouts_report.py" "$(result_json v0.5.23)" "$(result_json v0.5.14)" \
-    --parts "$PARTS" --summary "$OUTDIR/summary.json"
+  # the lines this call ran (--lines): a line left out is not a missing run
+  RESULTS=()
+  for line in "${LINES[@]}"; do RESULTS+=("$(result_json "$line")"); done
+  "$PY" "$REPO/bench/layouts_report.py" "${RESULTS[@]}" --parts "$PARTS" --summary "$OUTDIR/summary.json"
   report_rc=$?
 else  # no hold-out rows to judge: the parts' exit statuses are the verdict
   cp "$PARTS" "$OUTDIR/parts.tsv" && cat "$PARTS"

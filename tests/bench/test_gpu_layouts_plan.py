@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bench import indexer_step
 from bench.indexer import grids
+from sglpatch.wheels import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "ci" / "run_gpu_layouts.sh"
@@ -43,6 +47,22 @@ def test_runner_refuses_a_bad_budget_and_parses():
     assert done.returncode == 2 and "--budget takes whole seconds" in done.stderr
     done = subprocess.run(["bash", str(SCRIPT), "--frobnicate"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown argument" in done.stderr
+
+
+def test_a_call_for_one_line_reports_only_that_lines_run(tmp_path):
+    """The H200, 4 Dec 2026: `--lines v0.5.23` passed every criterion and still reported a failure, since the
+    report also asked for v0.5.14's hold-out JSON, which that call was never to write."""
+    if not list((cache_dir() / "wheels").glob("sglang-0.5.23-*.whl")):
+        pytest.skip("the rehearsal lays its trees out from sglang 0.5.23's wheel: run make apply LINE=v0.5.23 once")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--rehearse", "--lines", "v0.5.23", "--out", out, "--work", tmp_path / "work"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["missing_runs"] == [str(out / "indexer_holdout_h200_v0_5_23.json")], done.stdout[-2000:]
 
 
 def _planned_fixture(capsys, *args):
