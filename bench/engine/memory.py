@@ -136,10 +136,8 @@ PREFILL_EXCESS_GIB = 16.5
 def tight(memory_plan: dict) -> str | None:
     """A note where the engines fit by less than what one engine's prefill has been seen to hold beyond
     sglang's reserve."""
-    if not memory_plan.get("fits"):
-        return None
-    room = memory_plan["gpu_gib"] - memory_plan["total_gib"]
-    if room >= PREFILL_EXCESS_GIB:
+    room = _room(memory_plan)
+    if room is None or room >= PREFILL_EXCESS_GIB:
         return None
     return (
         f"memory: {memory_plan['engines']} engines estimated at {memory_plan['total_gib']} of "
@@ -148,15 +146,59 @@ def tight(memory_plan: dict) -> str | None:
     )
 
 
+def _room(memory_plan: dict) -> float | None:
+    if not memory_plan.get("fits"):
+        return None
+    return memory_plan["gpu_gib"] - memory_plan["total_gib"]
+
+
+# sglang's DSA indexer (0.5.14 and 0.5.23) sizes the logits of a prefill's ragged top-k from the memory it
+# sees once, at its first prefill, and keeps that size: at most min(0.3 of the GPU, the GPU less
+# mem_fraction_static, times this variable, default 0.2, times the free memory then). Each engine of a run
+# takes it as if it owned the GPU: 11.2 GiB at mem_fraction_static 0.6 on an H200. Two next_n 2 runs on the
+# H200 (engine_h200_v0_5_23_n2_*_source_oom.json) ran out of memory in that top-k, 7.4 and 8.5 GiB asked.
+LOGITS_FRACTION_ENV = "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"
+SGLANG_LOGITS_FRACTION = 0.2
+SGLANG_LOGITS_TOTAL_FRACTION = 0.3
+
+
+def logits_budget_gib(engine_args: dict, gpu_gib: float, fraction: float = SGLANG_LOGITS_FRACTION) -> float:
+    """The most one engine's indexer takes for a prefill's logits, before it sees the free memory."""
+    outside_static = gpu_gib * max(0.0, 1.0 - engine_args.get("mem_fraction_static", 0.0))
+    return min(gpu_gib * SGLANG_LOGITS_TOTAL_FRACTION, outside_static * fraction)
+
+
+def logits_cap(memory_plan: dict, engine_args: dict) -> tuple[str, str] | None:
+    """Where the run is tight (``tight``): the value of LOGITS_FRACTION_ENV that holds every engine's
+    indexer logits to a share of the room (half of it, split between the engines, the rest for the other
+    transients of a prefill), and a line that says so; None where sglang's own size is left alone."""
+    room = _room(memory_plan)
+    if room is None or room >= PREFILL_EXCESS_GIB:
+        return None
+    each = max(room, 0.0) / 2 / memory_plan["engines"]
+    default = logits_budget_gib(engine_args, memory_plan["gpu_gib"])
+    if default <= each:
+        return None
+    fraction = SGLANG_LOGITS_FRACTION * each / default
+    note = (
+        f"memory: each engine's indexer logits held to {each:.1f} GiB ({LOGITS_FRACTION_ENV}={fraction:.4f}; "
+        f"sglang would take up to {default:.1f} GiB each, sized as if it owned the GPU): the prefill's top-k "
+        "runs in more chunks, decode is unchanged"
+    )
+    return f"{fraction:.4f}", note
+
+
 def run_verdict(doc: dict, gpu_gib: float) -> str:
     """A committed run's estimate beside what happened to it."""
     meta = doc["meta"]
     engines = len(meta.get("engines") or ("pristine", "patched"))
     memory_plan = plan(meta["engine_args"], meta["model"], engines, gpu_gib)
     ran_out = any("OutOfMemoryError" in note for note in doc.get("notes", []))
+    uncapped = logits_cap(memory_plan, meta["engine_args"]) and LOGITS_FRACTION_ENV not in (meta.get("env") or {})
     return (
         f"{engines} engines x {meta['engine_args']['max_total_tokens']} {meta['engine_args']['kv_cache_dtype']} tokens: "
-        f"{memory_plan['total_gib']} of {gpu_gib} GiB, {'fits' if memory_plan['fits'] else 'does not fit'}; "
+        f"{memory_plan['total_gib']} of {gpu_gib} GiB, {'fits' if memory_plan['fits'] else 'does not fit'}"
+        f"{', indexer logits not held to the room' if uncapped else ''}; "
         f"{'ran out of GPU memory' if ran_out else 'ran'}"
     )
 

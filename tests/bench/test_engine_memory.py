@@ -26,10 +26,18 @@ def test_every_committed_run_fits_but_the_one_that_ran_out_of_memory():
             verdicts[path.name] = memory.run_verdict(doc, H200_GIB)
     assert len(verdicts) >= 20
     assert {name for name, v in verdicts.items() if "does not fit" in v} == {"engine_h200_tpot_wide_long_oom.json"}
-    assert all(("does not fit" in v) == v.endswith("ran out of GPU memory") for v in verdicts.values())
+    # the other two that ran out fit, but their indexers each sized a prefill's logits as if they owned the GPU
+    uncapped_oom = {"engine_h200_v0_5_23_n2_pairs_source_oom.json", "engine_h200_v0_5_23_n2_16k_source_oom.json"}
+    assert {name for name, v in verdicts.items() if v.endswith("ran out of GPU memory")} == {
+        "engine_h200_tpot_wide_long_oom.json",
+        *uncapped_oom,
+    }
+    for name in uncapped_oom:
+        assert "fits, indexer logits not held to the room; ran out" in verdicts[name]
     # the closest fit: three engines of 2.9M FP8 tokens at 32 x 64k (run1 of the TPOT runs)
     assert (
-        verdicts["engine_h200_tpot_run1.json"] == "3 engines x 2900000 fp8_e4m3 tokens: 139.3 of 139.8 GiB, fits; ran"
+        verdicts["engine_h200_tpot_run1.json"]
+        == "3 engines x 2900000 fp8_e4m3 tokens: 139.3 of 139.8 GiB, fits, indexer logits not held to the room; ran"
     )
 
 
@@ -84,3 +92,39 @@ def test_check_memory_prints_the_estimate_and_starts_nothing(tmp_path, capsys):
     assert plans["memory_plan"]["fits"] and plans["memory_plan"]["engines"] == 3
     assert plans["memory_plan_seed_case"]["engines"] == 3  # pristine, patched and the patched tree's eager reference
     assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
+
+
+def test_where_the_room_is_tight_each_engines_indexer_logits_are_held_to_a_share_of_it():
+    """H200, 4 Dec 2026: three engines of 1.7M FP8 tokens (12.1 GiB to spare) ran out of memory in the DSA
+    indexer's prefill top-k, which asked 7.4 GiB: sglang sizes those logits per engine as if it owned the GPU
+    (up to 11.2 GiB at mem_fraction_static 0.6). Where the room is tight the run holds them to a quarter of
+    it each (half the room, split three ways) through sglang's own variable, and says so."""
+    doc = json.loads((RESULTS / "engine_h200_v0_5_23_n2_16k_source_oom.json").read_text())
+    args = doc["meta"]["engine_args"]
+    plan = memory.plan(args, doc["meta"]["model"], 3, H200_GIB)
+    assert memory.logits_budget_gib(args, H200_GIB) == pytest.approx(11.18, abs=0.01)
+    fraction, note = memory.logits_cap(plan, args)
+    held = memory.logits_budget_gib(args, H200_GIB, float(fraction))
+    assert held == pytest.approx((H200_GIB - plan["total_gib"]) / 6, abs=0.01) and held < 2.1
+    assert note.startswith(f"memory: each engine's indexer logits held to 2.0 GiB ({memory.LOGITS_FRACTION_ENV}=0.03")
+    # room enough (one engine of the same size): sglang's own size stays
+    assert memory.logits_cap(memory.plan(args, doc["meta"]["model"], 1, H200_GIB), args) is None
+
+
+def test_the_run_hands_the_cap_to_every_engine_unless_the_command_line_sets_it(tmp_path, monkeypatch):
+    seen = []
+
+    class Started(Exception):
+        pass
+
+    def bench(args, meta, *rest):
+        seen.append(meta["env"])
+        raise Started
+
+    monkeypatch.setattr("bench.engine.driver.Bench", bench)
+    argv = _argv(tmp_path, "--grid", "one_call_16k", "--two-process-aa", "--kv-cache", "fp8_e4m3")
+    for extra in ([], ["--env", f"{memory.LOGITS_FRACTION_ENV}=0.1"]):
+        with pytest.raises(Started):
+            engine_ab.main([*argv, "--gpu-memory-gib", str(H200_GIB), *extra])
+    assert float(seen[0][memory.LOGITS_FRACTION_ENV]) == pytest.approx(0.036, abs=0.002)
+    assert seen[1][memory.LOGITS_FRACTION_ENV] == "0.1"
