@@ -177,6 +177,8 @@ def test_a_prefix_compiles_the_shapes_its_patches_list(tmp_path):
     )
     assert "split 128, 512 math threads" not in kernel_source(SHAPES[0])
     assert "3, 64, 128, 64, true, false, 3, 3, 128, 128, 512, float" in kernel_source(Shape(3, 64, 128, 512))
+    # a fifth number is the KV stages the host code asks for
+    assert "3, 64, 128, 64, true, false, 3, 4, 128, 128, 512, float" in kernel_source(Shape(3, 64, 128, 512, 4))
     (tmp_path / SHAPES_FILE).write_text(json.dumps({"0002-b.patch": [[3, "x"]]}))
-    with pytest.raises(FatalError, match=r"\[next_n, heads, split_kv, math_threads\]"):
+    with pytest.raises(FatalError, match=r"\[next_n, heads, split_kv, math_threads\(, kv_stages\)\]"):
         shapes_of(tmp_path, ["0002-b.patch"])
