@@ -417,8 +417,9 @@ def main(args: argparse.Namespace) -> int:
     if args.check_memory:
         print(json.dumps({"memory_plan": memory_plan, "memory_plan_seed_case": seed_plan}, indent=1))
         return 0
-    cap = memory.logits_cap(memory_plan, engine_args(Path("MODEL"), 0, sizing, overrides)) if memory_plan else None
-    if cap and memory.LOGITS_FRACTION_ENV not in env:
+    cap = memory.logits_cap(memory_plan, engine_args(Path("MODEL"), 0, sizing, overrides))
+    capped = cap is not None and memory.LOGITS_FRACTION_ENV not in env  # the command line's own --env wins
+    if capped:
         env[memory.LOGITS_FRACTION_ENV] = cap[0]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sglpatch-engine-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -431,7 +432,7 @@ def main(args: argparse.Namespace) -> int:
     bench = Bench(args, meta, sizing, overrides, args.acceptance, labels, workdir, time.time() + args.deadline_s)
     if memory.tight(memory_plan):
         bench.note(memory.tight(memory_plan))
-    if cap and env[memory.LOGITS_FRACTION_ENV] == cap[0]:
+    if capped:
         bench.note(cap[1])
     bench.save()
     return bench.run(args.next_n, args.seed_case, GRIDS[args.grid])

@@ -136,8 +136,8 @@ PREFILL_EXCESS_GIB = 16.5
 def tight(memory_plan: dict) -> str | None:
     """A note where the engines fit by less than what one engine's prefill has been seen to hold beyond
     sglang's reserve."""
-    room = _room(memory_plan)
-    if room is None or room >= PREFILL_EXCESS_GIB:
+    room = _tight_room(memory_plan)
+    if room is None:
         return None
     return (
         f"memory: {memory_plan['engines']} engines estimated at {memory_plan['total_gib']} of "
@@ -146,10 +146,12 @@ def tight(memory_plan: dict) -> str | None:
     )
 
 
-def _room(memory_plan: dict) -> float | None:
+def _tight_room(memory_plan: dict) -> float | None:
+    """The GiB the engines leave free where they fit by less than PREFILL_EXCESS_GIB; None otherwise."""
     if not memory_plan.get("fits"):
         return None
-    return memory_plan["gpu_gib"] - memory_plan["total_gib"]
+    room = memory_plan["gpu_gib"] - memory_plan["total_gib"]
+    return room if room < PREFILL_EXCESS_GIB else None
 
 
 # sglang's DSA indexer (0.5.14 and 0.5.23) sizes the logits of a prefill's ragged top-k from the memory it
@@ -172,8 +174,8 @@ def logits_cap(memory_plan: dict, engine_args: dict) -> tuple[str, str] | None:
     """Where the run is tight (``tight``): the value of LOGITS_FRACTION_ENV that holds every engine's
     indexer logits to a share of the room (half of it, split between the engines, the rest for the other
     transients of a prefill), and a line that says so; None where sglang's own size is left alone."""
-    room = _room(memory_plan)
-    if room is None or room >= PREFILL_EXCESS_GIB:
+    room = _tight_room(memory_plan)
+    if room is None:
         return None
     each = max(room, 0.0) / 2 / memory_plan["engines"]
     default = logits_budget_gib(engine_args, memory_plan["gpu_gib"])
