@@ -47,6 +47,7 @@ def combined(runs: list[dict]) -> dict:
                 "started": meta.get("started"),
                 "command": meta.get("command"),
                 "versions": meta.get("versions"),
+                **({"deep_gemm": run["deep_gemm"]} if run.get("deep_gemm") else {}),
                 "series": [{"name": p["name"], "sha256": p["sha256"][:12]} for p in series],
                 "notes": run.get("notes", []),
                 "sgl_kernel_version_check_skipped": labels["sgl_kernel_version_check_skipped"],
@@ -77,6 +78,18 @@ def _share(row, label):
     return "-" if not share else f"{100 * share['share']:.0f}%"
 
 
+def _deep_gemm(run: dict) -> str:
+    """The DeepGEMM that ran: the source build where the run recorded one (its `versions` still name
+    the wheel installed behind it on the path), else the wheel's version."""
+    built = run.get("deep_gemm")
+    if not built:
+        return f"sgl-deep-gemm {(run['versions'] or {}).get('sgl-deep-gemm')}"
+    return (
+        f"DeepGEMM built from {built['source']} {built['commit'][:7]} (line {built['line']}, "
+        f"{len(built.get('patches') or [])} of its patches)"
+    )
+
+
 def markdown(doc: dict) -> str:
     out = []
     for run in doc["runs"]:
@@ -84,7 +97,7 @@ def markdown(doc: dict) -> str:
         v = run["versions"] or {}
         out.append(
             f"- **{run['run']}** ({run['line']}, {run['parallel']}, {run['started']}): series {patches}; "
-            f"torch {v.get('torch')}, sgl-deep-gemm {v.get('sgl-deep-gemm')}, sglang-kernel {v.get('sglang-kernel')}"
+            f"torch {v.get('torch')}, {_deep_gemm(run)}, sglang-kernel {v.get('sglang-kernel')}"
             f"{_gate(run)}, "
             f"flashinfer {v.get('flashinfer-python')}, {v.get('gpu')}. Command: `{run['command']}`"
         )

@@ -36,3 +36,11 @@ def test_a_committed_run_gives_its_committed_report_lines(committed, name):
     assert [line for line in lines if line not in set(markdown.splitlines())] == []
     rows = json.loads((RESULTS / name).read_text())["rows"]
     assert len([line for line in lines if line.startswith(f"| {report._run_name(name)} |")]) == 3 * len(rows)
+
+
+def test_a_run_on_the_source_build_names_it_not_the_wheel_behind_it():
+    name = "engine_h200_v0_5_23_n2_pairs_source.json"
+    doc = report.combined(report.load_runs([RESULTS / name]))
+    (line,) = [line for line in report.markdown(doc).splitlines() if line.startswith(f"- **{name}**")]
+    assert "DeepGEMM built from deepseek-ai/DeepGEMM 54e2261 (line deep_gemm/54e2261, 1 of its patches)" in line
+    assert "sgl-deep-gemm" not in line
