@@ -89,6 +89,10 @@ class Bench:
     def left_s(self) -> float:
         return self.deadline - time.time()
 
+    def call_s(self, most_s: float) -> float:
+        """A command's timeout: at most ``most_s``, and no later than the deadline (5 s at least)."""
+        return min(most_s, max(5.0, self.left_s()))
+
     def note(self, message: str) -> None:
         self.notes.append(message)
         log(message)
@@ -194,7 +198,8 @@ class Bench:
         try:
             warm = [{"prompt": list(WARMUP_PROMPT), "max_new_tokens": 16}] * 8
             for engine in pair.values():
-                engine.call({"op": "generate", "requests": warm, "probe_window": False})
+                # the deadline bounds it too, so that a stalled engine leaves time to write the run's notes
+                engine.call({"op": "generate", "requests": warm, "probe_window": False}, timeout_s=self.call_s(300))
             self.prefill_pool(pair, next_n, pool_for(cases))
             for case_spec in cases:
                 if self.left_s() < 25:

@@ -17,6 +17,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1]
 PROBE_PATH = BENCH / "engine_probe"
 WORKER_SCRIPT = BENCH / "engine_worker.py"
+# what makes every process of a stalled engine write its threads' stacks to its log, and the time given to it
+STACKS_SIGNAL = signal.SIGUSR2
+STACKS_WAIT_S = 2.0
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s.*)?$")
 
@@ -80,6 +83,7 @@ class EngineProcess:
         self.replies = os.fdopen(read_fd, "r")
         self.pinned = cpus
         self.started = None
+        self.unresponsive = False  # a command went unanswered: stop() asks for stacks, not for a shutdown
 
     def pin(self, cpus: list[int]) -> None:
         """Every thread of the engine's processes onto ``cpus`` from now on."""
@@ -92,7 +96,11 @@ class EngineProcess:
     def read_reply(self, timeout_s: float) -> dict:
         ready, _, _ = select.select([self.replies], [], [], timeout_s)
         if not ready:
-            raise TimeoutError(f"{self.label}: no answer within {timeout_s:.0f} s (log: {self.log_path})")
+            self.unresponsive = True
+            raise TimeoutError(
+                f"{self.label}: no answer within {timeout_s:.0f} s; its threads' stacks go to its log as it is "
+                f"stopped (log: {self.log_path.name})"
+            )
         line = self.replies.readline()
         if not line:
             raise RuntimeError(f"{self.label}: the engine process ended (exit {self.proc.poll()}); {self.failure()}")
@@ -126,21 +134,26 @@ class EngineProcess:
         return f"last log lines:\n{self.tail()}"
 
     def stop(self) -> None:
-        """sglang's own shutdown first; then whatever is left of the process group goes, so the GPU's
-        memory is free before the next pair starts."""
-        if self.proc.poll() is None:
+        """sglang's own shutdown first (an engine that left a command unanswered is asked for every
+        thread's stack instead: bench/engine_probe/sitecustomize.py); then whatever is left of the process
+        group goes, so the GPU's memory is free before the next pair starts."""
+        if self.proc.poll() is None and not self.unresponsive:
             try:
                 self.call({"op": "shutdown"}, timeout_s=60)
                 self.proc.wait(timeout=30)
             except Exception:
                 pass
-        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 2.0)):
+        stacks = ((STACKS_SIGNAL, STACKS_WAIT_S),) if self.unresponsive else ()
+        for sig, wait_s in stacks + ((signal.SIGTERM, 10.0), (signal.SIGKILL, 2.0)):
             if not _group_alive(self.proc.pid):
                 break
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
+            if sig == STACKS_SIGNAL:
+                time.sleep(wait_s)  # the dumps are written while the processes still run
+                continue
             deadline = time.time() + wait_s
             while time.time() < deadline and (self.proc.poll() is None or _group_alive(self.proc.pid)):
                 time.sleep(0.2)

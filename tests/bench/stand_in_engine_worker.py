@@ -13,6 +13,8 @@ draft records the probe writes (each request's first draft position from its pre
 step a draft-extend's position 0 and a draft loop's positions 1..next_n-2). It reports memory as
 sglang and the probe do (the patched tree one capture round more: its draft-extend graph).
 
+A ``stall`` run's pristine engine never answers its first decoding request (its warm-up).
+
 Two mutations of the patched tree's draft, each named by the run's folder, show that the draft
 comparison catches what only lowers acceptance: ``stale-lengths`` (a replayed draft-extend that reads
 the step before's lengths: every draft position from the second step on follows the step before),
@@ -84,6 +86,11 @@ class StandInEngine:
         print('  File "threading.py", line 359 in wait\n' * 30, flush=True)
         os._exit(134)
 
+    def hang_as_a_stalled_engine_does(self):
+        """What a pristine v0.5.14 engine did on the H200 at next_n 2 (engine_h200_drafts_n2_stalled.log):
+        its warm-up request took one step and no answer came."""
+        time.sleep(600)
+
     def generate(self, requests, probe_window=True, mode=None) -> dict:
         mode = mode or {}
         acceptance = int(mode.get("simulate_acc_len") or 1)
@@ -94,6 +101,8 @@ class StandInEngine:
         self.generates += 1
         if not self.patched and self.run_kind == "crash" and bs >= 32 and decoding:
             self.die_as_a_cuda_fault_does()
+        if not self.patched and self.run_kind == "stall" and decoding:
+            self.hang_as_a_stalled_engine_does()
         for r in requests:
             pool_index, length = r["prompt"]
             ids = [(pool_index * 7 + length + k) % 1000 for k in range(r["max_new_tokens"])]
