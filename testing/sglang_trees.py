@@ -22,6 +22,7 @@ from sglpatch.project import default_patch_dir
 from sglpatch.rebase.releases import check_out_release
 from sglpatch.series_writer import render_series, write_series_files
 from sglpatch.wheels import fetch_wheel
+from testing.made_once import made_once
 
 BACKEND = "python/sglang/srt/layers/attention/dsa_backend.py"
 OVERLAP = "python/sglang/srt/managers/overlap_utils.py"
@@ -91,10 +92,12 @@ def wheel_path(project_pin):
 
 @pytest.fixture(scope="session")
 def base_repo(tmp_path_factory, wheel_path, project_pin) -> Path:
-    root = tmp_path_factory.mktemp("base") / "sglang"
-    repo = init_repo(root)
-    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
-    return root
+    """The pinned release's wheel as a git repo, tagged: made once per run (testing/made_once.py), read-only."""
+
+    def build(folder: Path) -> None:
+        check_out_release(init_repo(folder / "sglang"), project_pin.release, wheel_path, date=project_pin.date)
+
+    return made_once(tmp_path_factory, "base", build) / "sglang"
 
 
 def _commit(repo: Git, message: str) -> None:
@@ -145,27 +148,26 @@ def series_dir(tmp_path_factory, base_repo, project_pin) -> Path:
         "What: one comment, one new file.\n\nUpstream-PR: 27166\nPatch-Group: test-group\n"
     )
     second = "[Spec] Mark the global config for the test series\n\nWhy: a second patch.\n\nUpstream-PR: 29787\n"
-    tmp = tmp_path_factory.mktemp("series")
-    return make_series(
-        base_repo,
-        tmp / "dev",
-        tmp / "patches",
-        project_pin,
-        [
-            (
-                first,
-                [
-                    (BACKEND, "class DSAIndexerMetadata", "# test series: first patch\nclass DSAIndexerMetadata"),
-                    (
-                        NEW_FILE,
-                        None,
-                        '"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n',
-                    ),
-                ],
-            ),
-            (second, [(SECOND, "class GlobalConfig", "# test series: second patch\nclass GlobalConfig")]),
-        ],
+    commits = [
+        (
+            first,
+            [
+                (BACKEND, "class DSAIndexerMetadata", "# test series: first patch\nclass DSAIndexerMetadata"),
+                (
+                    NEW_FILE,
+                    None,
+                    '"""Added by the test series."""\n\nLAYOUTS = ("per_token", "native", "paired")\n',
+                ),
+            ],
+        ),
+        (second, [(SECOND, "class GlobalConfig", "# test series: second patch\nclass GlobalConfig")]),
+    ]
+    built = made_once(
+        tmp_path_factory,
+        "series",
+        lambda tmp: make_series(base_repo, tmp / "dev", tmp / "patches", project_pin, commits),
     )
+    return built / "patches"
 
 
 def user_clone(source: Path, dest: Path, user: tuple[str, str] = ("Target User", "target@example.com")) -> Path:
@@ -217,13 +219,16 @@ def sglpatch(capsys):
 @pytest.fixture(scope="session")
 def release_chain(tmp_path_factory, wheel_path, project_pin):
     """A repo where each release is a commit on top of the previous one, tagged v<release> (0.5.15 to 0.5.17 from
-    PyPI unless cached: tests that use it are marked `network`)."""
-    root = tmp_path_factory.mktemp("chain") / "sglang"
-    repo = init_repo(root)
-    check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
-    for release in LATER:
-        check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
-    return root
+    PyPI unless cached: tests that use it are marked `network`). Made once per run (testing/made_once.py), read-only.
+    """
+
+    def build(folder: Path) -> None:
+        repo = init_repo(folder / "sglang")
+        check_out_release(repo, project_pin.release, wheel_path, date=project_pin.date)
+        for release in LATER:
+            check_out_release(repo, release, fetch_wheel(release), date=project_pin.date)
+
+    return made_once(tmp_path_factory, "chain", build) / "sglang"
 
 
 @pytest.fixture
