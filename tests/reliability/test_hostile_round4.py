@@ -204,10 +204,10 @@ def _small_file_limit():
 
 
 @pytest.mark.parametrize("kind", ["checkout", "package"])
-def test_a_file_size_limit_is_named_and_nothing_is_changed(checkout, package, patches, kind):
+def test_a_file_size_limit_is_named_and_nothing_is_changed(request, patches, kind):
     """With `ulimit -f` small, git died of SIGXFSZ: "`git ... read-tree ...` failed (-25)", without "file too
     large" or "nothing was changed"."""
-    target = {"checkout": checkout, "package": package}[kind]
+    target = request.getfixturevalue(kind)
     before = tree_state(target)
     result = subprocess.run(
         [sys.executable, "-m", "sglpatch", "apply", "--sglang", str(target), "--patches", str(patches)],

@@ -28,8 +28,9 @@ KINDS = ["checkout", "package"]
 
 
 @pytest.fixture(params=KINDS)
-def target(request, checkout, package):
-    return {"checkout": checkout, "package": package}[request.param]
+def target(request):
+    """The one kind of tree the case runs on (the other is not made)."""
+    return request.getfixturevalue(request.param)
 
 
 def local(target, upstream_path: str):
