@@ -1,11 +1,13 @@
 """On a CPU: does sglang accept the engine benchmark's model and arguments? (run as a script)
 
-    python tests/bench/engine_cpu_check.py MODEL_DIR NEXT_N [--index-share]
+    python tests/bench/engine_cpu_check.py MODEL_DIR NEXT_N [KV_CACHE [GRID]] [+ MODEL_DIR NEXT_N ...]
 
 Resolves ``ServerArgs`` from bench/engine/sizing.py's ``engine_args`` and builds both models sglang's
 engine would build from that folder, on the meta device (shapes only, no memory): the target
 ``DeepseekV32ForCausalLM`` and the NextN draft ``DeepseekV3ForCausalLMNextN``. Prints one JSON
-object. Stand-ins, only for what a CPU cannot answer: ``torch.cuda.get_device_capability``
+object per check, one a line; checks apart by `+` run one after the other in this one process, so
+sglang and torch are imported once (each check's object is the same as in a process of its own:
+compared when this was added). Stand-ins, only for what a CPU cannot answer: ``torch.cuda.get_device_capability``
 returns (9, 0), the H200's SM90, where sglang asks which GPU it will run on; ``device="cpu"``
 and ``SGLANG_USE_CPU_ENGINE=1`` let sglang build layers on this machine. Run in a process of its
 own (the test does): sglang reads ``SGLANG_USE_CPU_ENGINE`` once, when its modules are imported.
@@ -104,4 +106,11 @@ def main(model_dir: str, next_n: int, kv_cache: str = "bfloat16", grid: str = "f
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]), default=str))
+    checks, args = [[]], sys.argv[1:]
+    for arg in args:
+        if arg == "+":
+            checks.append([])
+        else:
+            checks[-1].append(arg)
+    for model_dir, next_n, *rest in checks:
+        print(json.dumps(main(model_dir, int(next_n), *rest[:2]), default=str))

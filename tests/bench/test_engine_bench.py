@@ -37,16 +37,26 @@ from engine_runs import run_bench  # noqa: E402  (this folder, as pytest puts it
 
 
 @pytest.fixture(scope="module")
-def cpu_check(tmp_path_factory):
+def cpu_checks(tmp_path_factory):
+    """Both checks of engine_cpu_check.py, in one process (sglang and torch imported once): the default
+    engine (4 layers, IndexShare, next_n 3), then the FP8 KV cache at the widest grid (1 layer, next_n 4)."""
     model = engine_model.write_model(tmp_path_factory.mktemp("model"), 4, index_share=True)
+    fp8_model = engine_model.write_model(tmp_path_factory.mktemp("fp8-model"), 1)
+    checks = [str(model), "3", "+", str(fp8_model), "4", "fp8_e4m3", "wide_long"]
     out = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "bench" / "engine_cpu_check.py"), str(model), "3"],
+        [sys.executable, str(REPO / "tests" / "bench" / "engine_cpu_check.py"), *checks],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    default, fp8 = (json.loads(line) for line in out.stdout.strip().splitlines()[-2:])
+    return {"default": default, "fp8": fp8}
+
+
+@pytest.fixture
+def cpu_check(cpu_checks):
+    return cpu_checks["default"]
 
 
 def test_sglang_resolves_the_engine_arguments_with_its_defaults(cpu_check):
@@ -69,17 +79,8 @@ def test_sglang_resolves_the_engine_arguments_with_its_defaults(cpu_check):
     assert cpu_check["dsa_index_topk"] == 2048
 
 
-def test_sglang_takes_the_fp8_kv_cache_with_its_hopper_backends_and_the_widest_grid(tmp_path):
-    model = engine_model.write_model(tmp_path / "model", 1)
-    check = [str(REPO / "tests" / "bench" / "engine_cpu_check.py"), str(model), "4", "fp8_e4m3", "wide_long"]
-    out = subprocess.run(
-        [sys.executable, *check],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    args = json.loads(out.stdout.strip().splitlines()[-1])["server_args"]
+def test_sglang_takes_the_fp8_kv_cache_with_its_hopper_backends_and_the_widest_grid(cpu_checks):
+    args = cpu_checks["fp8"]["server_args"]
     assert (args["kv_cache_dtype"], args["dsa_prefill_backend"], args["dsa_decode_backend"]) == (
         "fp8_e4m3",
         "flashmla_kv",
