@@ -13,6 +13,7 @@ message.
 from __future__ import annotations
 
 import importlib.abc
+import json
 import sys
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cpu_sglang
+
+from testing.made_once import made_once
 
 _SETUP_ERROR = None
 try:
@@ -48,3 +51,16 @@ def pytest_report_header(config):
     if _SETUP_ERROR is not None:
         return f"sglang tree: MISSING ({_SETUP_ERROR})"
     return f"sglang tree: {cpu_sglang.sglang_tree()}"
+
+
+@pytest.fixture(scope="session")
+def gpu_test_classes(tmp_path_factory) -> dict:
+    """What sglang's own GPU test file (the one patches 5 and 6 add to) reports here, as
+    p56_support.collect_gpu_test gives it: a child pytest that imports sglang and torch, run once per test run
+    (patch 5's and patch 6's tests each read it; testing/made_once.py)."""
+    import p56_support
+
+    def build(folder: Path) -> None:
+        (folder / "classes.json").write_text(json.dumps(p56_support.collect_gpu_test(folder)))
+
+    return json.loads((made_once(tmp_path_factory, "gpu-test-classes", build) / "classes.json").read_text())

@@ -419,11 +419,11 @@ def test_seeding_worker_still_seeds_the_draft_loop(monkeypatch, raw_bs):
 # --------------------------------------------------------------------------
 
 
-def test_gpu_test_covers_each_next_n_and_decode_backend(tmp_path):
+def test_gpu_test_covers_each_next_n_and_decode_backend(gpu_test_classes):
     """Issue 47, Required 5: the test the patch adds to sglang's tree has one class per next_n 2-6 and DSA
     decode backend (FlashMLA sparse for a bf16 KV cache, FlashMLA KV for the FP8 one), each with the replay,
     host-lengths, eager-fallback and graph-count checks; without a GPU each test skips, saying why."""
-    classes = T.collect_gpu_test(tmp_path)
+    classes = gpu_test_classes
     wanted = {
         f"TestDSADraftExtendCudaGraph_n{n}_{backend}": None
         for n in (2, 3, 4, 5, 6)

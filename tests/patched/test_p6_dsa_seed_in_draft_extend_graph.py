@@ -135,10 +135,10 @@ def test_hisparse_graph_keeps_no_seed(monkeypatch):
     assert runner.buffers.dsa_seed_topk_capture is None
 
 
-def test_gpu_test_seeds_for_each_next_n_and_decode_backend(tmp_path):
+def test_gpu_test_seeds_for_each_next_n_and_decode_backend(gpu_test_classes):
     """The GPU test in sglang's tree checks the seed of a replayed graph for next_n 2-6 and both DSA decode
     backends, one IndexShare class per pair beside patch 5's; without a GPU each test skips, saying why."""
-    classes = T.collect_gpu_test(tmp_path)
+    classes = gpu_test_classes
     for n in (2, 3, 4, 5, 6):
         for backend in ("flashmla_sparse", "flashmla_kv"):
             tests = classes[f"TestDSADraftExtendCudaGraphSeed_n{n}_{backend}"]
