@@ -1,8 +1,9 @@
 """What a session fixture makes, made once per test run instead of once per pytest-xdist worker.
 
 `make test` runs the suite on two workers (pytest-xdist), two processes, each with its own session-scoped
-fixtures: the release chain (four wheels laid out as commits, some 11 s on the 2-core machine) and the base
-repo were built twice, once in each. `made_once(tmp_path_factory, name, build)` builds a folder once for the
+fixtures, and `tests/toolkit/` and `tests/reliability/` each define them in their own conftest: the release
+chain (four wheels laid out as commits, some 10 s on the 2-core machine) was built twice a run, the base repo up
+to four times. `made_once(tmp_path_factory, name, build)` builds a folder once for the
 run, under the base temp folder the workers share (the parent of each worker's own), behind a lock: the first
 worker to ask builds it and the other waits for it, then takes it as it is. So what is built must stay
 read-only to the tests, as a session fixture's tree already is (a test changes its own clone or copy). Without
