@@ -23,11 +23,14 @@ SHARED_FOLDER = "made-once"  # beside the workers' popen-gwN folders
 
 def made_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
     """The folder `name`, made by `build(folder)` once per test run (once per worker's session without xdist)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    worker, own = os.environ.get("PYTEST_XDIST_WORKER"), tmp_path_factory.getbasetemp()
+    # an xdist worker's own folder is <run's>/popen-<worker>; a pytest a worker's test starts (check-patches)
+    # inherits the variable but is no worker, and its base temp folder says so: it keeps to its own folder
+    if not worker or own.name != f"popen-{worker}":
         folder = tmp_path_factory.mktemp(name, numbered=True)
         build(folder)
         return folder
-    shared = tmp_path_factory.getbasetemp().parent / SHARED_FOLDER
+    shared = own.parent / SHARED_FOLDER
     shared.mkdir(exist_ok=True)
     folder, done = shared / name, shared / f"{name}.done"
     with open(shared / f"{name}.lock", "w") as lock:
