@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -89,9 +90,9 @@ class Bench:
     def left_s(self) -> float:
         return self.deadline - time.time()
 
-    def call_s(self, most_s: float) -> float:
-        """A command's timeout: at most ``most_s``, and no later than the deadline (5 s at least)."""
-        return min(most_s, max(5.0, self.left_s()))
+    def call_s(self, most_s: float = math.inf, least_s: float = 5.0) -> float:
+        """A wait's timeout: what the deadline leaves, within ``least_s`` and ``most_s``."""
+        return min(most_s, max(least_s, self.left_s()))
 
     def note(self, message: str) -> None:
         self.notes.append(message)
@@ -172,7 +173,7 @@ class Bench:
         self, engine: EngineProcess, tag: str, label: str, next_n: int, started: int, sizing: Sizing
     ) -> None:
         """Wait for one engine's start and record it; name a KV pool smaller than it needs."""
-        answer = engine.wait_ready(timeout_s=max(60.0, min(600.0, self.left_s())))
+        answer = engine.wait_ready(timeout_s=self.call_s(600.0, least_s=60.0))
         self.engines.append(
             {
                 "tag": tag,
@@ -215,7 +216,9 @@ class Bench:
         t0 = time.time()
         for label, engine in pair.items():
             t = time.time()
-            engine.call({"op": "generate", "requests": pool, "probe_window": False}, timeout_s=max(60.0, self.left_s()))
+            engine.call(
+                {"op": "generate", "requests": pool, "probe_window": False}, timeout_s=self.call_s(least_s=60.0)
+            )
             self.note(
                 f"next_n={next_n} {label}: prompt pool ({len(pool)} prompts, {sum(r['prompt'][1] for r in pool)} tokens) prefilled in {time.time() - t:.1f} s"
             )

@@ -143,17 +143,17 @@ class EngineProcess:
                 self.proc.wait(timeout=30)
             except Exception:
                 pass
-        stacks = ((STACKS_SIGNAL, STACKS_WAIT_S),) if self.unresponsive else ()
-        for sig, wait_s in stacks + ((signal.SIGTERM, 10.0), (signal.SIGKILL, 2.0)):
+        if self.unresponsive and _group_alive(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, STACKS_SIGNAL)
+                time.sleep(STACKS_WAIT_S)  # the dumps are written while the processes still run
+        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 2.0)):
             if not _group_alive(self.proc.pid):
                 break
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
-            if sig == STACKS_SIGNAL:
-                time.sleep(wait_s)  # the dumps are written while the processes still run
-                continue
             deadline = time.time() + wait_s
             while time.time() < deadline and (self.proc.poll() is None or _group_alive(self.proc.pid)):
                 time.sleep(0.2)
