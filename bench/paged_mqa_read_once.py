@@ -227,10 +227,12 @@ def profile(args) -> None:
 # ---------------------------------------------------------------- report (no GPU)
 
 
-def join(line_run: dict, stock_run: dict | None) -> list[dict]:
-    """The line's rows with their speedups: over per-token and paired of the same build, and over the best
-    layout stock DeepGEMM has (per-token, paired, or its own next_n <= 2 row) measured in the stock run."""
+def join(line_run: dict, stock_run: dict | None, base_run: dict | None = None) -> list[dict]:
+    """The line's rows with their speedups: over per-token and paired of the same build, over the best
+    layout stock DeepGEMM has (per-token, paired, or its own next_n <= 2 row) measured in the stock run, and,
+    when a third build ran (``base``: the line without the patch on trial), over that build's request rows."""
     stock = {_key(r): r for r in (stock_run or {}).get("rows", [])}
+    base = {_key(r): r for r in (base_run or {}).get("rows", []) if "native_us" in r}
     out = []
     for r in line_run["rows"]:
         row = dict(r)
@@ -248,6 +250,10 @@ def join(line_run: dict, stock_run: dict | None) -> list[dict]:
                 row["best_today_us"] = best
                 row["speedup_vs_best_today"] = best / us
                 row["per_token_us_stock"] = today["per_token_us"]
+            if _key(r) in base:
+                row["base_us"] = base[_key(r)]["native_us"]
+                row["speedup_vs_base"] = row["base_us"] / us
+                row["base_logits_bit_identical"] = base[_key(r)].get("logits_bit_identical")
         out.append(row)
     return out
 
@@ -259,7 +265,7 @@ def _key(row: dict) -> tuple:
 def table(rows: list[dict]) -> str:
     head = (
         "| H | next_n | B | ctx | lengths | per-token us | paired us | read-once us | x per-token | x paired "
-        "| x best today | of limit | bit-identical | fp64 rel err | top-k swaps (near-ties) |"
+        "| x best today | of limit | bit-identical | fp64 rel err | top-k swaps (near-ties) | base us | x base |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -273,7 +279,7 @@ def table(rows: list[dict]) -> str:
             f"| {f('per_token_us')} | {f('paired_us')} | {f('us')} | {f('speedup_vs_per_token', '{:.2f}x')} "
             f"| {f('speedup_vs_paired', '{:.2f}x')} | {f('speedup_vs_best_today', '{:.2f}x')} "
             f"| {f('fraction_of_limit', '{:.2f}')} | {r.get('logits_bit_identical', '-')} "
-            f"| {f('fp64_max_rel_err', '{:.1e}')} | {swaps} |"
+            f"| {f('fp64_max_rel_err', '{:.1e}')} | {swaps} | {f('base_us')} | {f('speedup_vs_base', '{:.2f}x')} |"
         )
     return "\n".join(lines)
 
@@ -292,7 +298,7 @@ def report(args) -> None:
     if args.deep_gemm_facts and os.path.exists(args.deep_gemm_facts):
         with open(args.deep_gemm_facts) as f:
             facts = json.load(f)
-    rows = join(line_run, stock_run)
+    rows = join(line_run, stock_run, runs.get(args.base_label))
     result = {
         "what": "DeepGEMM fp8_paged_mqa_logits on SM90 alone (no sglang code), per layout, CUDA graphs",
         "device": line_run["device"],
@@ -348,6 +354,7 @@ def main(argv=None) -> None:
     rep.add_argument("runs", nargs="+")
     rep.add_argument("--line-label", default="line")
     rep.add_argument("--stock-label", default="stock")
+    rep.add_argument("--base-label", default="base", help="a third build's run, the line without the patch on trial")
     rep.add_argument("--deep-gemm-facts", help="the build's facts JSON (source, commit, line, versions, hashes)")
     rep.add_argument("--out", default=os.environ.get("OUT", "."))
     rep.add_argument("--name", default="paged_mqa_read_once_h200")

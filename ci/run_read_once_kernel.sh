@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# The SM90 read-once paged-MQA kernel on the H200: deepseek-ai/DeepGEMM built from source twice (stock, and with
-# a series of patches applied), each checked and timed by bench/paged_mqa_read_once.py in its own process, then
+# The SM90 read-once paged-MQA kernel on the H200: deepseek-ai/DeepGEMM built from source (stock, and with
+# a series of patches applied, and optionally a third series), each checked and timed by bench/paged_mqa_read_once.py in its own process, then
 # joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
 #
-#   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--cache DIR] [--wheel-headers DIR] [-- GRID ARGS]
+#   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--cache DIR] [--save-builds]
+#                                   [--wheel-headers DIR] [-- GRID ARGS]
 #
 # TAR: DeepGEMM's tree at its pinned commit with third-party/cutlass/include and third-party/fmt/include filled in
-# (the submodules); DIR: *.patch files applied in name order with `git apply`.  --cache DIR: builds and the JIT
-# cache from an earlier call (stock-so.tgz, line-so.tgz with its source hash in line-so.sha256, jit.tgz); a build
-# whose source hash matches is reused, the others are built (CXX=/usr/bin/g++: the box's /opt/gcc wrapper links
-# a second libstdc++ into the extension, whose metadata call then segfaults).  GRID ARGS go to both grid runs.
+# (the submodules); DIR: *.patch files applied in name order with `git apply`.  Each build uses CXX=/usr/bin/g++:
+# the box's /opt/gcc wrapper links a second libstdc++ into the extension, whose metadata call then segfaults.
+#   --base-patches DIR  a third build ("base", for instance the line without the patch on trial), built beside the
+#                       others and timed on its request rows alone: a candidate is compared with the kernel it would
+#                       replace in the same call, and where the two kernels are the same (next_n the candidate does
+#                       not touch) the pair is an A/A of two processes
+#   --cache DIR         builds and the JIT cache from an earlier call (NAME-so.tgz with its source hash in
+#                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
+#   --save-builds       write each new build to OUT for such a later call (off: the device tool brings back 8 files)
+# GRID ARGS go to every grid run.
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUTDIR=${OUT:-/tmp/read-once-out}
 WORK=/tmp/sglpatch-read-once
-SOURCE= PATCHES= CACHE= WHEEL_HEADERS=
+SOURCE= PATCHES= BASE_PATCHES= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) SOURCE=$2; shift 2 ;;
     --patches) PATCHES=$2; shift 2 ;;
+    --base-patches) BASE_PATCHES=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
+    --save-builds) SAVE_BUILDS=1; shift ;;
     --wheel-headers) WHEEL_HEADERS=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_read_once_kernel.sh: unknown argument $1" >&2; exit 2 ;;
@@ -27,7 +36,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$SOURCE" ] && [ -d "$PATCHES" ] || { echo "run_read_once_kernel.sh: --source TAR and --patches DIR are required" >&2; exit 2; }
 abs() { [ -z "$1" ] || (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
-SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
+SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") BASE_PATCHES=$(abs "$BASE_PATCHES") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
 mkdir -p "$OUTDIR" "$WORK"
 exec > >(tee "$OUTDIR/read_once_kernel.log") 2>&1
 T0=$(date +%s)
@@ -58,6 +67,8 @@ build() {
   ( cd "$d" && CXX=/usr/bin/g++ CC=/usr/bin/gcc $PY setup.py -q build_ext --inplace >build.log 2>&1 ) \
     || { say "$1: build FAILED"; grep -E "error" -m 20 "$d/build.log"; return 1; }
   say "$1: built in $(( $(date +%s) - t )) s (source $hash)"
+  # off by default: the device tool brings back 8 files, and the results come first
+  [ "$SAVE_BUILDS" = 1 ] || return 0
   ( cd "$d" && tar czf "$OUTDIR/$1-so.tgz" deep_gemm/_C*.so ) && echo "$hash" >"$OUTDIR/$1-so.sha256"
 }
 
@@ -69,7 +80,9 @@ sha = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.exis
 nvcc = subprocess.run([os.environ["CUDA_HOME"] + "/bin/nvcc", "--version"], capture_output=True, text=True).stdout
 out = {"source": "deepseek-ai/DeepGEMM", "commit": "54e2261", "built_with": {
     "torch": torch.__version__, "nvcc": nvcc.strip().splitlines()[-1], "cxx": "/usr/bin/g++"}}
-for build in ("stock", "line"):
+for build in ("stock", "line", "base"):
+    if not os.path.isdir(f"{work}/{build}"):
+        continue
     inc = f"{work}/{build}/DeepGEMM/deep_gemm/include/deep_gemm"
     out[build] = {h: sha(f"{inc}/{h}") for h in headers}
 if wheel:
@@ -85,8 +98,12 @@ say "box: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $
 # the two builds side by side (each one compiler process at a time; the box has 16 cores)
 ( unpack stock && build stock ) & stock_pid=$!
 ( unpack line "$PATCHES" && build line ) & line_pid=$!
+rm -rf "$WORK/base" "$WORK/base.json"
+base_ok=0
+[ -n "$BASE_PATCHES" ] && { ( unpack base "$BASE_PATCHES" && build base ) & base_pid=$!; }
 line_ok=1
 wait $line_pid || line_ok=0
+[ -n "$BASE_PATCHES" ] && wait $base_pid && base_ok=1
 wait $stock_pid || exit 1
 facts
 
@@ -101,6 +118,7 @@ if [ $line_ok = 1 ]; then
       --json "$WORK/smoke.json" --batch-sizes 2 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 ) || { say "smoke failed ($?)"; line_ok=0; }
 fi
 [ $line_ok = 1 ] && { say "line grid"; grid line "${LINE_GRID_S:-300}" "$@"; }
+[ $base_ok = 1 ] && { say "base grid (request rows)"; grid base "${BASE_GRID_S:-120}" --layouts native --fp64-max-tokens 0 "$@"; }
 say "stock grid"
 grid stock "${STOCK_GRID_S:-200}" --fp64-max-tokens 0 "$@"
 # PROFILE="BUILD:LAYOUT:NEXT_N:B ...": one ncu report each (the third call of that case, after two warm-ups)
@@ -114,6 +132,7 @@ for spec in ${PROFILE:-}; do
     || say "ncu exit $?"
 done
 ( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
-runs=$(ls "$WORK"/line.json "$WORK"/stock.json 2>/dev/null)
+runs=$(ls "$WORK"/line.json "$WORK"/stock.json "$WORK"/base.json 2>/dev/null)
+mkdir -p "$OUTDIR/runs" && cp $runs "$OUTDIR/runs/"  # each build's own rows, whatever the report makes of them
 ( cd "$REPO" && $PY bench/paged_mqa_read_once.py report $runs --deep-gemm-facts "$OUTDIR/deep_gemm_facts.json" --out "$OUTDIR" )
 say "done"

@@ -115,6 +115,18 @@ def test_the_report_takes_speedups_against_the_stock_builds_best_layout():
     assert "| 64 | 4 | 32 | 64k |" in ro.table([row])
 
 
+def test_a_third_build_is_compared_on_its_request_rows():
+    key = {"heads": 64, "next_n": 4, "batch_size": 32, "ctx": 65536, "lengths": "uniform", "limit_us": 100.0}
+    line = {"rows": [{**key, "per_token_us": 400.0, "native_us": 160.0, "logits_bit_identical": True}]}
+    base = {"rows": [{**key, "native_us": 200.0, "logits_bit_identical": True}]}
+    (row,) = ro.join(line, None, base)
+    assert row["base_us"] == 200.0 and row["speedup_vs_base"] == 200 / 160
+    assert row["base_logits_bit_identical"] is True
+    assert "| 200.0 | 1.25x |" in ro.table([row])
+    (alone,) = ro.join(line, None)
+    assert "speedup_vs_base" not in alone
+
+
 def test_the_limit_is_the_larger_of_bytes_and_flops():
     # 64 requests x 64k at next_n 4: 16.4 kFLOP per token pair -> compute-bound on the H200
     us = ro.limit_us(4, 64, [65536] * 64, 65536)
