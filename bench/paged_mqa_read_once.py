@@ -32,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from bench.gpu_clocks import ClockSampler  # noqa: E402
 from bench.paged_mqa import (  # noqa: E402
     DIM,
     PAGE,
@@ -188,7 +189,9 @@ def run(args, save) -> dict:
         for layout in layouts_for(n, args.layouts):
             if layout == "native" and "request_layout_error" in row:
                 continue
-            row[f"{layout}_us"] = time_layout(deep_gemm, kv_pool, batches, layout, args.reps)
+            with ClockSampler() as clocks:
+                row[f"{layout}_us"] = time_layout(deep_gemm, kv_pool, batches, layout, args.reps)
+            row[f"{layout}_gpu_clocks"] = clocks.summary
         rows.append(row)
         print(f"[{args.label}] " + line(row), flush=True)
         save(result)
@@ -200,9 +203,11 @@ def run(args, save) -> dict:
 def line(row: dict) -> str:
     times = " ".join(f"{lay} {row[f'{lay}_us']:.1f}" for lay in LAYOUTS if f"{lay}_us" in row)
     exact = row.get("logits_bit_identical", row.get("request_layout_error", "-"))
+    clocks = row.get("native_gpu_clocks")
+    clock = f" (SM clock {clocks['sm_mhz']['median']:.0f} MHz)" if clocks else ""
     return (
         f"H={row['heads']} next_n={row['next_n']} B={row['batch_size']} ctx={row['ctx']} {row['lengths']}: "
-        f"{times} us; bit-identical {exact}; fp64 {row.get('fp64_max_rel_err', '-')}"
+        f"{times} us{clock}; bit-identical {exact}; fp64 {row.get('fp64_max_rel_err', '-')}"
     )
 
 
@@ -252,6 +257,7 @@ def join(line_run: dict, stock_run: dict | None, base_run: dict | None = None) -
                 row["per_token_us_stock"] = today["per_token_us"]
             if _key(r) in base:
                 row["base_us"] = base[_key(r)]["native_us"]
+                row["base_gpu_clocks"] = base[_key(r)].get("native_gpu_clocks")
                 row["speedup_vs_base"] = row["base_us"] / us
                 row["base_logits_bit_identical"] = base[_key(r)].get("logits_bit_identical")
         out.append(row)

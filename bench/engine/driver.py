@@ -37,6 +37,7 @@ from bench.engine.processes import EngineProcess
 from bench.engine.rows import case_row, engine_memory, row_labels
 from bench.engine.schedule import cores_for_rep, cpu_groups, physical_cores, run_order, start_order
 from bench.engine.sizing import KV_CACHES, Sizing, engine_args, parallel_label, sizing_for
+from bench.gpu_clocks import ClockSampler
 
 # what the IndexShare case needs: its own three engines (warm JIT caches) and 24 short requests, twice
 SEED_CASE_S = 150
@@ -235,8 +236,9 @@ class Bench:
             if i % len(labels) == 0 and all(groups):
                 for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
                     pair[other].pin(cpus)
-            run = pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode})
-            runs[label].append({**run, "cpus": pair[label].pinned})
+            with ClockSampler() as clocks:
+                run = pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode})
+            runs[label].append({**run, "cpus": pair[label].pinned, "gpu_clocks": clocks.summary})
         for label in labels:
             if pair[label].cpus:
                 pair[label].pin(pair[label].cpus)
@@ -399,6 +401,7 @@ def case_line(row: dict, case: Case) -> str:
         f"draft-extend {parts('draft_extend')} ms GPU, host gap {parts('step', 'host_gap_ms')} ms; "
         f"identical {row['tokens_identical']}, verify positions identical {row['verify_positions_identical']}, "
         f"draft positions identical {row.get('draft_positions_identical')}, patched rows {x['layouts']}"
+        + (f", SM clock {fmt(p['sm_mhz'])} -> {fmt(x['sm_mhz'])} MHz" if p.get("sm_mhz") else "")
     )
 
 

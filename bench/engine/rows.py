@@ -64,6 +64,8 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float
         "tpot_ms_mean_of_runs": mean_tpot_ms(runs),
         "tpot_ms_runs": tpot_ms_per_run(runs),
         "cpus_runs": [run.get("cpus") for run in runs],
+        "gpu_clocks_runs": [run.get("gpu_clocks") for run in runs],
+        "sm_mhz": sm_mhz(runs),
         "tokens_per_s": tokens_per_s(runs),
         "step_interval_ms": step_interval_ms(runs, batch_size, skip),
         "layouts": layouts_seen(runs, batch_size),
@@ -71,6 +73,12 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float
         "step_interval_ms_percentiles": step_interval_percentiles(runs, batch_size, skip),
         "tokens_per_s_window": tokens_per_s_window(runs, window_s),
     }
+
+
+def sm_mhz(runs: list[dict]) -> float | None:
+    """The SM clock over an engine's timed runs: the median of the runs' own medians (bench/gpu_clocks.py)."""
+    medians = [run["gpu_clocks"]["sm_mhz"]["median"] for run in runs if run.get("gpu_clocks")]
+    return statistics.median(medians) if medians else None
 
 
 def percentile_ratios(first: dict | None, second: dict | None) -> dict | None:
@@ -212,6 +220,7 @@ def case_row(
         "aa_noise_tpot": aa_floor.get("tpot"),
         "aa_noise_tpot_mean_of_runs": aa_floor.get("tpot_mean_of_runs"),
         "aa_noise_kind": "two processes" if aa_processes else "one process, its runs in two halves",
+        "sm_mhz_pristine_b": sm_mhz(runs["pristine_b"]) if runs.get("pristine_b") else None,
         "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
         "tokens_identical": min(identical) if identical else None,
         "pristine_repeat_identical": min(p_repeat) if p_repeat else None,
