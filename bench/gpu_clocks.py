@@ -1,32 +1,57 @@
-"""The GPU's clocks, temperature and power while a timed run goes on, sampled by nvidia-smi in the background.
+"""The GPU's clocks, temperature and power while timed work goes on, sampled by nvidia-smi in the background.
 
-Why: the same GPU work timed in two processes has differed by far more than memory-bound work does: the step's
-GPU time of two pristine engine processes by 0.87-1.33x (v0.5.14 engine rows), one DeepGEMM read-once kernel in
-two grid processes by 0.80-1.20x (docs/results/paged_mqa_two_slots_h200.json), while memory-bound calls repeat
-within 3%. Compute-bound work follows the SM clock, which the GPU lowers under power and heat; this records the
-clock beside each timed run so that a row shows it, or rules it out. Where nvidia-smi is missing (a CPU machine)
-or fails, nothing is recorded (``summary`` stays None).
+Why: the same GPU work timed in two processes has differed by more than a re-run should: the step's GPU time of
+two pristine engine processes by 0.87-1.33x (v0.5.14 engine rows), one DeepGEMM kernel in two grid processes by
+0.80-1.20x (docs/results/paged_mqa_two_slots_h200.json). Compute-bound work follows the SM clock, which the GPU
+lowers under power and heat; this records the clock beside each timed run so that a row shows it, or rules it
+out. Where nvidia-smi is missing (a CPU machine) ``summary`` stays None; where it runs and gives no sample (a
+flag refused, no GPU), ``summary`` says so in ``error``.
 
     with ClockSampler() as clocks:
-        timed_work()
-    clocks.summary  # {"samples", "sm_mhz": {median, min, max}, "mem_mhz", "temperature_c_max", "power_w", ...}
+        t0 = time.time(); timed_work(); t1 = time.time()
+    clocks.summary                # every sample: {"samples", "sm_mhz": {median, min, max}, "mem_mhz", ...}
+    clocks.summary_between(t0, t1)  # the samples nvidia-smi took in that window (each sample is timestamped)
 """
 
 from __future__ import annotations
 
+import ctypes
+import datetime
 import os
+import signal
 import statistics
 import subprocess
 import tempfile
 
-FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
+FIELDS = ("timestamp", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
 NO_REASON = 0
+PR_SET_PDEATHSIG = 1
 
 
 def default_gpu() -> str:
-    """The GPU the run's CUDA device 0 is: the first of CUDA_VISIBLE_DEVICES when it names an index."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return first if first.isdigit() else "0"
+    """The GPU the run's CUDA device 0 is, as nvidia-smi's --id takes it (an index or a UUID): the first entry
+    of CUDA_VISIBLE_DEVICES, else 0. An index there counts in CUDA's order, nvidia-smi's in PCI order; they
+    agree on a box of one GPU or with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return first or "0"
+
+
+def _libc_prctl():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+# resolved here, not in the child between fork and exec, where loading a library could wait on a lock
+_PRCTL = _libc_prctl()
+
+
+def _stop_with_parent() -> None:
+    """In the sampler's child: stop when the thread that started it dies, even by a signal that skips its
+    ``__exit__`` (a grid under ``timeout`` gets SIGTERM): no nvidia-smi left polling through later runs."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class ClockSampler:
@@ -35,32 +60,55 @@ class ClockSampler:
             nvidia_smi,
             f"--query-gpu={','.join(FIELDS)}",
             "--format=csv,noheader,nounits",
-            f"-lms={interval_ms}",
-            f"-i={gpu or default_gpu()}",
+            f"--loop-ms={interval_ms}",
+            f"--id={gpu or default_gpu()}",
         ]
+        self.samples: list[list[str]] = []
         self.summary: dict | None = None
-        self._proc = self._out = None
+        self._proc = None
 
     def __enter__(self) -> ClockSampler:
-        # a file, not a pipe: a long run's samples would fill a pipe and stop the sampling
-        self._out = tempfile.TemporaryFile(mode="w+")
+        # files, not pipes: a long run's samples would fill a pipe and stop the sampling
+        self._out, self._err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
         try:
-            self._proc = subprocess.Popen(self.command, stdout=self._out, stderr=subprocess.DEVNULL)
+            self._proc = subprocess.Popen(
+                self.command, stdout=self._out, stderr=self._err, preexec_fn=_stop_with_parent
+            )
         except OSError:
             self._proc = None
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._out.seek(0)
-            self.summary = summarize(self._out.read().splitlines())
-        self._out.close()
+        try:
+            if self._proc is not None:
+                self._stop()
+                self._out.seek(0)
+                self.samples = parse(self._out.read().splitlines())
+                self.summary = summarize(self.samples)
+                if self.summary is None:
+                    self._err.seek(0)
+                    why = (self._err.read().strip().splitlines() or [f"exit {self._proc.returncode}"])[0]
+                    self.summary = {"samples": 0, "error": why[:200]}
+        finally:
+            self._out.close()
+            self._err.close()
+
+    def _stop(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def summary_between(self, start_s: float, end_s: float) -> dict | None:
+        """The summary of the samples taken from ``start_s`` to ``end_s`` (time.time() seconds)."""
+        return summarize([s for s in self.samples if start_s <= _epoch_s(s[0]) <= end_s])
+
+
+def _epoch_s(stamp: str) -> float:
+    """nvidia-smi's timestamp ('2026/12/04 18:05:41.123', the machine's local time) as time.time() counts."""
+    return datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
 
 
 def _number(text: str) -> float | None:
@@ -77,14 +125,26 @@ def _reason(text: str) -> int | None:
         return None
 
 
-def summarize(lines: list[str]) -> dict | None:
+def parse(lines: list[str]) -> list[list[str]]:
+    """The lines that are samples (a timestamp and an SM clock), as their cells."""
+    rows = [[cell.strip() for cell in line.split(",")] for line in lines]
+    samples = []
+    for row in rows:
+        if len(row) == len(FIELDS) and _number(row[1]) is not None:
+            try:
+                _epoch_s(row[0])
+            except ValueError:
+                continue
+            samples.append(row)
+    return samples
+
+
+def summarize(samples: list[list[str]]) -> dict | None:
     """The samples' SM clock (median, min, max), memory clock and power (medians), hottest temperature, and
-    the clock event reasons seen (nvidia-smi's bit mask, as hex; the idle bit included); None without samples."""
-    samples = [[cell.strip() for cell in line.split(",")] for line in lines]
-    samples = [s for s in samples if len(s) == len(FIELDS) and _number(s[0]) is not None]
+    the clock event reasons seen (nvidia-smi's bit mask, as hex); None without samples."""
     if not samples:
         return None
-    column = {name: [_number(s[i]) for s in samples] for i, name in enumerate(FIELDS[:4])}
+    column = {name: [_number(s[i]) for s in samples] for i, name in enumerate(FIELDS) if 1 <= i <= 4}
     sm = column["clocks.sm"]
 
     def median(name):
@@ -92,7 +152,7 @@ def summarize(lines: list[str]) -> dict | None:
         return statistics.median(values) if values else None
 
     temperatures = [v for v in column["temperature.gpu"] if v is not None]
-    reasons = {_reason(s[4]) for s in samples} - {None, NO_REASON}
+    reasons = {_reason(s[5]) for s in samples} - {None, NO_REASON}
     return {
         "samples": len(samples),
         "sm_mhz": {"median": statistics.median(sm), "min": min(sm), "max": max(sm)},

@@ -27,6 +27,7 @@ import math
 import os
 import random
 import shlex
+import signal
 import sys
 import time
 
@@ -178,36 +179,53 @@ def run(args, save) -> dict:
         "reps": args.reps,
         "rows": rows,
     }
-    for case in configs:
-        n, b, c, d, heads = case
-        batches = make_batches(case, plans, max_pages, rng, gen, device, heads)
-        row = {"heads": heads, "next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
-        row["seq_lens_sum"] = sum(batches[0].seq_lens)
-        row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len)
-        if "native" in args.layouts:
-            row.update(check_case(deep_gemm, kv_pool, batches[0], heads, args))
-        for layout in layouts_for(n, args.layouts):
-            if layout == "native" and "request_layout_error" in row:
-                continue
-            with ClockSampler() as clocks:
-                row[f"{layout}_us"] = time_layout(deep_gemm, kv_pool, batches, layout, args.reps)
-            row[f"{layout}_gpu_clocks"] = clocks.summary
-        rows.append(row)
-        print(f"[{args.label}] " + line(row), flush=True)
+    # one sampler for the whole grid, its samples timestamped: each layout's timing gets those of its window
+    clocks = ClockSampler(interval_ms=20)
+    try:
+        with clocks:
+            for case in configs:
+                rows.append(run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args))
+                print(f"[{args.label}] " + line(rows[-1]), flush=True)
+                save(result)
+                torch.cuda.empty_cache()
+    finally:
+        attach_clocks(rows, clocks)
+        result["gpu_clocks"] = clocks.summary
         save(result)
-        del batches
-        torch.cuda.empty_cache()
     return result
+
+
+def run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args) -> dict:
+    n, b, c, d, heads = case
+    batches = make_batches(case, plans, max_pages, rng, gen, device, heads)
+    row = {"heads": heads, "next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
+    row["seq_lens_sum"] = sum(batches[0].seq_lens)
+    row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len)
+    if "native" in args.layouts:
+        row.update(check_case(deep_gemm, kv_pool, batches[0], heads, args))
+    for layout in layouts_for(n, args.layouts):
+        if layout == "native" and "request_layout_error" in row:
+            continue
+        start = time.time()
+        row[f"{layout}_us"] = time_layout(deep_gemm, kv_pool, batches, layout, args.reps)
+        row[f"{layout}_window_s"] = [start, time.time()]
+    return row
+
+
+def attach_clocks(rows: list[dict], clocks: ClockSampler) -> None:
+    """Each layout's GPU clocks: the samples taken while it was timed (``<layout>_gpu_clocks``)."""
+    for row in rows:
+        for layout in LAYOUTS:
+            if f"{layout}_window_s" in row:
+                row[f"{layout}_gpu_clocks"] = clocks.summary_between(*row[f"{layout}_window_s"])
 
 
 def line(row: dict) -> str:
     times = " ".join(f"{lay} {row[f'{lay}_us']:.1f}" for lay in LAYOUTS if f"{lay}_us" in row)
     exact = row.get("logits_bit_identical", row.get("request_layout_error", "-"))
-    clocks = row.get("native_gpu_clocks")
-    clock = f" (SM clock {clocks['sm_mhz']['median']:.0f} MHz)" if clocks else ""
     return (
         f"H={row['heads']} next_n={row['next_n']} B={row['batch_size']} ctx={row['ctx']} {row['lengths']}: "
-        f"{times} us{clock}; bit-identical {exact}; fp64 {row.get('fp64_max_rel_err', '-')}"
+        f"{times} us; bit-identical {exact}; fp64 {row.get('fp64_max_rel_err', '-')}"
     )
 
 
@@ -376,6 +394,8 @@ def main(argv=None) -> None:
         with open(args.json, "w") as f:
             json.dump({**result, "wall_s": round(time.time() - started, 1), "command": command}, f, indent=1)
 
+    # `timeout` stops a grid with SIGTERM: exit through the finally blocks, so the rows so far keep their clocks
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     save(run(args, save))
 
 

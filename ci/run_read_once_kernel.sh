@@ -15,7 +15,8 @@
 #                       not touch) the pair is an A/A of two processes
 #   --cache DIR         builds and the JIT cache from an earlier call (NAME-so.tgz with its source hash in
 #                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
-#   --save-builds       write each new build to OUT for such a later call (off: the device tool brings back 8 files)
+#   --save-builds       write each new build and the JIT cache to OUT for such a later call (off: the device tool
+#                       brings back 8 files, and the results come first)
 # GRID ARGS go to every grid run.
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +39,7 @@ done
 abs() { [ -z "$1" ] || (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
 SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") BASE_PATCHES=$(abs "$BASE_PATCHES") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
 mkdir -p "$OUTDIR" "$WORK"
+rm -rf "$WORK/base" "$WORK"/*.json  # a warm box keeps /tmp: no earlier call's rows in this call's report
 exec > >(tee "$OUTDIR/read_once_kernel.log") 2>&1
 T0=$(date +%s)
 say() { echo "[read-once +$(( $(date +%s) - T0 ))s] $*"; }
@@ -98,12 +100,13 @@ say "box: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $
 # the two builds side by side (each one compiler process at a time; the box has 16 cores)
 ( unpack stock && build stock ) & stock_pid=$!
 ( unpack line "$PATCHES" && build line ) & line_pid=$!
-rm -rf "$WORK/base" "$WORK/base.json"
 base_ok=0
 [ -n "$BASE_PATCHES" ] && { ( unpack base "$BASE_PATCHES" && build base ) & base_pid=$!; }
 line_ok=1
 wait $line_pid || line_ok=0
-[ -n "$BASE_PATCHES" ] && wait $base_pid && base_ok=1
+if [ -n "$BASE_PATCHES" ]; then
+  wait $base_pid && base_ok=1 || say "base: build failed, so no base rows (the report compares with stock only)"
+fi
 wait $stock_pid || exit 1
 facts
 
@@ -131,8 +134,8 @@ for spec in ${PROFILE:-}; do
       $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" ) >>"$OUTDIR/ncu.txt" 2>&1 \
     || say "ncu exit $?"
 done
-( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
+[ "$SAVE_BUILDS" = 1 ] && ( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
 runs=$(ls "$WORK"/line.json "$WORK"/stock.json "$WORK"/base.json 2>/dev/null)
-mkdir -p "$OUTDIR/runs" && cp $runs "$OUTDIR/runs/"  # each build's own rows, whatever the report makes of them
+tar czf "$OUTDIR/runs.tgz" -C "$WORK" $(cd "$WORK" && ls line.json stock.json base.json 2>/dev/null)  # each build's own rows
 ( cd "$REPO" && $PY bench/paged_mqa_read_once.py report $runs --deep-gemm-facts "$OUTDIR/deep_gemm_facts.json" --out "$OUTDIR" )
 say "done"

@@ -77,7 +77,7 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float
 
 def sm_mhz(runs: list[dict]) -> float | None:
     """The SM clock over an engine's timed runs: the median of the runs' own medians (bench/gpu_clocks.py)."""
-    medians = [run["gpu_clocks"]["sm_mhz"]["median"] for run in runs if run.get("gpu_clocks")]
+    medians = [run["gpu_clocks"]["sm_mhz"]["median"] for run in runs if (run.get("gpu_clocks") or {}).get("sm_mhz")]
     return statistics.median(medians) if medians else None
 
 

@@ -9,6 +9,7 @@ DeepGEMM's refusal of next_n > 2; the top-k comparison counts swaps and near-tie
 from __future__ import annotations
 
 import argparse
+import json
 import random
 
 import pytest
@@ -125,6 +126,28 @@ def test_a_third_build_is_compared_on_its_request_rows():
     assert "| 200.0 | 1.25x |" in ro.table([row])
     (alone,) = ro.join(line, None)
     assert "speedup_vs_base" not in alone
+
+
+def test_the_report_joins_a_third_builds_run_by_its_label(tmp_path):
+    key = {"heads": 64, "next_n": 3, "batch_size": 32, "ctx": 65536, "lengths": "uniform", "limit_us": 50.0}
+    other = {**key, "next_n": 5}
+    runs = {
+        "line": [
+            {**key, "per_token_us": 300.0, "native_us": 150.0},
+            {**other, "per_token_us": 500.0, "native_us": 250.0},
+        ],
+        "stock": [{**key, "per_token_us": 310.0}, {**other, "per_token_us": 510.0}],
+        "base": [{**key, "native_us": 120.0}, {**other, "request_layout_error": "refused"}],
+    }
+    paths = []
+    for label, rows in runs.items():
+        paths.append(tmp_path / f"{label}.json")
+        paths[-1].write_text(json.dumps({"label": label, "device": "H200", "torch": "2.11", "reps": 1, "rows": rows}))
+    ro.main(["report", *map(str, paths), "--out", str(tmp_path / "out"), "--name", "r"])
+    three, five = json.loads((tmp_path / "out" / "r.json").read_text())["rows"]
+    assert three["base_us"] == 120.0 and three["speedup_vs_base"] == 120 / 150
+    assert "base_us" not in five  # a base row without request-layout timing is left out, not joined as zero
+    assert three["speedup_vs_best_today"] == 310 / 150
 
 
 def test_the_limit_is_the_larger_of_bytes_and_flops():
