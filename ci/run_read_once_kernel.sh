@@ -3,8 +3,8 @@
 # a series of patches applied, and optionally a third series), each checked and timed by bench/paged_mqa_read_once.py in its own process, then
 # joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
 #
-#   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--cache DIR] [--save-builds]
-#                                   [--wheel-headers DIR] [-- GRID ARGS]
+#   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--base-source TAR]
+#                                   [--cache DIR] [--save-builds] [--wheel-headers DIR] [-- GRID ARGS]
 #
 # TAR: DeepGEMM's tree at its pinned commit with third-party/cutlass/include and third-party/fmt/include filled in
 # (the submodules); DIR: *.patch files applied in name order with `git apply`.  Each build uses CXX=/usr/bin/g++:
@@ -13,6 +13,8 @@
 #                       others and timed on its request rows alone: a candidate is compared with the kernel it would
 #                       replace in the same call, and where the two kernels are the same (next_n the candidate does
 #                       not touch) the pair is an A/A of two processes
+#   --base-source TAR   the base build from another tree (for instance DeepGEMM's nv_dev, its third-party headers
+#                       filled in as in TAR above), with --base-patches applied when given
 #   --cache DIR         builds and the JIT cache from an earlier call (NAME-so.tgz with its source hash in
 #                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
 #   --save-builds       write each new build and the JIT cache to OUT for such a later call (off: the device tool
@@ -22,12 +24,13 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUTDIR=${OUT:-/tmp/read-once-out}
 WORK=/tmp/sglpatch-read-once
-SOURCE= PATCHES= BASE_PATCHES= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
+SOURCE= PATCHES= BASE_PATCHES= BASE_SOURCE= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) SOURCE=$2; shift 2 ;;
     --patches) PATCHES=$2; shift 2 ;;
     --base-patches) BASE_PATCHES=$2; shift 2 ;;
+    --base-source) BASE_SOURCE=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
     --save-builds) SAVE_BUILDS=1; shift ;;
     --wheel-headers) WHEEL_HEADERS=$2; shift 2 ;;
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$SOURCE" ] && [ -d "$PATCHES" ] || { echo "run_read_once_kernel.sh: --source TAR and --patches DIR are required" >&2; exit 2; }
 abs() { [ -z "$1" ] || (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
-SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") BASE_PATCHES=$(abs "$BASE_PATCHES") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
+SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") BASE_PATCHES=$(abs "$BASE_PATCHES") BASE_SOURCE=$(abs "$BASE_SOURCE") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
 mkdir -p "$OUTDIR" "$WORK"
 rm -rf "$WORK/base" "$WORK"/*.json  # a warm box keeps /tmp: no earlier call's rows in this call's report
 exec > >(tee "$OUTDIR/read_once_kernel.log") 2>&1
@@ -49,12 +52,12 @@ HEADERS="impls/sm90_fp8_paged_mqa_logits.cuh scheduler/sm90_paged_mqa_logits.cuh
 
 tree_hash() { (cd "$1" && find csrc deep_gemm -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.py' \) | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16); }
 
-# unpack NAME [PATCHES]: WORK/NAME/DeepGEMM, patched when PATCHES is given
+# unpack NAME TAR [PATCHES]: WORK/NAME/DeepGEMM from TAR, patched when PATCHES is given
 unpack() {
-  rm -rf "$WORK/$1" && mkdir -p "$WORK/$1" && tar xf "$SOURCE" -C "$WORK/$1" || return 1
+  rm -rf "$WORK/$1" && mkdir -p "$WORK/$1" && tar xf "$2" -C "$WORK/$1" || return 1
   local d="$WORK/$1/DeepGEMM"
-  if [ -n "${2:-}" ]; then
-    ( cd "$d" && git init -q && for p in "$2"/*.patch; do git apply "$p" && echo "applied $(basename "$p")" || exit 1; done ) || return 1
+  if [ -n "${3:-}" ]; then
+    ( cd "$d" && git init -q && for p in "$3"/*.patch; do git apply "$p" && echo "applied $(basename "$p")" || exit 1; done ) || return 1
   fi
   cp -r "$d/third-party/cutlass/include/cute" "$d/third-party/cutlass/include/cutlass" "$d/deep_gemm/include/"
 }
@@ -75,12 +78,13 @@ build() {
 }
 
 facts() {  # the builds' facts, computed here: versions and the SM90 headers' sha256 beside the wheel's
-  $PY - "$WORK" "$WHEEL_HEADERS" $HEADERS <<'EOF' >"$OUTDIR/deep_gemm_facts.json"
+  BASE_SOURCE_NAME=$([ -n "$BASE_SOURCE" ] && basename "$BASE_SOURCE") $PY - "$WORK" "$WHEEL_HEADERS" $HEADERS <<'EOF' >"$OUTDIR/deep_gemm_facts.json"
 import hashlib, json, os, subprocess, sys, torch
 work, wheel, headers = sys.argv[1], sys.argv[2], sys.argv[3:]
 sha = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.exists(p) else None
 nvcc = subprocess.run([os.environ["CUDA_HOME"] + "/bin/nvcc", "--version"], capture_output=True, text=True).stdout
-out = {"source": "deepseek-ai/DeepGEMM", "commit": "54e2261", "built_with": {
+out = {"source": "deepseek-ai/DeepGEMM", "commit": "54e2261", "base_source": os.environ.get("BASE_SOURCE_NAME") or None,
+       "built_with": {
     "torch": torch.__version__, "nvcc": nvcc.strip().splitlines()[-1], "cxx": "/usr/bin/g++"}}
 for build in ("stock", "line", "base"):
     if not os.path.isdir(f"{work}/{build}"):
@@ -98,13 +102,14 @@ EOF
 say "box: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $($PY -c 'import torch; print(torch.__version__)')"
 [ -n "$CACHE" ] && [ -f "$CACHE/jit.tgz" ] && mkdir -p "$DG_JIT_CACHE_DIR" && tar xzf "$CACHE/jit.tgz" -C "$DG_JIT_CACHE_DIR" && say "JIT cache restored"
 # the two builds side by side (each one compiler process at a time; the box has 16 cores)
-( unpack stock && build stock ) & stock_pid=$!
-( unpack line "$PATCHES" && build line ) & line_pid=$!
+( unpack stock "$SOURCE" && build stock ) & stock_pid=$!
+( unpack line "$SOURCE" "$PATCHES" && build line ) & line_pid=$!
 base_ok=0
-[ -n "$BASE_PATCHES" ] && { ( unpack base "$BASE_PATCHES" && build base ) & base_pid=$!; }
+WITH_BASE=$([ -n "$BASE_PATCHES$BASE_SOURCE" ] && echo 1)
+[ -n "$WITH_BASE" ] && { ( unpack base "${BASE_SOURCE:-$SOURCE}" "$BASE_PATCHES" && build base ) & base_pid=$!; }
 line_ok=1
 wait $line_pid || line_ok=0
-if [ -n "$BASE_PATCHES" ]; then
+if [ -n "$WITH_BASE" ]; then
   wait $base_pid && base_ok=1 || say "base: build failed, so no base rows (the report compares with stock only)"
 fi
 wait $stock_pid || exit 1
