@@ -28,7 +28,7 @@ from sglpatch.git import Git, git_reason, init_repo
 from sglpatch.output import progress, say, show_path, timed
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.project_kind import ProjectKind
-from sglpatch.rebase.releases import IMPORT_TRAILER, write_wheel_commit
+from sglpatch.rebase.releases import IMPORT_TRAILER, fast_import, write_wheel_commit
 from sglpatch.wheels import cache_dir, fetch_wheel
 
 STAND_IN = "stand-in"
@@ -144,7 +144,7 @@ def _stand_in_commit(repo: Git, pin: Pin) -> str:
     with tempfile.TemporaryFile() as stream:
         write_wheel_commit(stream, wheel, ref, message, pin.project, day=pin.date, skip=_NOT_IN_A_CHECKOUT)
         stream.seek(0)
-        repo.run("fast-import", "--quiet", "--done", stdin=stream)
+        fast_import(repo, stream)
     commit = repo.run("rev-parse", ref)
     repo.run("update-ref", "-d", ref)
     return commit
