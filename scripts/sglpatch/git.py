@@ -137,10 +137,15 @@ def shown_command(workdir: Path, args: tuple[str, ...] | list[str]) -> str:
 class Git:
     """git in one working directory, optionally with its own environment (an index file, an identity)."""
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None, options: tuple[str, ...] = ()):
+    def __init__(
+        self, workdir: Path, env: dict[str, str] | None = None, options: tuple[str, ...] = (), *, one_repo: bool = False
+    ):
         self.workdir = Path(workdir)
         self.env = dict(env or {})
         self.options = options  # git's own options before every command (`-c key=value`)
+        # one_repo: the caller holds this object for one command on one checkout, whose .git the toolkit never
+        # moves: its git dir and common dir are asked of git once (thousands of `rev-parse`s a test run)
+        self._repo_dirs: dict[tuple[str, ...], Path] | None = {} if one_repo else None
 
     def with_env(self, **extra: str) -> Git:
         return Git(self.workdir, {**self.env, **extra}, self.options)
@@ -227,11 +232,19 @@ class Git:
         )
 
     def git_dir(self) -> Path:
-        return self._path("rev-parse", "--absolute-git-dir")
+        return self._repo_dir("rev-parse", "--absolute-git-dir")
 
     def common_dir(self) -> Path:
         """Where the objects and the shared refs are: the git dir itself, except in a `git worktree`."""
-        return self._path("rev-parse", "--path-format=absolute", "--git-common-dir")
+        return self._repo_dir("rev-parse", "--path-format=absolute", "--git-common-dir")
+
+    def _repo_dir(self, *args: str) -> Path:
+        """`_path(ARGS)`, asked once where this object is for one checkout (`one_repo`); a failure is never kept."""
+        if self._repo_dirs is None:
+            return self._path(*args)
+        if args not in self._repo_dirs:
+            self._repo_dirs[args] = self._path(*args)
+        return self._repo_dirs[args]
 
     def toplevel(self) -> Path | None:
         return self.try_path("rev-parse", "--show-toplevel")[1]

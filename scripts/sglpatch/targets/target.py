@@ -16,6 +16,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from sglpatch import hints
@@ -43,9 +44,10 @@ class Target:
     def is_git(self) -> bool:
         return self.kind == GIT_CHECKOUT
 
-    @property
+    @cached_property
     def git(self) -> Git:
-        return Git(self.root)
+        """git in the checkout, one for this Target (made for one command): it asks for the git dir once."""
+        return Git(self.root, one_repo=True)
 
     def local_path(self, upstream_path: str) -> Path:
         if self.is_git:
