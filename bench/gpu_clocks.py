@@ -22,6 +22,7 @@ import signal
 import statistics
 import subprocess
 import tempfile
+from typing import NamedTuple
 
 FIELDS = ("timestamp", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_event_reasons.active")
 NO_REASON = 0
@@ -63,7 +64,7 @@ class ClockSampler:
             f"--loop-ms={interval_ms}",
             f"--id={gpu or default_gpu()}",
         ]
-        self.samples: list[list[str]] = []
+        self.samples: list[Sample] = []
         self.summary: dict | None = None
         self._proc = None
 
@@ -103,7 +104,7 @@ class ClockSampler:
 
     def summary_between(self, start_s: float, end_s: float) -> dict | None:
         """The summary of the samples taken from ``start_s`` to ``end_s`` (time.time() seconds)."""
-        return summarize([s for s in self.samples if start_s <= _epoch_s(s[0]) <= end_s])
+        return summarize([s for s in self.samples if start_s <= s.at_s <= end_s])
 
 
 def _epoch_s(stamp: str) -> float:
@@ -125,39 +126,48 @@ def _reason(text: str) -> int | None:
         return None
 
 
-def parse(lines: list[str]) -> list[list[str]]:
-    """The lines that are samples (a timestamp and an SM clock), as their cells."""
-    rows = [[cell.strip() for cell in line.split(",")] for line in lines]
+class Sample(NamedTuple):
+    at_s: float  # time.time() seconds
+    sm_mhz: float
+    mem_mhz: float | None
+    temperature_c: float | None
+    power_w: float | None
+    reason: int | None
+
+
+def parse(lines: list[str]) -> list[Sample]:
+    """The lines that are samples (a timestamp and an SM clock), read once: a grid's windows filter on them."""
     samples = []
-    for row in rows:
-        if len(row) == len(FIELDS) and _number(row[1]) is not None:
-            try:
-                _epoch_s(row[0])
-            except ValueError:
-                continue
-            samples.append(row)
+    for line in lines:
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(FIELDS) or _number(cells[1]) is None:
+            continue
+        try:
+            at_s = _epoch_s(cells[0])
+        except ValueError:
+            continue
+        samples.append(Sample(at_s, *map(_number, cells[1:5]), _reason(cells[5])))
     return samples
 
 
-def summarize(samples: list[list[str]]) -> dict | None:
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(samples: list[Sample]) -> dict | None:
     """The samples' SM clock (median, min, max), memory clock and power (medians), hottest temperature, and
     the clock event reasons seen (nvidia-smi's bit mask, as hex); None without samples."""
     if not samples:
         return None
-    column = {name: [_number(s[i]) for s in samples] for i, name in enumerate(FIELDS) if 1 <= i <= 4}
-    sm = column["clocks.sm"]
-
-    def median(name):
-        values = [v for v in column[name] if v is not None]
-        return statistics.median(values) if values else None
-
-    temperatures = [v for v in column["temperature.gpu"] if v is not None]
-    reasons = {_reason(s[5]) for s in samples} - {None, NO_REASON}
+    sm = [s.sm_mhz for s in samples]
+    temperatures = [s.temperature_c for s in samples if s.temperature_c is not None]
+    reasons = {s.reason for s in samples} - {None, NO_REASON}
     return {
         "samples": len(samples),
         "sm_mhz": {"median": statistics.median(sm), "min": min(sm), "max": max(sm)},
-        "mem_mhz": median("clocks.mem"),
+        "mem_mhz": _median(s.mem_mhz for s in samples),
         "temperature_c_max": max(temperatures) if temperatures else None,
-        "power_w": median("power.draw"),
+        "power_w": _median(s.power_w for s in samples),
         "event_reasons": sorted(f"{r:#x}" for r in reasons),
     }

@@ -273,11 +273,12 @@ def join(line_run: dict, stock_run: dict | None, base_run: dict | None = None) -
                 row["best_today_us"] = best
                 row["speedup_vs_best_today"] = best / us
                 row["per_token_us_stock"] = today["per_token_us"]
-            if _key(r) in base:
-                row["base_us"] = base[_key(r)]["native_us"]
-                row["base_gpu_clocks"] = base[_key(r)].get("native_gpu_clocks")
+            other = base.get(_key(r))
+            if other:
+                row["base_us"] = other["native_us"]
+                row["base_gpu_clocks"] = other.get("native_gpu_clocks")
                 row["speedup_vs_base"] = row["base_us"] / us
-                row["base_logits_bit_identical"] = base[_key(r)].get("logits_bit_identical")
+                row["base_logits_bit_identical"] = other.get("logits_bit_identical")
         out.append(row)
     return out
 
@@ -396,7 +397,7 @@ def main(argv=None) -> None:
 
     # `timeout` stops a grid with SIGTERM: exit through the finally blocks, so the rows so far keep their clocks
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    save(run(args, save))
+    run(args, save)  # it saves after each case and, last, with the clocks
 
 
 if __name__ == "__main__":

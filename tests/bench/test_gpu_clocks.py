@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from bench.gpu_clocks import FIELDS, ClockSampler, _epoch_s, parse, summarize
+from bench.gpu_clocks import FIELDS, ClockSampler, parse, summarize
 
 STAND_IN = """#!/bin/sh
 # stand-in for nvidia-smi: records its arguments and pid, then one sample line every 20 ms until stopped
@@ -119,9 +119,9 @@ def test_each_layout_of_the_kernel_grid_gets_the_samples_of_its_own_window():
     clocks = ClockSampler()
     stamps = ["2026/12/04 18:05:41.100", "2026/12/04 18:05:41.300", "2026/12/04 18:05:42.500"]
     clocks.samples = parse([line(stamps[0], 1980), line(stamps[1], 1755), line(stamps[2], 1600)])
-    at = [clocks.samples[i][0] for i in range(3)]
-    row = {"per_token_window_s": [_epoch_s(at[0]) - 0.01, _epoch_s(at[1]) + 0.01]}
-    row["native_window_s"] = [_epoch_s(at[2]) - 0.01, _epoch_s(at[2]) + 0.01]
+    at = [sample.at_s for sample in clocks.samples]
+    row = {"per_token_window_s": [at[0] - 0.01, at[1] + 0.01]}
+    row["native_window_s"] = [at[2] - 0.01, at[2] + 0.01]
     attach_clocks([row], clocks)
     assert row["per_token_gpu_clocks"]["sm_mhz"] == {"median": 1867.5, "min": 1755.0, "max": 1980.0}
     assert row["native_gpu_clocks"]["sm_mhz"]["median"] == 1600.0
