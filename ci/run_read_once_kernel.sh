@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The SM90 read-once paged-MQA kernel on the H200: deepseek-ai/DeepGEMM built from source (stock, and with
-# a series of patches applied, and optionally a third series), each checked and timed by bench/paged_mqa_read_once.py in its own process, then
-# joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
+# The SM90 read-once paged-MQA kernel on the H200: deepseek-ai/DeepGEMM built from source (stock, with a series
+# of patches applied, and optionally a third build), each checked and timed by bench/paged_mqa_read_once.py in its
+# own process, then joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
 #
 #   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--base-source TAR]
 #                                   [--cache DIR] [--save-builds] [--wheel-headers DIR] [-- GRID ARGS]
@@ -140,7 +140,7 @@ for spec in ${PROFILE:-}; do
     || say "ncu exit $?"
 done
 [ "$SAVE_BUILDS" = 1 ] && ( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
-runs=$(ls "$WORK"/line.json "$WORK"/stock.json "$WORK"/base.json 2>/dev/null)
-tar czf "$OUTDIR/runs.tgz" -C "$WORK" $(cd "$WORK" && ls line.json stock.json base.json 2>/dev/null)  # each build's own rows
-( cd "$REPO" && $PY bench/paged_mqa_read_once.py report $runs --deep-gemm-facts "$OUTDIR/deep_gemm_facts.json" --out "$OUTDIR" )
+runs=$(cd "$WORK" && ls line.json stock.json base.json 2>/dev/null)
+tar czf "$OUTDIR/runs.tgz" -C "$WORK" $runs  # each build's own rows
+( cd "$WORK" && $PY "$REPO/bench/paged_mqa_read_once.py" report $runs --deep-gemm-facts "$OUTDIR/deep_gemm_facts.json" --out "$OUTDIR" )
 say "done"
