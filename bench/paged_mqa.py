@@ -183,7 +183,16 @@ def layout_args(batch: Batch, layout: str):
 
 def schedule_for(deep_gemm, context_lens):
     """DeepGEMM's schedule metadata for rows of ``context_lens`` (sglang makes it once per forward)."""
-    return deep_gemm.get_paged_mqa_logits_metadata(context_lens, PAGE, deep_gemm.get_num_sms())
+    slots = deep_gemm.get_num_sms() // kv_multicast().get(context_lens.shape[1], 1)
+    return deep_gemm.get_paged_mqa_logits_metadata(context_lens, PAGE, slots)
+
+
+def kv_multicast() -> dict[int, int]:
+    """CTAs per cluster by tokens per row, from PAGED_MQA_KV_MULTICAST ("4:2": rows of 4 tokens run as clusters of
+    two CTAs). DeepGEMM's nv_dev runs SM90 next_n 4 so (#314) and takes one schedule entry per cluster, its callers
+    dividing the SM count; unset, one entry per SM, as the pinned DeepGEMM takes it."""
+    spec = os.environ.get("PAGED_MQA_KV_MULTICAST", "")
+    return {int(n): int(ctas) for n, ctas in (pair.split(":") for pair in spec.split())}
 
 
 def layout_schedule(deep_gemm, batch: Batch, layout: str):

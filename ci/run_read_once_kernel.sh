@@ -4,7 +4,8 @@
 # own process, then joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
 #
 #   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--base-source TAR]
-#                                   [--cache DIR] [--save-builds] [--wheel-headers DIR] [-- GRID ARGS]
+#                                   [--base-kv-multicast SPEC] [--cache DIR] [--save-builds] [--wheel-headers DIR]
+#                                   [-- GRID ARGS]
 #
 # TAR: DeepGEMM's tree at its pinned commit with third-party/cutlass/include and third-party/fmt/include filled in
 # (the submodules); DIR: *.patch files applied in name order with `git apply`.  Each build uses CXX=/usr/bin/g++:
@@ -15,6 +16,8 @@
 #                       not touch) the pair is an A/A of two processes
 #   --base-source TAR   the base build from another tree (for instance DeepGEMM's nv_dev, its third-party headers
 #                       filled in as in TAR above), with --base-patches applied when given
+#   --base-kv-multicast SPEC  how the base build schedules rows it runs as CTA clusters ("4:2" for nv_dev: rows of 4
+#                       tokens as 2-CTA clusters, one schedule entry per cluster; bench/paged_mqa.py kv_multicast)
 #   --cache DIR         builds and the JIT cache from an earlier call (NAME-so.tgz with its source hash in
 #                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
 #   --save-builds       write each new build and the JIT cache to OUT for such a later call (off: the device tool
@@ -24,13 +27,14 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUTDIR=${OUT:-/tmp/read-once-out}
 WORK=/tmp/sglpatch-read-once
-SOURCE= PATCHES= BASE_PATCHES= BASE_SOURCE= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
+SOURCE= PATCHES= BASE_PATCHES= BASE_SOURCE= BASE_KV_MULTICAST= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) SOURCE=$2; shift 2 ;;
     --patches) PATCHES=$2; shift 2 ;;
     --base-patches) BASE_PATCHES=$2; shift 2 ;;
     --base-source) BASE_SOURCE=$2; shift 2 ;;
+    --base-kv-multicast) BASE_KV_MULTICAST=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
     --save-builds) SAVE_BUILDS=1; shift ;;
     --wheel-headers) WHEEL_HEADERS=$2; shift 2 ;;
@@ -115,9 +119,10 @@ fi
 wait $stock_pid || exit 1
 facts
 
+multicast() { [ "$1" != base ] || echo "$BASE_KV_MULTICAST"; }  # NAME: its PAGED_MQA_KV_MULTICAST
 grid() {  # NAME SECONDS ARGS...: one process, its own DeepGEMM first on the path, stopped after SECONDS
   local name=$1 limit=$2; shift 2
-  ( cd "$REPO" && PYTHONPATH="$WORK/$name/DeepGEMM:$REPO" timeout "$limit" $PY bench/paged_mqa_read_once.py grid \
+  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast "$name") PYTHONPATH="$WORK/$name/DeepGEMM:$REPO" timeout "$limit" $PY bench/paged_mqa_read_once.py grid \
       --label "$name" --json "$WORK/$name.json" "$@" ) || say "$name grid exit $?"
 }
 if [ $line_ok = 1 ]; then
@@ -133,7 +138,7 @@ grid stock "${STOCK_GRID_S:-200}" --fp64-max-tokens 0 "$@"
 for spec in ${PROFILE:-}; do
   IFS=: read -r build layout n b <<<"$spec"
   say "ncu: $build $layout next_n $n, $b requests x 64k"
-  ( cd "$REPO" && PYTHONPATH="$WORK/$build/DeepGEMM:$REPO" timeout 120 ncu --clock-control none \
+  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast "$build") PYTHONPATH="$WORK/$build/DeepGEMM:$REPO" timeout 120 ncu --clock-control none \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section SchedulerStats -k regex:sm90_fp8_paged_mqa_logits --launch-skip 2 --launch-count 1 \
       $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" ) >>"$OUTDIR/ncu.txt" 2>&1 \

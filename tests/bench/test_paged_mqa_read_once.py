@@ -175,3 +175,33 @@ def test_cases_put_extra_cases_after_the_grid_once():
         (4, 1, 4096, "uniform", 64),
     ]
     random.seed(0)
+
+
+class ClusterScheduledDeepGEMM(StandInDeepGEMM):
+    """Refuses a schedule sized other than one entry per cluster of ``ctas`` CTAs for rows of ``tokens``, as nv_dev's
+    SM90 host check does for next_n 4 (2-CTA clusters), and one per SM for other rows."""
+
+    def __init__(self, kv_pool, tokens, ctas):
+        super().__init__(kv_pool)
+        self.tokens, self.ctas = tokens, ctas
+
+    def get_paged_mqa_logits_metadata(self, context_lens, block_kv, num_sms):
+        return num_sms
+
+    def fp8_paged_mqa_logits(self, q, kv, weights, ctx, table, schedule, max_len, clean_logits=False):
+        ctas = self.ctas if q.shape[1] == self.tokens else 1
+        if schedule != self.get_num_sms() // ctas:
+            raise RuntimeError("Assertion error: _schedule_meta_size == num_sms / num_kv_multicast + 1")
+        return super().fp8_paged_mqa_logits(q, kv, weights, ctx, table, schedule, max_len, clean_logits)
+
+
+@pytest.mark.parametrize(("spec", "refused"), [("4:2", False), ("", True)])
+def test_a_build_that_runs_rows_as_clusters_gets_one_schedule_entry_per_cluster(monkeypatch, spec, refused):
+    monkeypatch.setenv("PAGED_MQA_KV_MULTICAST", spec)
+    pool, batch = batch_of(4, 64, 11)
+    got = ro.check_case(ClusterScheduledDeepGEMM(pool, tokens=4, ctas=2), pool, batch, 64, args())
+    # per-token rows keep one entry per SM either way; only the request rows of 4 tokens are clusters
+    if refused:
+        assert "num_kv_multicast" in got["request_layout_error"]
+    else:
+        assert got["logits_bit_identical"] is True
