@@ -201,8 +201,8 @@ bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, prist
 bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts beside a two-process A/A (docs/engine-benchmark.md); NEXT_N=4 LINE= OUT=DIR GRID=targets64k|deploy|wide|wide_long (each engine's KV pool sized for its grid)
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) --save-jit-cache -- --next-n $(call q,$(if $(filter override,$(origin NEXT_N)),$(NEXT_N),4)) --grid $(call q,$(if $(filter override,$(origin GRID)),$(GRID),targets64k)) --two-process-aa --pin-cpus --kv-cache fp8_e4m3 --acceptance 4:3,6:4 --reps 6 --new-tokens 96 --engine-arg sleep_on_idle=true
 
-engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_{run,v0_5_23_run,tpot_}*.json , engine_h200_drafts_n[0-9].json and engine_h200_v0_5_23_n3_read_once.json
-	$(PY) -m bench.engine.report docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json docs/results/engine_h200_tpot_*.json docs/results/engine_h200_drafts_n[0-9].json docs/results/engine_h200_v0_5_23_n3_read_once.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
+engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_{run,v0_5_23_run,tpot_}*.json , engine_h200_drafts_n[0-9].json and engine_h200_v0_5_23_n[0-9]_read_once.json
+	$(PY) -m bench.engine.report docs/results/engine_h200_run*.json docs/results/engine_h200_v0_5_23_run*.json docs/results/engine_h200_tpot_*.json docs/results/engine_h200_drafts_n[0-9].json docs/results/engine_h200_v0_5_23_n[0-9]_read_once.json --json docs/results/engine_h200.json --md docs/results/engine_h200.md --png docs/results/engine_h200.png
 
 lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint on ci/workflows/gpu-matrix.yml
 	$(PY) -m ruff check scripts tests testing bench
