@@ -277,13 +277,19 @@ def plan_pool(configs, args, l2_bytes: int) -> tuple[dict, int]:
     return plans, max_pages
 
 
-def make_batches(case, plans: dict, max_pages: int, rng, gen, device, heads: int = HEADS) -> list[Batch]:
-    """The rotations of one case, each over its own pages of a random permutation of the pool.
-    Lengths: uniform, every request at ctx; ragged, uniform in [ctx/2, ctx]."""
+def make_batches(
+    case, plans: dict, max_pages: int, rng, gen, device, heads: int = HEADS, pages: str = "random"
+) -> list[Batch]:
+    """The rotations of one case, each over its own pages of the pool: a random permutation of it (``pages``
+    "random"), or in order ("contiguous": each request's pages one run, as an allocator that filled an empty pool
+    leaves them). Lengths: uniform, every request at ctx; ragged, uniform in [ctx/2, ctx]."""
     import torch
 
     n, b, c, d = case[:4]
-    perm = torch.randperm(max_pages, device=device, generator=gen)
+    if pages == "contiguous":
+        perm = torch.arange(max_pages, device=device)
+    else:
+        perm = torch.randperm(max_pages, device=device, generator=gen)
     set_pages = b * math.ceil(c / PAGE)
     lens = [c] * b if d == "uniform" else [rng.randint(c // 2, c) for _ in range(b)]
     return [

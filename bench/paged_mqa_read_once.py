@@ -177,6 +177,7 @@ def run(args, save) -> dict:
         "num_sms": deep_gemm.get_num_sms(),
         "torch": torch.__version__,
         "reps": args.reps,
+        "pages": args.pages,
         "rows": rows,
     }
     # one sampler for the whole grid, its samples timestamped: each layout's timing gets those of its window
@@ -197,7 +198,7 @@ def run(args, save) -> dict:
 
 def run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args) -> dict:
     n, b, c, d, heads = case
-    batches = make_batches(case, plans, max_pages, rng, gen, device, heads)
+    batches = make_batches(case, plans, max_pages, rng, gen, device, heads, args.pages)
     row = {"heads": heads, "next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
     row["seq_lens_sum"] = sum(batches[0].seq_lens)
     row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len)
@@ -367,6 +368,12 @@ def main(argv=None) -> None:
     grid.add_argument("--fp64-max-tokens", type=int, default=32 * 6 * 65536)
     grid.add_argument("--topk", type=int, default=2048)
     grid.add_argument("--near-tie", type=float, default=1e-5)
+    grid.add_argument(
+        "--pages",
+        default="random",
+        choices=["random", "contiguous"],
+        help="each rotation's pages scattered over the pool, or each request's in one run (as sglang's engine holds them)",
+    )
     prof = sub.add_parser("profile", help="call one case's layout a few times, for ncu (GPU)")
     prof.add_argument("--layout", default="native", choices=LAYOUTS)
     prof.add_argument("--heads", type=int, default=64)

@@ -4,8 +4,8 @@
 # own process, then joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
 #
 #   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--base-source TAR]
-#                                   [--base-kv-multicast SPEC] [--cache DIR] [--save-builds] [--wheel-headers DIR]
-#                                   [-- GRID ARGS]
+#                                   [--base-kv-multicast SPEC] [--line-kv-multicast SPEC] [--cache DIR] [--save-builds]
+#                                   [--wheel-headers DIR] [-- GRID ARGS]
 #
 # TAR: DeepGEMM's tree at its pinned commit with third-party/cutlass/include and third-party/fmt/include filled in
 # (the submodules); DIR: *.patch files applied in name order with `git apply`.  Each build uses CXX=/usr/bin/g++:
@@ -18,6 +18,7 @@
 #                       filled in as in TAR above), with --base-patches applied when given
 #   --base-kv-multicast SPEC  how the base build schedules rows it runs as CTA clusters ("4:2" for nv_dev: rows of 4
 #                       tokens as 2-CTA clusters, one schedule entry per cluster; bench/paged_mqa.py kv_multicast)
+#   --line-kv-multicast SPEC  the same for the line's build (a candidate that runs rows as clusters)
 #   --cache DIR         builds and the JIT cache from an earlier call (NAME-so.tgz with its source hash in
 #                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
 #   --save-builds       write each new build and the JIT cache to OUT for such a later call (off: the device tool
@@ -25,9 +26,11 @@
 # GRID ARGS go to every grid run.
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# the report's commands.device: this call as typed, with the environment that changes what it runs
+export BENCH_DEVICE_COMMAND="${BENCH_DEVICE_COMMAND:-${PROFILE:+PROFILE=\"$PROFILE\" }bash ci/run_read_once_kernel.sh $*}"
 OUTDIR=${OUT:-/tmp/read-once-out}
 WORK=/tmp/sglpatch-read-once
-SOURCE= PATCHES= BASE_PATCHES= BASE_SOURCE= BASE_KV_MULTICAST= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
+SOURCE= PATCHES= BASE_PATCHES= BASE_SOURCE= BASE_KV_MULTICAST= LINE_KV_MULTICAST= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) SOURCE=$2; shift 2 ;;
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
     --base-patches) BASE_PATCHES=$2; shift 2 ;;
     --base-source) BASE_SOURCE=$2; shift 2 ;;
     --base-kv-multicast) BASE_KV_MULTICAST=$2; shift 2 ;;
+    --line-kv-multicast) LINE_KV_MULTICAST=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
     --save-builds) SAVE_BUILDS=1; shift ;;
     --wheel-headers) WHEEL_HEADERS=$2; shift 2 ;;
@@ -119,7 +123,9 @@ fi
 wait $stock_pid || exit 1
 facts
 
-multicast() { [ "$1" != base ] || echo "$BASE_KV_MULTICAST"; }  # NAME: its PAGED_MQA_KV_MULTICAST
+multicast() {  # NAME: its PAGED_MQA_KV_MULTICAST
+  case "$1" in base) echo "$BASE_KV_MULTICAST" ;; line | smoke) echo "$LINE_KV_MULTICAST" ;; esac
+}
 grid() {  # NAME SECONDS ARGS...: one process, its own DeepGEMM first on the path, stopped after SECONDS
   local name=$1 limit=$2; shift 2
   ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast "$name") PYTHONPATH="$WORK/$name/DeepGEMM:$REPO" timeout "$limit" $PY bench/paged_mqa_read_once.py grid \
@@ -127,7 +133,7 @@ grid() {  # NAME SECONDS ARGS...: one process, its own DeepGEMM first on the pat
 }
 if [ $line_ok = 1 ]; then
   say "line: smoke (every next_n, 2 requests x 4k, exactness only)"
-  ( cd "$REPO" && PYTHONPATH="$WORK/line/DeepGEMM:$REPO" timeout "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
+  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast smoke) PYTHONPATH="$WORK/line/DeepGEMM:$REPO" timeout "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
       --json "$WORK/smoke.json" --batch-sizes 2 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 ) || { say "smoke failed ($?)"; line_ok=0; }
 fi
 [ $line_ok = 1 ] && { say "line grid"; grid line "${LINE_GRID_S:-300}" "$@"; }

@@ -205,3 +205,18 @@ def test_a_build_that_runs_rows_as_clusters_gets_one_schedule_entry_per_cluster(
         assert "num_kv_multicast" in got["request_layout_error"]
     else:
         assert got["logits_bit_identical"] is True
+
+
+def test_contiguous_pages_give_each_request_one_run_and_each_rotation_its_own_pages():
+    from bench.paged_mqa import make_batches
+
+    case = (2, 3, 4 * 64, "uniform")
+    plans, gen = {case: 2}, torch.Generator().manual_seed(0)
+    batches = make_batches(case, plans, 24, random.Random(0), gen, "cpu", 64, "contiguous")
+    tables = [b.block_table[:: case[0]] for b in batches]  # one row per request
+    assert [t.tolist() for t in tables] == [
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]],
+        [[12, 13, 14, 15], [16, 17, 18, 19], [20, 21, 22, 23]],
+    ]
+    scattered = make_batches(case, plans, 24, random.Random(0), gen, "cpu", 64)
+    assert sorted(sum((b.block_table[:: case[0]].flatten().tolist() for b in scattered), [])) == list(range(24))
