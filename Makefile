@@ -136,7 +136,7 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
-	$(call FREEING,$(call q,$(PYTEST_TMP))) $(PYTEST) -n 2 --dist loadfile -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
+	$(call FREEING,$(call q,$(PYTEST_TMP))) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
@@ -144,7 +144,7 @@ test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pi
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"
 	$(SET_TMP_ASIDE)
-	$(call FREEING,$(call q,$(PYTEST_TMP))) PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
+	$(call FREEING,$(call q,$(PYTEST_TMP))) PIP_NO_INDEX=1 $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -ra -m 'not network and not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@export PIP_NO_INDEX=1; $(call TEST_LINES,-n 2 --dist loadfile -ra -m 'not network' $(PYTEST_ARGS))
 
 # Another Python than the venv's, say Debian 12's own (PYTHON=/usr/bin/python3: 3.11.2, where tarfile's data filter,

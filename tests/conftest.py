@@ -1,10 +1,13 @@
 """For every suite: the longest test files start first.
 
 `make test` runs the suite on two workers with pytest-xdist's `--dist loadfile`, which hands out whole
-files in collection order (a file's module-wide trees are built once, in one worker). A long file
-collected last ran alone at the end while the other worker waited: these go first, and the rest keep
-their order after them. The list is what `make test PYTEST_ARGS=--durations=0` measured (Dec 2026), the
-files of 25 s or more, longest first; a file left off it only starts later.
+files (a file's module-wide trees are built once, in one worker) in collection order only with
+`--no-loadscope-reorder`, which the Makefile passes: by default xdist (3.x) hands them out by their number
+of tests, most first, and this order went unused (4 Dec 2026: `test_rebase`, the longest, started 50 s into
+the run, after five files of many short tests). A long file collected last runs alone at the end while the
+other worker waits: these go first, and the rest keep their order after them. The list is the files of
+10 s or more, longest first, as two runs of the main suite measured them (Dec 2026, per-file wall time on
+one worker); a file left off it only starts later.
 """
 
 from __future__ import annotations
@@ -12,14 +15,29 @@ from __future__ import annotations
 LONGEST_FIRST = (
     "tests/toolkit/test_rebase.py",
     "tests/bench/test_engine_bench.py",
-    "tests/toolkit/test_rebase_user_work.py",
     "tests/reliability/test_hostile_checkouts.py",
+    "tests/toolkit/test_rebase_user_work.py",
     "tests/toolkit/test_check_patches.py",
-    "tests/toolkit/test_lines.py",
-    "tests/reliability/test_hostile_state.py",
-    "tests/toolkit/test_default_base.py",
     "tests/reliability/test_interrupt.py",
+    "tests/reliability/test_hostile_state.py",
     "tests/toolkit/test_pr_upstream.py",
+    "tests/toolkit/test_default_base.py",
+    "tests/patched/test_p5_dsa_draft_extend_graph.py",
+    "tests/patched/test_p1_dsa_layout_metadata.py",
+    "tests/toolkit/test_lines.py",
+    "tests/toolkit/test_pr.py",
+    "tests/patched/test_p2_dsa_indexer_paths.py",
+    "tests/reliability/test_hostile_input.py",
+    "tests/reliability/test_make_and_setup.py",
+    "tests/reliability/test_concurrency.py",
+    "tests/reliability/test_hostile_round4.py",
+    "tests/reliability/test_no_leaks.py",
+    "tests/reliability/test_hostile_trial.py",
+    "tests/reliability/test_hostile_env.py",
+    "tests/bench/test_engine_drafts.py",
+    "tests/reliability/test_enospc.py",
+    "tests/patched/test_p6_dsa_seed_in_draft_extend_graph.py",
+    "tests/bench/test_engine_stall.py",
 )
 
 
