@@ -123,18 +123,21 @@ fi
 wait $stock_pid || exit 1
 facts
 
-multicast() {  # NAME: its PAGED_MQA_KV_MULTICAST
-  case "$1" in base) echo "$BASE_KV_MULTICAST" ;; line | smoke) echo "$LINE_KV_MULTICAST" ;; esac
+in_build() {  # BUILD CMD...: CMD from REPO with BUILD's DeepGEMM first on the path and its schedule convention
+  local build=$1 multicast=
+  shift
+  case "$build" in base) multicast=$BASE_KV_MULTICAST ;; line) multicast=$LINE_KV_MULTICAST ;; esac
+  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$multicast PYTHONPATH="$WORK/$build/DeepGEMM:$REPO" "$@" )
 }
 grid() {  # NAME SECONDS ARGS...: one process, its own DeepGEMM first on the path, stopped after SECONDS
   local name=$1 limit=$2; shift 2
-  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast "$name") PYTHONPATH="$WORK/$name/DeepGEMM:$REPO" timeout "$limit" $PY bench/paged_mqa_read_once.py grid \
-      --label "$name" --json "$WORK/$name.json" "$@" ) || say "$name grid exit $?"
+  in_build "$name" timeout "$limit" $PY bench/paged_mqa_read_once.py grid --label "$name" --json "$WORK/$name.json" "$@" \
+    || say "$name grid exit $?"
 }
 if [ $line_ok = 1 ]; then
   say "line: smoke (every next_n, 2 requests x 4k, exactness only)"
-  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast smoke) PYTHONPATH="$WORK/line/DeepGEMM:$REPO" timeout "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
-      --json "$WORK/smoke.json" --batch-sizes 2 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 ) || { say "smoke failed ($?)"; line_ok=0; }
+  in_build line timeout "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
+    --json "$WORK/smoke.json" --batch-sizes 2 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 || { say "smoke failed ($?)"; line_ok=0; }
 fi
 [ $line_ok = 1 ] && { say "line grid"; grid line "${LINE_GRID_S:-300}" "$@"; }
 [ $base_ok = 1 ] && { say "base grid (request rows)"; grid base "${BASE_GRID_S:-120}" --layouts native --fp64-max-tokens 0 "$@"; }
@@ -144,10 +147,10 @@ grid stock "${STOCK_GRID_S:-200}" --fp64-max-tokens 0 "$@"
 for spec in ${PROFILE:-}; do
   IFS=: read -r build layout n b <<<"$spec"
   say "ncu: $build $layout next_n $n, $b requests x 64k"
-  ( cd "$REPO" && PAGED_MQA_KV_MULTICAST=$(multicast "$build") PYTHONPATH="$WORK/$build/DeepGEMM:$REPO" timeout 120 ncu --clock-control none \
+  in_build "$build" timeout 120 ncu --clock-control none \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section SchedulerStats -k regex:sm90_fp8_paged_mqa_logits --launch-skip 2 --launch-count 1 \
-      $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" ) >>"$OUTDIR/ncu.txt" 2>&1 \
+      $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" >>"$OUTDIR/ncu.txt" 2>&1 \
     || say "ncu exit $?"
 done
 [ "$SAVE_BUILDS" = 1 ] && ( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
