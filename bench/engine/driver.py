@@ -38,6 +38,7 @@ from bench.engine.rows import case_row, engine_memory, row_labels
 from bench.engine.schedule import cores_for_rep, cpu_groups, physical_cores, run_order, start_order
 from bench.engine.sizing import KV_CACHES, Sizing, engine_args, parallel_label, sizing_for
 from bench.gpu_clocks import ClockSampler
+from bench.host_cpus import HostSampler
 
 # what the IndexShare case needs: its own three engines (warm JIT caches) and 24 short requests, twice
 SEED_CASE_S = 150
@@ -236,9 +237,11 @@ class Bench:
             if i % len(labels) == 0 and all(groups):
                 for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
                     pair[other].pin(cpus)
-            with ClockSampler() as clocks:
+            with ClockSampler() as clocks, HostSampler(pair[label].pinned) as host:
                 run = pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode})
-            runs[label].append({**run, "cpus": pair[label].pinned, "gpu_clocks": clocks.summary})
+            runs[label].append(
+                {**run, "cpus": pair[label].pinned, "gpu_clocks": clocks.summary, "host_cpus": host.summary}
+            )
         for label in labels:
             if pair[label].cpus:
                 pair[label].pin(pair[label].cpus)

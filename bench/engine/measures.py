@@ -167,6 +167,27 @@ def mean_tpot_ms(runs: list[dict]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def host_per_run(runs: list[dict], batch_size: int, skip: int) -> list[dict]:
+    """Each run's host, in run order: its draft loop's median host time (the same Python code in every
+    engine, so a measure of the host's speed in that run), the share of its steps' host time the
+    scheduler thread spent on a CPU (``cpu_ms`` over ``host_ms``: below 1 it waited), the vCPUs its
+    steps ended on, and what the driver read from /proc/stat around the run (bench/host_cpus.py)."""
+    out = []
+    for run in runs:
+        draft = part_records(run, "draft", batch_size, skip)
+        steps = [r for r in part_records(run, "step", batch_size, skip) if r.get("cpu_ms") is not None]
+        host_ms = sum(r["host_ms"] for r in steps)
+        out.append(
+            {
+                "draft_host_ms": statistics.median(r["host_ms"] for r in draft) if draft else None,
+                "step_on_cpu_share": sum(r["cpu_ms"] for r in steps) / host_ms if host_ms else None,
+                "step_cpus": sorted({r["cpu"] for r in steps if r.get("cpu") is not None}),
+                "host_cpus": run.get("host_cpus"),
+            }
+        )
+    return out
+
+
 def tokens_per_s(runs: list[dict]) -> float | None:
     values = [run["tokens_per_s"] for run in runs if run.get("tokens_per_s")]
     return statistics.median(values) if values else None

@@ -24,6 +24,7 @@ from bench.engine.grid import Case
 from bench.engine.measures import (
     STEP_PARTS,
     decode_span_s,
+    host_per_run,
     indexer_share,
     layouts_seen,
     mean_tpot_ms,
@@ -65,6 +66,7 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float
         "tpot_ms_runs": tpot_ms_per_run(runs),
         "cpus_runs": [run.get("cpus") for run in runs],
         "gpu_clocks_runs": [run.get("gpu_clocks") for run in runs],
+        "host_runs": host_per_run(runs, batch_size, skip),
         "sm_mhz": sm_mhz(runs),
         "tokens_per_s": tokens_per_s(runs),
         "step_interval_ms": step_interval_ms(runs, batch_size, skip),

@@ -53,7 +53,10 @@ own import order is untouched):
   (``EagleDraftWorker._draft_extend_for_decode``, with whether it replayed the draft-extend CUDA
   graph, seen at ``EAGLEDraftExtendCudaGraphRunner.execute``), one line each in
   ``DIR/steps.jsonl``. A step's GPU time runs from its first launch reaching the GPU to its last
-  kernel's end, so GPU idle time while the host launches counts in it.
+  kernel's end, so GPU idle time while the host launches counts in it. Beside the host's wall time
+  each part has the calling thread's CPU time (``cpu_ms``) and the vCPU it ended on (``cpu``): where
+  the same code's host time moves from run to run, CPU time that moves with it says the CPU ran it
+  slower, CPU time that stays says the thread waited (descheduled, or for the GIL).
 """
 
 from __future__ import annotations
@@ -309,11 +312,18 @@ class Probe:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         replays = self.draft_extend_replays
-        wall, t0 = time.time(), time.perf_counter()
+        wall, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
         start.record()
         result = call()
         end.record()
-        record = {"t": wall, "part": part, "batch_size": batch_size, "host_ms": (time.perf_counter() - t0) * 1000.0}
+        record = {
+            "t": wall,
+            "part": part,
+            "batch_size": batch_size,
+            "host_ms": (time.perf_counter() - t0) * 1000.0,
+            "cpu_ms": (time.thread_time() - cpu0) * 1000.0,
+            "cpu": _current_cpu(),
+        }
         if part == "draft_extend":
             record["graph"] = self.draft_extend_replays > replays
         self.pending.append((STEPS_FILE, record, start, end))
@@ -349,6 +359,22 @@ class Probe:
         self.profile_left -= 1
         if not self.profile_left:
             self._write_json(f"profile-{self.profile_tag}.json", {"tag": self.profile_tag, "steps": self.profile_steps})
+
+
+def _libc_sched_getcpu():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_SCHED_GETCPU = _libc_sched_getcpu()
+
+
+def _current_cpu() -> int | None:
+    return _SCHED_GETCPU() if _SCHED_GETCPU is not None else None
 
 
 def _paged_mqa_rows(model_runner):

@@ -141,6 +141,8 @@ class StandInEngine:
                     "batch_size": bs,
                     "gpu_ms": part_gpu,
                     "host_ms": part_host,
+                    "cpu_ms": 0.9 * part_host,  # synthetic: the thread on a CPU 90% of the call
+                    "cpu": os.sched_getaffinity(0).pop(),
                 }
                 if part == "draft_extend":
                     record["graph"] = self.patched

@@ -566,6 +566,9 @@ def test_probe_times_each_part_of_a_decode_step(tmp_path, monkeypatch):
     step = records[3]
     assert step["gpu_ms"] == 7.0 and records[0]["gpu_ms"] == 1.0
     assert all(r["host_ms"] >= 0 for r in records)
+    # the calling thread's CPU time within the call's wall time, and the vCPU it ran on (this one may)
+    assert all(0 <= r["cpu_ms"] <= r["host_ms"] + 1.0 for r in records)
+    assert {r["cpu"] for r in records} <= os.sched_getaffinity(0)
     assert outs[engine_probe_hooks.VERIFY_FILE].getvalue() == ""
     assert probe.draft_loops["loops"] == 2
 
@@ -654,6 +657,12 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
         assert row["verify_samples"] == dict.fromkeys(("pristine", "pristine_b", "patched"), 2 * steps)
         assert row["pristine"]["tokens_per_s"] and row["patched"]["parts"]["step"]["host_gap_ms"] is not None
         assert len(row["patched"]["cpus_runs"]) == 2
+        for run, cpus in zip(row["patched"]["host_runs"], row["patched"]["cpus_runs"], strict=True):
+            assert run["draft_host_ms"] == 3.0 and run["step_on_cpu_share"] == pytest.approx(0.9)
+            # read from this machine's /proc/stat around the run, over the cores the engine was pinned to
+            # (every vCPU where there are too few to pin: this machine's 2 in CI)
+            assert run["host_cpus"]["cpus"] == (cpus or run["host_cpus"]["cpus"]) and run["host_cpus"]["ticks"] >= 0
+            assert set(run["step_cpus"]) <= set(run["host_cpus"]["cpus"])  # the stand-in names one it may run on
     blocks = [[e["label"] for e in doc["engines"] if e["tag"] == f"n{n}"] for n in (2, 4)]
     assert blocks == [["pristine", "pristine_b", "patched"], ["pristine_b", "patched", "pristine"]]
 
