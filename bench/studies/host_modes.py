@@ -24,6 +24,11 @@ before it against how often it would by chance, and, given the run's JSON (``--e
 engine's modes by the core group it ran on: with the groups going round the engines rep by rep
 (``--pin-cpus`` since the third v0.5.23 call), that tells a state of the box from a trait of some
 cores.
+
+It ends with how closely, run by run, the step interval follows the draft loop's host time (the same
+code in every engine, so the host's speed in that run) over the timed runs of ``--link-engines``, each
+taken relative to its engine's mean in its case; with records that have them, each run's share of its
+steps' host time spent on a CPU and the vCPUs it ran on.
 """
 
 from __future__ import annotations
@@ -57,23 +62,25 @@ def read_steps(archive: str) -> dict[str, list[dict]]:
     return out
 
 
-def split_runs(records: list[dict], part: str, batch_size: int) -> list[list[dict]]:
+def split_runs(records: list[dict], part: str, batch_size: int, gap_s: float = RUN_GAP_S) -> list[list[dict]]:
     """One part's records at one batch size, in time order, cut into runs where time jumps."""
     chosen = sorted((r for r in records if r["part"] == part and r["batch_size"] == batch_size), key=lambda r: r["t"])
     runs: list[list[dict]] = []
     for record in chosen:
-        if not runs or record["t"] - runs[-1][-1]["t"] > RUN_GAP_S:
+        if not runs or record["t"] - runs[-1][-1]["t"] > gap_s:
             runs.append([])
         runs[-1].append(record)
     return runs
 
 
-def run_summaries(records: list[dict], batch_size: int, skip: int, min_steps: int) -> list[dict]:
+def run_summaries(
+    records: list[dict], batch_size: int, skip: int, min_steps: int, gap_s: float = RUN_GAP_S
+) -> list[dict]:
     """Per timed run: median draft GPU and host time, step GPU time (engine_ab's step parts) and step
     interval (ms). Runs shorter than ``min_steps`` (warm-up, profiling) and the first ``skip`` steps
     of each are left out."""
-    drafts = split_runs(records, "draft", batch_size)
-    steps = split_runs(records, "step", batch_size)
+    drafts = split_runs(records, "draft", batch_size, gap_s)
+    steps = split_runs(records, "step", batch_size, gap_s)
     out = []
     for draft, step in zip(drafts, steps, strict=False):
         run = {"steps": draft + step}
@@ -81,6 +88,7 @@ def run_summaries(records: list[dict], batch_size: int, skip: int, min_steps: in
         if len(starts) < min_steps:
             continue
         parts = step_parts([run], batch_size, skip)
+        timed = part_records(run, "step", batch_size, skip)
         out.append(
             {
                 "t": starts[0],
@@ -90,9 +98,49 @@ def run_summaries(records: list[dict], batch_size: int, skip: int, min_steps: in
                 "step_interval_ms": statistics.median(
                     (b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)
                 ),
+                **on_cpu(timed),
             }
         )
     return out
+
+
+def on_cpu(steps: list[dict]) -> dict:
+    """The share of the steps' host time the scheduler thread was on a CPU, and the vCPUs the steps
+    ended on (probe records since 4 Dec 2026, the fourth session, have ``cpu_ms`` and ``cpu``; older ones give nothing).
+    """
+    with_cpu = [r for r in steps if r.get("cpu_ms") is not None]
+    if not with_cpu:
+        return {}
+    return {
+        "on_cpu_share": sum(r["cpu_ms"] for r in with_cpu) / sum(r["host_ms"] for r in with_cpu),
+        "cpus": sorted({r["cpu"] for r in with_cpu if r.get("cpu") is not None}),
+    }
+
+
+def host_speed_link(results: list[dict], labels: tuple = ("pristine", "pristine_b")) -> dict | None:
+    """How closely a run's step interval follows its draft loop's host time (the same Python code in
+    every engine: the host's speed in that run), over every timed run of ``labels`` in every case,
+    each taken relative to its engine's mean in the case so that cases and engines do not count."""
+    xs, ys = [], []
+    for result in results:
+        for label in labels:
+            runs = result["engines"].get(label, {}).get("runs", [])
+            if len(runs) < 2:
+                continue
+            draft = statistics.fmean(r["draft_host_ms"] for r in runs)
+            interval = statistics.fmean(r["step_interval_ms"] for r in runs)
+            xs += [r["draft_host_ms"] / draft for r in runs]
+            ys += [r["step_interval_ms"] / interval for r in runs]
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None
+    return {
+        "engines": list(labels),
+        "runs": len(xs),
+        "correlation": statistics.correlation(xs, ys),
+        "draft_host_spread": [min(xs), max(xs)],
+        "step_interval_spread": [min(ys), max(ys)],
+        "step_interval_sd": statistics.pstdev(ys),
+    }
 
 
 def is_fast(run: dict, fast_below: float) -> bool:
@@ -111,11 +159,13 @@ def timed_runs_per_case(runs: list[dict], reps: int) -> list[list[dict]]:
     return [runs[i : i + reps] for i in range(0, len(runs), reps + 1)]
 
 
-def study(archive: str, batch_size: int, skip: int, min_steps: int, fast_below: float, reps: int) -> list[dict]:
+def study(
+    archive: str, batch_size: int, skip: int, min_steps: int, fast_below: float, reps: int, gap_s: float = RUN_GAP_S
+) -> list[dict]:
     """One result per case at ``batch_size`` in the archive, in the order the cases ran."""
     engines = read_steps(archive)
     per_case = {
-        label: timed_runs_per_case(run_summaries(engines[label], batch_size, skip, min_steps), reps)
+        label: timed_runs_per_case(run_summaries(engines[label], batch_size, skip, min_steps, gap_s), reps)
         for label in LABELS
         if label in engines
     }
@@ -215,9 +265,17 @@ def print_study(result: dict) -> None:
     print(f"{result['case']}: a run is fast below {result['fast_below_ms']} ms of draft GPU time")
     for label, engine in result["engines"].items():
         draft = " ".join(f"{r['draft_gpu_ms']:.2f}" for r in engine["runs"])
+        host = " ".join(f"{r['draft_host_ms']:.2f}" for r in engine["runs"])
         print(
             f"  {label:10s} {engine['fast_runs']:2d} fast, {engine['slow_runs']:2d} slow; draft GPU ms per run: {draft}"
+            f" (host {host})"
         )
+        on_cpu_runs = [r for r in engine["runs"] if "on_cpu_share" in r]
+        if on_cpu_runs:
+            print(
+                f"  {'':10s} steps on a CPU: "
+                + " ".join(f"{r['on_cpu_share']:.2f} (vCPU {','.join(map(str, r['cpus']))})" for r in on_cpu_runs)
+            )
         for mode, medians in engine["median_by_mode"].items():
             print(
                 f"  {'':10s} {mode}: draft {medians['draft_gpu_ms']:.2f}, step GPU {medians['step_gpu_ms']:.2f}, "
@@ -243,26 +301,46 @@ def print_study(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("archives", nargs="+", help="engine_logs*.tar.gz of engine_ab runs")
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument(
+        "--batch-size", type=lambda v: [int(b) for b in v.split(",")], default=[32], help="one or more: 1,16,40"
+    )
     ap.add_argument("--skip", type=int, default=2, help="steps left out at the start of each run (engine_ab's --skip)")
     ap.add_argument("--min-steps", type=int, default=15, help="shorter runs are warm-up or profiling, not timed runs")
     ap.add_argument("--reps", type=int, required=True, help="timed runs per engine per case (the run's --reps)")
     ap.add_argument("--fast-below", type=float, default=2.0)
+    ap.add_argument(
+        "--run-gap-s",
+        type=float,
+        default=RUN_GAP_S,
+        help="a pause this long starts a new run (the drafts grid's last timed run and greedy run are 0.2 s apart: 0.15)",
+    )
+    ap.add_argument("--link-engines", default="pristine,pristine_b", help="whose runs the host-speed correlation takes")
     ap.add_argument("--engine-json", help="the run's engine JSON (one archive): each run's core group")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
+    if args.engine_json and (len(args.archives) != 1 or len(args.batch_size) != 1):
+        ap.error("--engine-json goes with one archive and one batch size")
     results = [
         result
         for archive in args.archives
-        for result in study(archive, args.batch_size, args.skip, args.min_steps, args.fast_below, args.reps)
+        for batch_size in args.batch_size
+        for result in study(archive, batch_size, args.skip, args.min_steps, args.fast_below, args.reps, args.run_gap_s)
     ]
     if args.engine_json:
-        if len(args.archives) != 1:
-            ap.error("--engine-json goes with one archive")
-        for result, cpus_runs in zip(results, cpus_runs_of(args.engine_json, args.batch_size), strict=False):
+        for result, cpus_runs in zip(results, cpus_runs_of(args.engine_json, args.batch_size[0]), strict=False):
             result["by_cores"] = modes_by_cores(result, cpus_runs)
     for result in results:
         print_study(result)
+    link = host_speed_link(results, tuple(args.link_engines.split(",")))
+    if link:
+        print(
+            f"run by run, each relative to its engine's mean in its case, over {link['runs']} timed runs of "
+            f"{' and '.join(link['engines'])}: the step interval follows the draft loop's host time with "
+            f"correlation {link['correlation']:.2f} (draft host {link['draft_host_spread'][0]:.2f}-"
+            f"{link['draft_host_spread'][1]:.2f}x, step interval {link['step_interval_spread'][0]:.2f}-"
+            f"{link['step_interval_spread'][1]:.2f}x of the mean, its standard deviation "
+            f"{link['step_interval_sd']:.3f})"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -94,3 +94,43 @@ def test_runs_in_time_order_and_by_core_group(tmp_path):
     assert host_modes.modes_by_cores(result, cpus_runs) == {"pristine": {"cpu0": "1 of 2 fast", "cpu5": "1 of 2 fast"}}
     result["by_cores"] = host_modes.modes_by_cores(result, cpus_runs)
     host_modes.print_study(result)
+
+
+def test_a_runs_step_interval_against_its_hosts_speed_and_the_time_on_a_cpu(tmp_path):
+    # each run's host speed scales its draft loop's host time and its step interval alike; the last timed
+    # run and the greedy run follow each other 0.2 s apart, as in the drafts grid
+    def run(t0, speed, steps=24):
+        records = []
+        for i in range(steps):
+            t = t0 + i * 0.007 * speed
+            records.append(
+                {
+                    "t": t,
+                    "part": "step",
+                    "batch_size": 16,
+                    "host_ms": 5.0 * speed,
+                    "gpu_ms": 6.0,
+                    "cpu_ms": 4.0 * speed,
+                    "cpu": i % 2,
+                }
+            )
+            records.append({"t": t, "part": "draft", "batch_size": 16, "host_ms": 1.0 * speed, "gpu_ms": 1.8})
+        return records
+
+    speeds = [1.0, 1.4, 0.8]
+    records = [r for k, speed in enumerate(speeds) for r in run(10.0 * k, speed)]
+    last = records[-1]["t"]
+    records += run(last + 0.2, 1.0, steps=60)  # the greedy run
+    archive = _archive(tmp_path, {"pristine": records})
+
+    (merged,) = host_modes.study(archive, 16, skip=2, min_steps=20, fast_below=2.0, reps=3)
+    assert len(merged["engines"]["pristine"]["runs"]) == 3  # the greedy run glued to the third timed one
+    (result,) = host_modes.study(archive, 16, skip=2, min_steps=20, fast_below=2.0, reps=3, gap_s=0.15)
+    runs = result["engines"]["pristine"]["runs"]
+    assert [r["draft_host_ms"] for r in runs] == pytest.approx(speeds)
+    assert all(r["on_cpu_share"] == pytest.approx(0.8) and r["cpus"] == [0, 1] for r in runs)
+    link = host_modes.host_speed_link([result], ("pristine",))
+    assert link["runs"] == 3 and link["correlation"] == pytest.approx(1.0)
+    mean = sum(speeds) / 3
+    assert link["step_interval_spread"] == pytest.approx([0.8 / mean, 1.4 / mean])
+    host_modes.print_study(result)
