@@ -3,12 +3,14 @@
 # of patches applied, and optionally a third build), each checked and timed by bench/paged_mqa_read_once.py in its
 # own process, then joined into one JSON and table in $OUT.  Needs only the box's torch, nvcc and g++ (no sglang, no bundle).
 #
-#   bash ci/run_read_once_kernel.sh --source TAR --patches DIR [--base-patches DIR] [--base-source TAR]
+#   bash ci/run_read_once_kernel.sh --source TAR|BUNDLE --patches DIR [--base-patches DIR] [--base-source TAR]
 #                                   [--base-kv-multicast SPEC] [--line-kv-multicast SPEC] [--cache DIR] [--save-builds]
-#                                   [--wheel-headers DIR] [-- GRID ARGS]
+#                                   [--wheel-headers DIR] [--unpack-only] [-- GRID ARGS]
 #
 # TAR: DeepGEMM's tree at its pinned commit with third-party/cutlass/include and third-party/fmt/include filled in
-# (the submodules); DIR: *.patch files applied in name order with `git apply`.  Each build uses CXX=/usr/bin/g++:
+# (the submodules); or BUNDLE, the folder `python ci/gpu_bundle.py --deep-gemm deep_gemm/54e2261 --deep-gemm-patches 0
+# --out .dg` writes (.dg/deep_gemm: source.tar.xz, the pin as it is, and third-party.tar.xz, whose wheel-headers/
+# stand in for --wheel-headers); DIR: *.patch files applied in name order with `git apply`.  Each build uses CXX=/usr/bin/g++:
 # the box's /opt/gcc wrapper links a second libstdc++ into the extension, whose metadata call then segfaults.
 #   --base-patches DIR  a third build ("base", for instance the line without the patch on trial), built beside the
 #                       others and timed on its request rows alone: a candidate is compared with the kernel it would
@@ -23,14 +25,16 @@
 #                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
 #   --save-builds       write each new build and the JIT cache to OUT for such a later call (off: the device tool
 #                       brings back 8 files, and the results come first)
+#   --unpack-only       the trees (stock, line, base) unpacked and patched under WORK, then stop: no GPU needed
 # GRID ARGS go to every grid run.
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # the report's commands.device: this call as typed, with the environment that changes what it runs
 export BENCH_DEVICE_COMMAND="${BENCH_DEVICE_COMMAND:-${PROFILE:+PROFILE=\"$PROFILE\" }bash ci/run_read_once_kernel.sh $*}"
 OUTDIR=${OUT:-/tmp/read-once-out}
-WORK=/tmp/sglpatch-read-once
+WORK=${READ_ONCE_WORK:-/tmp/sglpatch-read-once}
 SOURCE= PATCHES= BASE_PATCHES= BASE_SOURCE= BASE_KV_MULTICAST= LINE_KV_MULTICAST= CACHE= WHEEL_HEADERS= SAVE_BUILDS=0
+UNPACK_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) SOURCE=$2; shift 2 ;;
@@ -42,11 +46,13 @@ while [ $# -gt 0 ]; do
     --cache) CACHE=$2; shift 2 ;;
     --save-builds) SAVE_BUILDS=1; shift ;;
     --wheel-headers) WHEEL_HEADERS=$2; shift 2 ;;
+    --unpack-only) UNPACK_ONLY=1; shift ;;
     --) shift; break ;;
     *) echo "run_read_once_kernel.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ -f "$SOURCE" ] && [ -d "$PATCHES" ] || { echo "run_read_once_kernel.sh: --source TAR and --patches DIR are required" >&2; exit 2; }
+{ [ -f "$SOURCE" ] || [ -f "$SOURCE/source.tar.xz" ]; } && [ -d "$PATCHES" ] \
+  || { echo "run_read_once_kernel.sh: --source TAR|BUNDLE and --patches DIR are required" >&2; exit 2; }
 abs() { [ -z "$1" ] || (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
 SOURCE=$(abs "$SOURCE") PATCHES=$(abs "$PATCHES") BASE_PATCHES=$(abs "$BASE_PATCHES") BASE_SOURCE=$(abs "$BASE_SOURCE") CACHE=$(abs "$CACHE") WHEEL_HEADERS=$(abs "$WHEEL_HEADERS")
 mkdir -p "$OUTDIR" "$WORK"
@@ -60,10 +66,15 @@ HEADERS="impls/sm90_fp8_paged_mqa_logits.cuh scheduler/sm90_paged_mqa_logits.cuh
 
 tree_hash() { (cd "$1" && find csrc deep_gemm -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cuh' -o -name '*.py' \) | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16); }
 
-# unpack NAME TAR [PATCHES]: WORK/NAME/DeepGEMM from TAR, patched when PATCHES is given
+# unpack NAME TAR|BUNDLE [PATCHES]: WORK/NAME/DeepGEMM from TAR (or a bundle's two archives), patched when PATCHES is given
 unpack() {
-  rm -rf "$WORK/$1" && mkdir -p "$WORK/$1" && tar xf "$2" -C "$WORK/$1" || return 1
+  rm -rf "$WORK/$1" && mkdir -p "$WORK/$1" || return 1
   local d="$WORK/$1/DeepGEMM"
+  if [ -d "$2" ]; then
+    tar xJf "$2/source.tar.xz" -C "$WORK/$1" && tar xJf "$2/third-party.tar.xz" -C "$d" third-party || return 1
+  else
+    tar xf "$2" -C "$WORK/$1" || return 1
+  fi
   if [ -n "${3:-}" ]; then
     ( cd "$d" && git init -q && for p in "$3"/*.patch; do git apply "$p" && echo "applied $(basename "$p")" || exit 1; done ) || return 1
   fi
@@ -107,6 +118,17 @@ print(json.dumps(out, indent=1))
 EOF
 }
 
+if [ -d "$SOURCE" ] && [ -z "$WHEEL_HEADERS" ]; then
+  WHEEL_HEADERS=$WORK/bundle-headers/wheel-headers
+  rm -rf "$WORK/bundle-headers" && mkdir -p "$WORK/bundle-headers" \
+    && tar xJf "$SOURCE/third-party.tar.xz" -C "$WORK/bundle-headers" wheel-headers || exit 1
+fi
+if [ "$UNPACK_ONLY" = 1 ]; then
+  unpack stock "$SOURCE" && unpack line "$SOURCE" "$PATCHES" || exit 1
+  [ -z "$BASE_PATCHES$BASE_SOURCE" ] || unpack base "${BASE_SOURCE:-$SOURCE}" "$BASE_PATCHES" || exit 1
+  say "unpacked under $WORK (wheel headers: ${WHEEL_HEADERS:-none})"
+  exit 0
+fi
 say "box: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $($PY -c 'import torch; print(torch.__version__)')"
 [ -n "$CACHE" ] && [ -f "$CACHE/jit.tgz" ] && mkdir -p "$DG_JIT_CACHE_DIR" && tar xzf "$CACHE/jit.tgz" -C "$DG_JIT_CACHE_DIR" && say "JIT cache restored"
 # the two builds side by side (each one compiler process at a time; the box has 16 cores)
@@ -131,13 +153,15 @@ in_build() {  # BUILD CMD...: CMD from REPO with BUILD's DeepGEMM first on the p
 }
 grid() {  # NAME SECONDS ARGS...: one process, its own DeepGEMM first on the path, stopped after SECONDS
   local name=$1 limit=$2; shift 2
-  in_build "$name" timeout "$limit" $PY bench/paged_mqa_read_once.py grid --label "$name" --json "$WORK/$name.json" "$@" \
+  in_build "$name" timeout -k 15 "$limit" $PY bench/paged_mqa_read_once.py grid --label "$name" --json "$WORK/$name.json" "$@" \
     || say "$name grid exit $?"
 }
 if [ $line_ok = 1 ]; then
-  say "line: smoke (every next_n, 2 requests x 4k, exactness only)"
-  in_build line timeout "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
-    --json "$WORK/smoke.json" --batch-sizes 2 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 || { say "smoke failed ($?)"; line_ok=0; }
+  # 256 requests too: more requests than CTAs (or clusters), so each reuses its pipeline stages across requests, as
+  # the grid will: a wrong barrier count or phase hangs here, within the smoke's limit, not in the grid
+  say "line: smoke (every next_n, 2 and 256 requests x 4k, exactness only)"
+  in_build line timeout -k 15 "${SMOKE_S:-180}" $PY bench/paged_mqa_read_once.py grid --label smoke \
+    --json "$WORK/smoke.json" --batch-sizes 2 256 --ctx 4096 --reps 2 --min-calls 1 --max-calls 1 || { say "smoke failed ($?)"; line_ok=0; }
 fi
 [ $line_ok = 1 ] && { say "line grid"; grid line "${LINE_GRID_S:-300}" "$@"; }
 [ $base_ok = 1 ] && { say "base grid (request rows)"; grid base "${BASE_GRID_S:-120}" --layouts native --fp64-max-tokens 0 "$@"; }
