@@ -23,6 +23,9 @@ Each case runs twice on a patched tree: with the layout the backend chooses, and
 and CUDA-graph mode.  A pristine tree runs per-token only and can dump its top-k
 (``--dump-topk DIR``) for a patched run to compare against (``--compare-topk DIR``).
 
+The fixture lays each request's whole pages over the KV pool at random (``--pages random``, the
+default) or in one run per request (``--pages contiguous``, as a fresh engine's allocator does).
+
 Top-k rows are compared as sets.  Where two sets differ, every differing entry's logit (from
 the per-token kernel's own logits of that row) must equal the row's k-th largest logit: that
 is a tie at the boundary, counted and reported, never hidden; anything else is a mismatch.
@@ -59,6 +62,7 @@ from bench.indexer.fixture import (  # noqa: E402
     INDEX_HEADS,
     INDEX_TOPK,
     PAGE,
+    PAGES,
     SCALE_FMT,
     WATCH,
     Calls,
@@ -82,22 +86,24 @@ from bench.indexer.topk_compare import NO_SLOT_TO_SWAP, graph_vs_eager, sensitiv
 FIXTURE_FILE = "fixture.json"
 
 
-def fixture_doc(max_bs, max_ctx):
-    return dict(max_bs=max_bs, max_ctx=max_ctx, seed=FIXTURE_SEED, page=PAGE)
+def fixture_doc(max_bs, max_ctx, pages="random"):
+    return dict(max_bs=max_bs, max_ctx=max_ctx, seed=FIXTURE_SEED, page=PAGE, pages=pages)
 
 
-def check_same_fixture(compare: Path, max_bs: int, max_ctx: int) -> None:
-    """Top-k saved in ``compare`` are KV slots of its run's fixture: refuse a fixture of another size."""
+def check_same_fixture(compare: Path, max_bs: int, max_ctx: int, pages: str) -> None:
+    """Top-k saved in ``compare`` are KV slots of its run's fixture: refuse a fixture of another size or
+    page layout."""
     saved = compare / FIXTURE_FILE
     if not saved.is_file():
         refuse(f"{compare}: no {FIXTURE_FILE}, so its top-k cannot be matched to this run's fixture")
     theirs = json.loads(saved.read_text())
-    ours = fixture_doc(max_bs, max_ctx)
+    ours = fixture_doc(max_bs, max_ctx, pages)
     if theirs != ours:
         refuse(
             f"{compare} was dumped with a fixture of {theirs.get('max_bs')} x {theirs.get('max_ctx')} "
-            f"(seed {theirs.get('seed')}), this run's is {max_bs} x {max_ctx} (seed {FIXTURE_SEED}): "
-            "their KV slots differ; give both runs the same --fixture-grid"
+            f"(seed {theirs.get('seed')}, pages {theirs.get('pages', 'random')}), this run's is "
+            f"{max_bs} x {max_ctx} (seed {FIXTURE_SEED}, pages {pages}): their KV slots differ; "
+            "give both runs the same --fixture-grid and --pages"
         )
 
 
@@ -114,12 +120,12 @@ def run(args):
     patched = args.label != "pristine"
     estimate = estimate_s(cases, modes, args.iters, args.reps, patched)
     log(f"{len(cases)} cases x {len(modes)} mode(s) ({args.grid}); about {estimate:.0f} s of timed replays on an H200")
-    log(f"fixture: {max_bs} requests x {max_ctx} tokens")
+    log(f"fixture: {max_bs} requests x {max_ctx} tokens, pages {args.pages}")
     if args.plan:
         return 0
     compare = Path(args.compare_topk) if args.compare_topk else None
     if compare:
-        check_same_fixture(compare, max_bs, max_ctx)
+        check_same_fixture(compare, max_bs, max_ctx, args.pages)
     select_tree(Path(args.tree))
     tree = trees.for_tree(Path(args.tree))
     import torch
@@ -130,12 +136,13 @@ def run(args):
     calls.install(WATCH + tree.extra_watch)
     next_ns = tuple(sorted({c[0] for c in cases}))
     t0 = time.time()
-    fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls, seed=FIXTURE_SEED, tree=tree)
+    fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls, seed=FIXTURE_SEED, tree=tree, pages=args.pages)
     log(f"fixture ready in {time.time() - t0:.1f} s (pool for {max_bs} x {max_ctx} tokens)")
+    run_facts = dict(fixture=(max_bs, max_ctx))
     dump = Path(args.dump_topk) if args.dump_topk else None
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
-        (dump / FIXTURE_FILE).write_text(json.dumps(fixture_doc(max_bs, max_ctx)) + "\n")
+        (dump / FIXTURE_FILE).write_text(json.dumps(fixture_doc(max_bs, max_ctx, args.pages)) + "\n")
     rows, all_ok, self_check = [], True, None
     for case, grids in cases.items():
         key = "n{}_b{}_c{}_{}".format(*case)
@@ -164,8 +171,8 @@ def run(args):
         del refs
         fx.calls.last_logits = None
         if args.json:
-            write_json(args, rows, calls, torch, t0, self_check, partial=True, fixture=(max_bs, max_ctx))
-    write_json(args, rows, calls, torch, t0, self_check, partial=False, fixture=(max_bs, max_ctx))
+            write_json(args, rows, calls, torch, t0, self_check, partial=True, **run_facts)
+    write_json(args, rows, calls, torch, t0, self_check, partial=False, **run_facts)
     print_table(rows)
     if self_check and self_check.get("reason") == NO_SLOT_TO_SWAP:
         log("the comparison self-check found no case with a key left out of its top-k to swap in")
@@ -237,6 +244,7 @@ def write_json(args, rows, calls, torch, t0, self_check, partial, fixture=None):
         grid=args.grid,
         modes=args.modes,
         fixture=dict(max_bs=fixture[0], max_ctx=fixture[1]) if fixture else None,
+        pages=args.pages,
         index=dict(heads=INDEX_HEADS, head_dim=INDEX_HEAD_DIM, topk=INDEX_TOPK, page=PAGE, scale_fmt=SCALE_FMT),
         timing=dict(iters=args.iters, reps=args.reps, statistic="median us per indexer step"),
         exercised=[e["name"] for e in calls.exercised()],
@@ -295,6 +303,12 @@ def main(argv=None):
         "--fixture-grid",
         help="size the fixture for these grids too (comma-separated), e.g. a pristine run whose "
         "dump a run of larger grids compares with",
+    )
+    ap.add_argument(
+        "--pages",
+        default="random",
+        choices=PAGES,
+        help="each request's pages scattered over the pool, or in one run (as a fresh engine's allocator lays them)",
     )
     ap.add_argument("--iters", type=int, default=20, help="graph replays per timing sample")
     ap.add_argument("--reps", type=int, default=5, help="timing samples (median reported)")

@@ -27,6 +27,9 @@ INDEX_HEADS = 64  # DeepSeek-V3.2's indexer: 64 heads of 128
 INDEX_TOPK = 2048  # DeepSeek-V3.2's index_topk
 SCALE_FMT = "ue8m0"  # DeepSeek-V3.2's scale_fmt
 FIXTURE_SEED = 1234
+# How the fixture lays each request's whole pages over the pool: scattered at random, or in one run as a
+# fresh engine's allocator leaves them (bench/paged_mqa_read_once.py's --pages names them alike).
+PAGES = ("random", "contiguous")
 
 # What the run observes being called: "<module>:<qualname>" -> how it is wrapped.  Names that a
 # tree lacks (a patch renamed or removed them) are skipped and listed under "not_present".
@@ -144,6 +147,7 @@ class Fixture:
         seed: int = FIXTURE_SEED,
         decode_impl=None,
         tree: trees.Tree = DEFAULT_TREE,
+        pages: str = "random",
     ):
         import torch
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -203,10 +207,11 @@ class Fixture:
         # The fused PAGED top-k transform returns KV slots; the unfused top-k returns positions.
         self.topk_in_slots = bool(envs.SGLANG_DSA_FUSE_TOPK.get())
 
-        # Scattered whole pages per request (page 0 stays unused), and the inverse map slot -> position.
+        # Whole pages per request (page 0 stays unused), and the inverse map slot -> position.
         n_pages = self.pool.get_index_k_with_scale_buffer(0).shape[0]
         assert n_pages >= max_bs * (max_ctx // PAGE) + 1, (n_pages, max_bs, max_ctx)
-        slots = fixture_slots(torch, max_bs, max_ctx, seed).to(device)
+        self.pages = pages
+        slots = fixture_slots(torch, max_bs, max_ctx, seed, pages).to(device)
         self.req_to_token[:max_bs, :max_ctx] = slots.to(self.req_to_token.dtype)
         self.slot_pos = torch.full((n_pages * PAGE,), -1, dtype=torch.int64, device=device)
         self.slot_pos[slots.reshape(-1).long()] = torch.arange(max_ctx, device=device).repeat(max_bs)
@@ -284,15 +289,20 @@ def graph_runner(torch, device, batch_size: int) -> dict:
     return {"dtype": torch.bfloat16, "device": device, "disable_cuda_graph": False, "runner_batch_size": batch_size}
 
 
-def fixture_slots(torch, max_bs: int, max_ctx: int, seed: int):
-    """[max_bs, max_ctx] KV slots of the fixture's requests: whole pages, scattered (page 0 unused).
+def fixture_slots(torch, max_bs: int, max_ctx: int, seed: int, pages: str = "random"):
+    """[max_bs, max_ctx] KV slots of the fixture's requests: whole pages (page 0 unused), scattered over
+    the pool at random, or ``pages="contiguous"``: request i's pages in one run, after request i-1's.
 
-    They depend on the fixture's size, and so do the keys written to them: two runs can compare
-    their top-k (KV slots) only when their fixtures are the same size (see FIXTURE_FILE)."""
-    gen = torch.Generator().manual_seed(seed)
+    They depend on the fixture's size and layout, and so do the keys written to them: two runs can
+    compare their top-k (KV slots) only when their fixtures are alike (see FIXTURE_FILE)."""
+    if pages not in PAGES:
+        raise ValueError(f"pages is one of {PAGES}, not {pages!r}")
     pages_per_req = max_ctx // PAGE
-    perm = torch.randperm(max_bs * pages_per_req, generator=gen) + 1
-    return (perm.view(max_bs, pages_per_req, 1) * PAGE + torch.arange(PAGE)).view(max_bs, max_ctx)
+    if pages == "contiguous":
+        order = torch.arange(max_bs * pages_per_req) + 1
+    else:
+        order = torch.randperm(max_bs * pages_per_req, generator=torch.Generator().manual_seed(seed)) + 1
+    return (order.view(max_bs, pages_per_req, 1) * PAGE + torch.arange(PAGE)).view(max_bs, max_ctx)
 
 
 def make_indexer(dsa_indexer, index_topk: int, device, tree: trees.Tree = DEFAULT_TREE):

@@ -68,7 +68,7 @@ def test_a_call_for_one_line_reports_only_that_lines_run(tmp_path):
 def _planned_fixture(capsys, *args):
     assert indexer_step.main([*args, "--plan"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "fixture:" in x]
-    return line.split("fixture:")[1].strip()
+    return line.split("fixture:")[1].split(", pages")[0].strip()
 
 
 def test_pristine_and_holdout_parts_build_the_same_fixture(capsys):

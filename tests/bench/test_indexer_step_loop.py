@@ -46,11 +46,13 @@ class FakeBackend:
 class FakeFixture:
     """What run() and run_case() use of bench/indexer/fixture.py's Fixture."""
 
-    def __init__(self, max_bs, max_ctx, next_ns, device, calls, seed=fixture.FIXTURE_SEED, chosen=None, tree=None):
+    def __init__(
+        self, max_bs, max_ctx, next_ns, device, calls, seed=fixture.FIXTURE_SEED, chosen=None, tree=None, pages="random"
+    ):
         self.torch, self.device, self.calls = torch, device, calls
         self.max_ctx = max_ctx
-        # the real fixture's page layout: its KV slots depend on its size and seed
-        self.slots = fixture.fixture_slots(torch, max_bs, max_ctx, seed)
+        # the real fixture's page layout: its KV slots depend on its size, seed and --pages
+        self.slots = fixture.fixture_slots(torch, max_bs, max_ctx, seed, pages)
         self.entry_pos = torch.full((int(self.slots.max()) + 1,), -1, dtype=torch.int64)
         self.entry_pos[self.slots.reshape(-1)] = torch.arange(max_ctx).repeat(max_bs)
         chosen = chosen or {2: "native", 3: "per_token", 4: "paired"}
@@ -169,6 +171,34 @@ def test_a_dump_of_another_fixture_is_refused_before_anything_runs(cpu_bench, tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fixture of 2 x 4096" in err[0] and "this run's is 3 x 4096" in err[0], err
     assert not out.exists()
+
+
+def test_contiguous_pages_lay_each_request_in_one_run_of_the_same_pages():
+    random_slots = fixture.fixture_slots(torch, 4, 1024, fixture.FIXTURE_SEED)
+    contiguous = fixture.fixture_slots(torch, 4, 1024, fixture.FIXTURE_SEED, "contiguous")
+    assert torch.equal(contiguous.reshape(-1), torch.arange(fixture.PAGE, fixture.PAGE * (1 + 4 * 1024 // 64)))
+    assert torch.equal(random_slots.reshape(-1).sort().values, contiguous.reshape(-1))  # page 0 unused by both
+    pages = random_slots[:, :: fixture.PAGE] // fixture.PAGE  # each request's pages, in position order
+    assert torch.equal(random_slots % fixture.PAGE, contiguous % fixture.PAGE)  # whole pages
+    assert not all(torch.equal(p.diff(), torch.ones(15, dtype=p.dtype)) for p in pages)
+    with pytest.raises(ValueError, match="pages is one of"):
+        fixture.fixture_slots(torch, 4, 1024, fixture.FIXTURE_SEED, "sideways")
+
+
+def test_contiguous_pages_are_recorded_and_a_dump_of_the_other_layout_is_refused(cpu_bench, tmp_path, capsys):
+    dump, out = tmp_path / "dump", tmp_path / "run.json"
+    contiguous = ["--modes", "graph", "--pages", "contiguous"]
+    assert bench(tmp_path, *contiguous, "--label", "pristine", "--dump-topk", str(dump)) == 0
+    assert json.loads((dump / "fixture.json").read_text())["pages"] == "contiguous"
+    assert bench(tmp_path, *contiguous, "--json", str(out), "--compare-topk", str(dump)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["pages"] == "contiguous" and len(doc["rows"]) == 4
+    assert all(r["mismatch_rows"] == dict(chosen=0, pristine=0) for r in doc["rows"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        bench(tmp_path, "--modes", "graph", "--compare-topk", str(dump))  # random pages, today's default
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "pages contiguous" in err and "pages random" in err, err
 
 
 def test_a_dump_sized_for_the_compared_grids_matches(cpu_bench, tmp_path, monkeypatch):
