@@ -24,7 +24,9 @@ and CUDA-graph mode.  A pristine tree runs per-token only and can dump its top-k
 (``--dump-topk DIR``) for a patched run to compare against (``--compare-topk DIR``).
 
 The fixture lays each request's whole pages over the KV pool at random (``--pages random``, the
-default) or in one run per request (``--pages contiguous``, as a fresh engine's allocator does).
+default) or in one run per request (``--pages contiguous``, as a fresh engine's allocator does). On a
+tree with the v0.5.23 line's patch 2, the JSON records what the installed DeepGEMM answered to its
+probe of ``[B, next_n]`` rows, per next_n (``sm90_next_n_rows_probe``).
 
 Top-k rows are compared as sets.  Where two sets differ, every differing entry's logit (from
 the per-token kernel's own logits of that row) must equal the row's k-th largest logit: that
@@ -138,7 +140,10 @@ def run(args):
     t0 = time.time()
     fx = Fixture(max_bs, max_ctx, next_ns, args.device, calls, seed=FIXTURE_SEED, tree=tree, pages=args.pages)
     log(f"fixture ready in {time.time() - t0:.1f} s (pool for {max_bs} x {max_ctx} tokens)")
-    run_facts = dict(fixture=(max_bs, max_ctx))
+    probe = tree.next_n_rows_probe(fx.backends)
+    if probe is not None:
+        log(f"DeepGEMM's answers to the tree's [B, next_n] rows probe, per next_n: {probe['answers']}")
+    run_facts = dict(fixture=(max_bs, max_ctx), probe=probe)
     dump = Path(args.dump_topk) if args.dump_topk else None
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
@@ -215,7 +220,7 @@ def print_table(rows):
         )
 
 
-def write_json(args, rows, calls, torch, t0, self_check, partial, fixture=None):
+def write_json(args, rows, calls, torch, t0, self_check, partial, fixture=None, probe=None):
     if not args.json:
         return
     import sglang
@@ -245,6 +250,8 @@ def write_json(args, rows, calls, torch, t0, self_check, partial, fixture=None):
         modes=args.modes,
         fixture=dict(max_bs=fixture[0], max_ctx=fixture[1]) if fixture else None,
         pages=args.pages,
+        # what the installed DeepGEMM answered to the tree's [B, next_n] rows probe (null: no probe)
+        sm90_next_n_rows_probe=probe,
         index=dict(heads=INDEX_HEADS, head_dim=INDEX_HEAD_DIM, topk=INDEX_TOPK, page=PAGE, scale_fmt=SCALE_FMT),
         timing=dict(iters=args.iters, reps=args.reps, statistic="median us per indexer step"),
         exercised=[e["name"] for e in calls.exercised()],

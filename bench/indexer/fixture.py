@@ -177,6 +177,10 @@ class Fixture:
             kv_lora_rank=kit.DSA_SPARSE_QK_NOPE_HEAD_DIM,
             index_topk=INDEX_TOPK,
         )
+        # The kit's config has one index head; the v0.5.23 line's backend asks DeepGEMM whether it takes
+        # [B, next_n] rows for the model's heads, which must be those of the indexer below.
+        config.hf_config.index_n_heads = INDEX_HEADS
+        config.hf_config.index_head_dim = INDEX_HEAD_DIM
         self.runner = kit.DSAMockModelRunner(
             case=case,
             model_config=config,

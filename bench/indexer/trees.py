@@ -15,7 +15,9 @@ of carrying a copy per release:
   backend resolved by sglang's own ``DSAPagedMQALogitsBackend.resolve``, the init/local token
   masks, the logits budget cache);
 - which functions the run watches on top of the shared list (0.5.23's names for the row
-  width choice, the replay refresh, and its top-k paths).
+  width choice, the replay refresh, and its top-k paths);
+- what the installed DeepGEMM answered to the tree's probe of ``[B, next_n]`` rows (the v0.5.23
+  line's patch 2, ``sm90_paged_mqa_takes_next_n_rows``), where the tree has it.
 
 Nothing here re-implements sglang code: every adapter either names a function to import or
 sets a value through sglang's own API.
@@ -73,6 +75,10 @@ class Tree:
     def prepare_indexer(self, indexer) -> None:
         """Attributes the tree's ``_get_topk_paged`` reads beyond the shared ones."""
 
+    def next_n_rows_probe(self, backends: dict) -> dict | None:
+        """What DeepGEMM answered to the tree's probe of [B, next_n] rows; None: the tree has no probe."""
+        return None
+
     def is_patched(self, tree: Path) -> bool:
         root = Path(tree) / "sglang"
         return all(mark in (root / f).read_text() for f, mark in self.patch_marks.items())
@@ -96,6 +102,8 @@ class Tree0523(Tree):
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._paged_mqa_tokens_per_row",
         "sglang.srt.layers.attention.dsa_backend:pick_sm90_paged_mqa_tokens_per_row",
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._captured_paged_mqa_tokens_per_row",
+        # patch 2's probe, by the name the backend calls it
+        "sglang.srt.layers.attention.dsa_backend:sm90_paged_mqa_takes_next_n_rows",
         # 0.5.23's replay refreshes and the indexer's DeepGEMM helpers
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._refresh_paged_mqa_schedule_metadata",
         "sglang.srt.layers.attention.dsa_backend:DeepseekSparseAttnBackend._refresh_topk_v2_plan",
@@ -145,6 +153,29 @@ class Tree0523(Tree):
         indexer.num_init_tokens = indexer.num_local_tokens = 0  # DeepSeek-V3.2 has none
         indexer._mqa_logits_budget_bytes = {}
         indexer.layer_id = 0
+
+    PROBE = "sglang.kernels.ops.attention.dsa.paged_mqa_logits:sm90_paged_mqa_takes_next_n_rows"
+
+    def next_n_rows_probe(self, backends: dict) -> dict | None:
+        """The answer each next_n's backend in ``backends`` ((next_n, forced per-token) -> backend) got.
+
+        Asked as the backend asks, with its index heads and head dim: the probe caches its answer per
+        process and shape, so this reads the backend's own answer and calls DeepGEMM only where the
+        backend had not asked. Even next_n are not asked (None): the SM90 rule reads odd next_n's only."""
+        mod_name, name = self.PROBE.split(":")
+        probe = getattr(importlib.import_module(mod_name), name, None)
+        backend_mod = importlib.import_module("sglang.srt.layers.attention.dsa_backend")
+        deep_gemm_fns = getattr(backend_mod, "_deep_gemm_paged_mqa_fns", None)
+        if probe is None or deep_gemm_fns is None:  # a tree without the line's patch 2
+            return None
+        chosen = {n: b for (n, forced), b in sorted(backends.items()) if not forced}
+        first = next(iter(chosen.values()))
+        heads, head_dim = first.dsa_index_n_heads, first.dsa_index_head_dim
+        answers = {
+            str(n): bool(probe(n, heads, head_dim, deep_gemm_fns, device=b.device)) if n % 2 else None
+            for n, b in chosen.items()
+        }
+        return dict(function=self.PROBE, heads=heads, head_dim=head_dim, answers=answers)
 
 
 ADAPTERS = {"0.5.14": Tree, "0.5.23": Tree0523}

@@ -201,6 +201,25 @@ def test_contiguous_pages_are_recorded_and_a_dump_of_the_other_layout_is_refused
     assert stop.value.code == 2 and "pages contiguous" in err and "pages random" in err, err
 
 
+def test_the_json_records_the_trees_probe_answers_where_it_has_a_probe(cpu_bench, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run.json"
+    assert bench(tmp_path, "--modes", "graph", "--json", str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["sm90_next_n_rows_probe"] is None and doc["pages"] == "random"  # 0.5.14: no probe
+    asked = []
+
+    def answers(self, backends):
+        asked.append(sorted(backends))
+        return dict(function="f", heads=64, head_dim=128, answers={"2": None, "3": True})
+
+    monkeypatch.setattr(trees.Tree, "next_n_rows_probe", answers)
+    assert bench(tmp_path, "--modes", "graph", "--json", str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["sm90_next_n_rows_probe"]["answers"] == {"2": None, "3": True}
+    assert asked == [[(2, False), (2, True), (3, False), (3, True)]]  # the fixture's backends, asked once
+    assert "per next_n: {'2': None, '3': True}" in capsys.readouterr().out
+
+
 def test_a_dump_sized_for_the_compared_grids_matches(cpu_bench, tmp_path, monkeypatch):
     # what ci/run_gpu_layouts.sh does: the pristine part sizes its fixture for the patched part's grids
     monkeypatch.setitem(
