@@ -11,7 +11,8 @@
   ``make apply`` writes); None when neither holds ``sglang/``.
 - ``pristine_tree(tmp)``: ``$SGLPATCH_PRISTINE_TREE``, else the sglang 0.5.14 wheel in the
   sglpatch cache (``$SGLPATCH_CACHE`` or ``~/.cache/sglpatch``) unpacked into ``tmp``.
-- ``expected_sm90_layout(next_n, batch_size, width)``: the series' SM90 row-width rule, written out
+- ``expected_sm90_layout(next_n, batch_size, width)``: the v0.5.14 line's SM90 row-width rule, and
+  ``expected_sm90_rows_v0_5_23(next_n, batch_size, takes_next_n_rows)`` the v0.5.23 line's, written out
   here independently of the patched trees, for the GPU runs to check the trees against.
 
 ci/run_indexer_gpu.sh sets both variables from the bundle: the pristine package folder, and
@@ -134,3 +135,21 @@ def expected_sm90_layout(next_n: int, batch_size: int, width: int, num_sms: int 
     if -(-rows * chunks // num_sms) >= -(-batch_size * next_n * chunks // num_sms):
         return "per_token"
     return "native" if next_n == 2 else "paired"
+
+
+V0_5_23_MIN_TWO_TOKEN_ROWS = 16
+
+
+def expected_sm90_rows_v0_5_23(next_n: int, batch_size: int, takes_next_n_rows: bool) -> tuple[str, int]:
+    """(layout, query tokens per DeepGEMM row) the v0.5.23 line's SM90 rule gives a TARGET_VERIFY batch of
+    ``batch_size`` requests. Even next_n: two tokens per row (native for next_n 2, paired above) once that
+    makes 16 rows, whatever the block table's width (patch 1); odd next_n: all of a request's tokens in
+    one row where the installed DeepGEMM said it takes them (``takes_next_n_rows``, patch 2's probe),
+    else one token per row."""
+    if next_n < 2:
+        return "per_token", 1
+    if next_n % 2:
+        return ("native", next_n) if takes_next_n_rows else ("per_token", 1)
+    if batch_size * next_n // 2 < V0_5_23_MIN_TWO_TOKEN_ROWS:
+        return "per_token", 1
+    return ("native" if next_n == 2 else "paired"), 2

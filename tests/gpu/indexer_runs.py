@@ -98,6 +98,22 @@ def assert_grid_covered(runs: dict) -> None:
     assert all(r["per_token_us"] and r["chosen_us"] for r in runs["doc"]["rows"] if r["cuda_graph"])
 
 
+def assert_sm90_rows_v0_5_23(doc: dict) -> None:
+    """Every row of a patched v0.5.23 run took the width the line's SM90 rule gives it, with the answers
+    the run recorded from the tree's probe of [B, next_n] rows (odd next_n), and that width reached DeepGEMM."""
+    probe = doc.get("sm90_next_n_rows_probe")
+    assert probe, "the patched tree's probe answers are not recorded (bench/indexer/trees.py next_n_rows_probe)"
+    # the backend asks about the model's index heads: the DSA test kit's config has one
+    assert (probe["heads"], probe["head_dim"]) == (doc["index"]["heads"], doc["index"]["head_dim"]), probe
+    for r in doc["rows"]:
+        assert r["kernel_q_per_token"][1] == 1, r
+        answer = probe["answers"][str(r["next_n"])]
+        assert r["next_n"] % 2 == 0 or isinstance(answer, bool), (probe, r)
+        layout, tokens = gpu_trees.expected_sm90_rows_v0_5_23(r["next_n"], r["batch_size"], answer)
+        assert r["layout"] == layout and r["kernel_q_chosen"][1] == tokens, (layout, tokens, r)
+    assert any(r["kernel_q_chosen"][1] > 1 for r in doc["rows"]), "no row ran more than one token per row"
+
+
 def assert_pristine_ran_per_token(runs: dict) -> None:
     rows = runs["pristine"]["rows"]
     assert rows and all(r["layout"] == "per_token" and r["kernel_q_chosen"][1] == 1 for r in rows)

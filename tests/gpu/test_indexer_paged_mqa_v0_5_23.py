@@ -13,9 +13,11 @@ calling DeepGEMM ``fp8_paged_mqa_logits`` (through 0.5.23's ``deepgemm_paged_mqa
    per-token top-k and with pristine's.
 
 Asserts on the patched run's JSON: every row equivalent (ties at the boundary allowed), DeepGEMM
-logits bit-identical across row widths, the width the patch's SM90 rule gives for each case
-really reached DeepGEMM (q with two tokens per row), per-token where the rule says so, the
-comparison's self-check, and the functions named in ``exercised`` observed running.
+logits bit-identical across row widths, the width the line's SM90 rule gives for each case
+really reached DeepGEMM (q with that many tokens per row: pairs for even next_n from 16 rows on;
+all of an odd next_n's tokens where the installed DeepGEMM said yes to the tree's probe, whose
+answers the run records; else one), per-token where the rule says so, the comparison's
+self-check, and the functions named in ``exercised`` observed running.
 
 Env: ``SGLPATCH_SGLANG_TREE_V0_5_23`` (patched) and ``SGLPATCH_PRISTINE_TREE_V0_5_23``
 (folders holding ``sglang/``; ci/run_indexer_gpu_v0_5_23.sh sets both), the grid
@@ -96,13 +98,7 @@ def test_row_width_follows_the_sm90_rule_and_reached_deepgemm(runs):
     cap = runs["doc"]["compute_capability"]
     if cap[0] != 9:
         pytest.skip(f"the SM90 rule; this GPU is SM{cap[0]}{cap[1]}")
-    for r in runs["doc"]["rows"]:
-        assert r["kernel_q_per_token"][1] == 1, r
-        layout = gpu_trees.expected_sm90_layout(r["next_n"], r["batch_size"], r["block_table_width"])
-        assert r["layout"] == layout, (layout, r)
-        assert r["kernel_q_chosen"][1] == (1 if layout == "per_token" else 2), (layout, r)
-    layouts = {(r["next_n"], r["layout"]) for r in runs["doc"]["rows"]}
-    assert (2, "native") in layouts and (4, "paired") in layouts, layouts
+    indexer_runs.assert_sm90_rows_v0_5_23(runs["doc"])
 
 
 def test_pristine_ran_per_token(runs):

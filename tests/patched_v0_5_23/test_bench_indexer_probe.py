@@ -1,9 +1,12 @@
-"""bench/indexer_step.py on the v0.5.23 line's tree: the probe answers it records, and its fixture's index
-heads and pages.
+"""bench/indexer_step.py on the v0.5.23 line's tree: the probe answers it records, the layouts it names, the
+GPU test's expectation of them, and its fixture's index heads and pages.
 
 - ``Tree0523.next_n_rows_probe`` (bench/indexer/trees.py) records, per next_n, what the backend's probe of
   [B, next_n] rows answered (FakeDeepGemm: 6 tokens per row for the read-once build, 2 for stock), without
   asking DeepGEMM again; a tree without patch 2's probe records nothing.
+- The layout bench/indexer/fixture.py's ``layout_of`` names from the real backend's metadata, and its
+  tokens per row, are what tests/gpu/gpu_trees.py's ``expected_sm90_rows_v0_5_23`` gives with that answer;
+  that expectation is the tree's own rule for every next_n 1-8 and batch size 1-160.
 - The real fixture (in a child process: the DSA kit's runner and sglang's triton act_quant, run by triton's
   interpreter) gives the backends the indexer's 64 index heads, not the kit's one, and lays each request's
   pages in one run with ``pages="contiguous"``.
@@ -23,12 +26,16 @@ import support23 as S
 from cpu_sglang import import_sglang
 
 from bench.indexer import trees
-from bench.indexer.fixture import INDEX_HEADS, PAGE
+from bench.indexer.fixture import INDEX_HEADS, PAGE, layout_of
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+
+import gpu_trees  # noqa: E402
 
 TV = S.ForwardMode.TARGET_VERIFY
 READ_ONCE, STOCK = 6, 2  # query tokens per row SM90 DeepGEMM takes
+LENS = [100, 300, 64, 500, 7, 200, 900, 33, 128, 65, 700, 1, 90, 400, 80, 1000]
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +75,26 @@ def test_a_tree_without_the_probe_records_nothing(monkeypatch):
     monkeypatch.delattr(rule, "sm90_paged_mqa_takes_next_n_rows")
     assert trees.Tree0523("0.5.23").next_n_rows_probe(fixture_backends((3,))) is None
     assert trees.Tree("0.5.14").next_n_rows_probe(fixture_backends((3,))) is None
+
+
+@pytest.mark.parametrize("answer", [True, False], ids=["yes", "no"])
+@pytest.mark.parametrize("next_n,bs", [(2, 4), (2, 16), (3, 8), (4, 2), (4, 8), (5, 6), (6, 2), (6, 6)])
+def test_the_layout_the_bench_names_is_the_gpu_tests_expectation(monkeypatch, next_n, bs, answer):
+    S.use_kernels(monkeypatch, S.FakeDeepGemm(max_tokens_per_row=READ_ONCE if answer else STOCK))
+    backend = S.make_backend(next_n, num_reqs=16)
+    with S.platform(monkeypatch, "sm90"):
+        backend.init_forward_metadata(S.make_forward_batch(TV, LENS[:bs], next_n))
+    tokens = backend.forward_metadata.paged_mqa_ctx_lens_2d.shape[1]
+    assert (layout_of(backend, next_n), tokens) == gpu_trees.expected_sm90_rows_v0_5_23(next_n, bs, answer)
+
+
+def test_the_gpu_tests_expectation_is_the_trees_rule():
+    rule = import_sglang("sglang.kernels.ops.attention.dsa.paged_mqa_logits").pick_sm90_paged_mqa_tokens_per_row
+    for next_n in range(1, 9):
+        for bs in range(1, 161):
+            for answer in (False, True):
+                _, tokens = gpu_trees.expected_sm90_rows_v0_5_23(next_n, bs, answer)
+                assert tokens == rule(next_n, bs, answer), (next_n, bs, answer)
 
 
 CHILD = """
