@@ -4,8 +4,12 @@
 # (`ci/gpu_bundle.py --line v0.5.23`: .gpu-bundle/v0.5.23/sglang.tar.xz, pristine sglang 0.5.23).
 # Run from the repository root (the `run` tool's working directory), carrying .gpu-bundle.
 #
-#   bash ci/run_indexer_gpu_v0_5_23.sh [--grid smoke|full|tiny] [--out DIR] [--bundle DIR]
-#                                      [--work DIR] [-- PYTEST ARGS]
+#   bash ci/run_indexer_gpu_v0_5_23.sh [--grid smoke|full|tiny|engine64k|...] [--pages random|contiguous]
+#                                      [--out DIR] [--bundle DIR] [--work DIR] [--deep-gemm wheel|source]
+#                                      [-- PYTEST ARGS]
+#
+# --pages: how bench/indexer_step.py's fixture lays each request's pages over the KV pool, in both runs
+# (default random; contiguous: one run per request, as a fresh engine's allocator does).
 #
 # Builds WORK/trees/pristine (sglang 0.5.23 as shipped) and WORK/trees/patched (the same with
 # patches/v0.5.23/series applied by ci/apply_series.py), then runs
@@ -24,10 +28,12 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 box_defaults run_indexer_gpu_v0_5_23.sh "$@"
 LINE=v0.5.23
 GRID=smoke
+PAGES=random
 WORK=/tmp/sglpatch-gpu-v0_5_23
-BOX_OPTIONS="--grid=GRID"
+BOX_OPTIONS="--grid=GRID --pages=PAGES"
 box_options "$@"
 set -- "${BOX_REST[@]}"
+case "$PAGES" in random|contiguous) ;; *) echo "--pages takes random or contiguous, not '$PAGES'" >&2; exit 2 ;; esac
 box_start "run-indexer-gpu-$LINE"
 
 # 1. the trees: WORK/trees/pristine (sglang 0.5.23 as shipped) and WORK/trees/patched (the line's series)
@@ -37,10 +43,10 @@ make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/
 # 2. environment (no sglang in pkgs/: each run imports its own tree)
 use_bundle_env "$BUNDLE" "$WORK"
 export SGLPATCH_SGLANG_TREE_V0_5_23="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE_V0_5_23="$WORK/trees/pristine"
-export SGLPATCH_INDEXER_GRID="$GRID"
+export SGLPATCH_INDEXER_GRID="$GRID" SGLPATCH_INDEXER_PAGES="$PAGES"
 export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_h200_v0_5_23.json"
 "$PY" -c "import torch, deep_gemm, sgl_kernel; from importlib.metadata import version as v; \
-print('torch', torch.__version__, torch.cuda.get_device_name(), 'deep_gemm', v('sgl-deep-gemm'), 'sgl-kernel', v('sglang-kernel'))" \
+print('torch', torch.__version__, torch.cuda.get_device_name(), 'deep_gemm', deep_gemm.__file__, 'sgl-kernel', v('sglang-kernel'))" \
   || say "imports failed (the tests will skip with the reason)"
 
 # 3. 0.5.23's default top-k (sglang's JIT top-k v2): does it build and load here?
@@ -59,7 +65,7 @@ else
 fi
 
 # 4. the test
-say "pytest (grid $GRID)"
+say "pytest (grid $GRID, pages $PAGES)"
 "$PY" -m pytest -v -rA -p no:cacheprovider --junitxml "$OUTDIR/gpu_tests_v0_5_23.xml" \
   "$REPO/tests/gpu/test_indexer_paged_mqa_v0_5_23.py" "$@"
 rc=$?

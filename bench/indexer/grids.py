@@ -30,6 +30,13 @@ GRIDS = {
     "odd": dict(next_ns=(3, 5, 6), batch_sizes=(32, 64, 128), ctxs=(16384, 65536), lengths=("uniform", "ragged")),
     # cases a pristine tree runs too, for top-k identity across trees (a subset of "holdout")
     "identity": dict(next_ns=(2, 3, 4, 5, 6), batch_sizes=(16, 48), ctxs=(8192,), lengths=("ragged",)),
+    # The engine's 64k cases (its targets64k grid, 32 requests, and 128 beside them) at next_n 3-6, to
+    # run with --pages random and contiguous: at next_n 5, 32 x 64k uniform, the engine's one token per
+    # row took 211 us a layer where the kernel grid (random pages) took 347. Uniform lengths are the
+    # engine's; ragged here are the step's own (uniform in [ctx/16, ctx], one request short), not the
+    # engine's [ctx/2, ctx]. The fixture, 128 x 65536 tokens, is a one-layer pool of about 6.6 GB
+    # (656 B of fp8 MLA cache and 132 B of index-K per token), half the hold-out grids' 128 x 131072.
+    "engine64k": dict(next_ns=(3, 4, 5, 6), batch_sizes=(32, 128), ctxs=(65536,), lengths=("uniform", "ragged")),
 }
 MODES = {"both": (False, True), "eager": (False,), "graph": (True,)}
 

@@ -6,10 +6,11 @@ each in its own process; the result is what the tests assert on:
 ``rc``/``log`` and ``doc`` (the patched run's JSON), ``rc_p``/``log_p`` and ``pristine`` (the
 pristine run's), ``grid``.
 
-Grid: ``$SGLPATCH_INDEXER_GRID`` (``smoke`` by default); the patched run's JSON:
-``$SGLPATCH_INDEXER_JSON`` (default: ``json_name`` in the test's tmp dir), the pristine run's beside
-it with ``_pristine`` added; ``$SGLPATCH_RUN_COMMAND`` (set by the ci/ runners) goes into the JSON's
-command.
+Grid: ``$SGLPATCH_INDEXER_GRID`` (``smoke`` by default); the fixture's page layout, the same in both
+runs: ``$SGLPATCH_INDEXER_PAGES`` (bench/indexer_step.py's ``--pages``; its default when unset); the
+patched run's JSON: ``$SGLPATCH_INDEXER_JSON`` (default: ``json_name`` in the test's tmp dir), the
+pristine run's beside it with ``_pristine`` added; ``$SGLPATCH_RUN_COMMAND`` (set by the ci/ runners)
+goes into the JSON's command.
 """
 
 from __future__ import annotations
@@ -37,8 +38,15 @@ EXERCISED_ON_BOTH_LINES = (
 )
 
 
+def fixture_options() -> list[str]:
+    """bench/indexer_step.py's options for the fixture both runs build alike (their top-k are its KV slots)."""
+    pages = os.environ.get("SGLPATCH_INDEXER_PAGES")
+    return ["--pages", pages] if pages else []
+
+
 def _bench(tree: Path, label: str, grid: str, extra: list[str], log: Path) -> tuple[int, str]:
-    cmd = [sys.executable, str(BENCH), "--tree", str(tree), "--label", label, "--grid", grid, *extra]
+    cmd = [sys.executable, str(BENCH), "--tree", str(tree), "--label", label, "--grid", grid]
+    cmd += [*fixture_options(), *extra]
     with open(log, "w") as fh:
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, timeout=3000)
     return proc.returncode, log.read_text()
@@ -53,9 +61,9 @@ def run_pristine_then_patched(tmp: Path, pristine: Path, patched: Path, json_nam
         pristine, "pristine", grid, ["--dump-topk", str(topk_dir), "--json", str(pristine_json)], tmp / "pristine.log"
     )
     print(log_p[-3000:])
-    command = (
-        f"python bench/indexer_step.py --tree {patched} --label patched --grid {grid} "
-        f"--compare-topk <pristine run's --dump-topk> --json {out.name}"
+    command = " ".join(
+        ["python bench/indexer_step.py --tree", str(patched), "--label patched --grid", grid, *fixture_options()]
+        + ["--compare-topk <pristine run's --dump-topk> --json", out.name]
     )
     if os.environ.get("SGLPATCH_RUN_COMMAND"):
         command = f"{os.environ['SGLPATCH_RUN_COMMAND']}  ({test_file} ran: {command})"

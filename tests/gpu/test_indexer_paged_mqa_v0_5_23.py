@@ -21,7 +21,8 @@ self-check, and the functions named in ``exercised`` observed running.
 
 Env: ``SGLPATCH_SGLANG_TREE_V0_5_23`` (patched) and ``SGLPATCH_PRISTINE_TREE_V0_5_23``
 (folders holding ``sglang/``; ci/run_indexer_gpu_v0_5_23.sh sets both), the grid
-``SGLPATCH_INDEXER_GRID`` (smoke by default), the JSON ``SGLPATCH_INDEXER_JSON``.  Skips, with
+``SGLPATCH_INDEXER_GRID`` (smoke by default), the fixture's pages ``SGLPATCH_INDEXER_PAGES``
+(random by default), the JSON ``SGLPATCH_INDEXER_JSON``.  Skips, with
 the reason, without an SM90/SM100 GPU, DeepGEMM or sgl-kernel, or either tree.
 """
 
