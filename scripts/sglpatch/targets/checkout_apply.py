@@ -121,7 +121,7 @@ def _roll_back(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> None:
         free_reserve(target)
         still = restore_previous(target, record)
         if not still:
-            give_back_worktree(target, record.worktree)
+            give_back_worktree(target, record.worktree, record.base)
             if git.rev_parse(f"refs/heads/{record.branch}") is not None:
                 git.run("branch", "-q", "-D", record.branch)
             give_back_stats(target, record)

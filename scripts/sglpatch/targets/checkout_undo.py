@@ -94,7 +94,7 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
         fault_point("checkout: back on the previous branch")
         free_reserve(target)
         _check_switched_back(target, record, err)
-    if lost := give_back_worktree(target, record.worktree):
+    if lost := give_back_worktree(target, record.worktree, record.base):
         say(f"note: {', '.join(lost[:3])} came back as git writes them now: the bytes they had are gone from git")
     if git.rev_parse(f"refs/heads/{record.branch}") is not None:
         git.run("branch", "-q", "-D", record.branch)

@@ -34,13 +34,16 @@ def record_worktree(target: Target, paths: list[str]) -> dict[str, str]:
     return found
 
 
-def give_back_worktree(target: Target, recorded: dict[str, str]) -> list[str]:
+def give_back_worktree(target: Target, recorded: dict[str, str], base: str | None) -> list[str]:
     """Rewrite each recorded file whose bytes differ from those recorded; returns those whose bytes are no
-    longer in the repository (pruned by `git gc` since the apply): they stay as git wrote them."""
+    longer in the repository (pruned by `git gc` since the apply): they stay as git wrote them. `base` is the
+    commit the bytes went with: a file HEAD now holds in another version (the previous branch moved on, with a
+    commit changing it) is left as git wrote it, so the work tree never undoes that commit."""
     lost, rewritten = [], []
+    moved = _changed_since(target, base, list(recorded)) if base else set()
     for path, blob in sorted(recorded.items()):
         local = target.root / path
-        if not local.is_file() or local.is_symlink() or blob_id(local.read_bytes()) == blob:
+        if path in moved or not local.is_file() or local.is_symlink() or blob_id(local.read_bytes()) == blob:
             continue
         if target.git.try_run("cat-file", "-e", blob)[0] != 0:
             lost.append(path)
@@ -51,6 +54,12 @@ def give_back_worktree(target: Target, recorded: dict[str, str]) -> list[str]:
         rewritten.append(path)
     _restat(target, rewritten)
     return lost
+
+
+def _changed_since(target: Target, base: str, paths: list[str]) -> set[str]:
+    """The paths HEAD holds otherwise than `base` (another blob, or none)."""
+    then, now = tree_blobs(target, base, paths), tree_blobs(target, "HEAD", paths)
+    return {path for path in paths if then.get(path) != now.get(path)}
 
 
 def _restat(target: Target, paths: list[str]) -> None:

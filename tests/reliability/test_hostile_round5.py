@@ -1,0 +1,39 @@
+"""The hostile trial of round 5, on real v0.5.14 checkouts: a revert after the user moved or deleted the branch
+the series was applied from, and what the user's git settings and pending state do to apply and revert.
+"""
+
+from __future__ import annotations
+
+from sglpatch.git import Git
+from testing.sglang_trees import BACKEND, as_tester
+from testing.tree_bytes import tree_state
+
+
+def refused(sglpatch, target, *args, command="apply"):
+    """A command that must refuse: one line, exit 2, no traceback, the target as it was."""
+    before = tree_state(target)
+    code, out, err = sglpatch(command, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert tree_state(target) == before
+    return err
+
+
+def test_a_revert_onto_a_previous_branch_that_moved_keeps_its_new_commit_in_the_work_tree(
+    sglpatch, checkout, patches, tmp_path
+):
+    """The branch the series was applied from gained a commit of the user's changing a file the series touches
+    (made in a linked worktree). Before: revert switched back and then wrote the file's bytes of the apply's
+    time over it, so the work tree undid the user's commit (`git status`: modified)."""
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    git = as_tester(Git(checkout))
+    git.run("worktree", "add", "-q", str(elsewhere), "main")
+    with open(elsewhere / BACKEND, "a") as file:
+        file.write("# my own line\n")
+    as_tester(Git(elsewhere)).run("commit", "-q", "-am", "My own commit")
+    git.run("worktree", "remove", str(elsewhere))
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+    assert (checkout / BACKEND).read_text().endswith("# my own line\n")
+    assert git.run("status", "--porcelain") == ""
