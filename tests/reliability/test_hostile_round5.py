@@ -37,3 +37,20 @@ def test_a_revert_onto_a_previous_branch_that_moved_keeps_its_new_commit_in_the_
     assert code == 0, err
     assert (checkout / BACKEND).read_text().endswith("# my own line\n")
     assert git.run("status", "--porcelain") == ""
+
+
+def test_a_revert_whose_previous_branch_was_deleted_is_refused_before_anything_changes(sglpatch, checkout, patches):
+    """Before: revert wrote "reverting", failed in `git ls-tree main` with the whole command line, and told to run
+        recover, which failed the same way for ever. (In a clone, `git checkout main` made a new main from
+    origin/main instead, whatever commit that is.)"""
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    git = Git(checkout)
+    base = git.run("rev-parse", "main")
+    git.run("branch", "-q", "-D", "main")
+    err = refused(sglpatch, checkout, "--sglang", checkout, command="revert")
+    assert "branch main the series was applied from is gone" in err and f"git branch main {base}" in err, err
+    assert "still fully patched" in err, err
+    git.run("branch", "main", base)
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+    assert git.current_branch() == "main"

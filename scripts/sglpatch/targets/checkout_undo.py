@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from sglpatch import hints
@@ -30,12 +31,13 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
     branch, previous = record.branch, record.previous
     was = record.state
     _refuse_held_elsewhere(target, branch)
+    unchanged = "still fully patched" if was == WriteState.APPLIED else "as the interrupted run left it"
+    _refuse_previous_gone(target, record, unchanged)
     on_branch = git.current_branch() == branch
     with write_phase(f"the series is reverted: {target.root} is as it was (on {previous})"):
         half_switched = settle_checkout_switch(target, record, locks) if was in INTERRUPTED else []
         free_reserve(target)  # what a killed run kept aside to roll back with: this is that roll-back
         switching = on_branch and not half_switched
-        unchanged = "still fully patched" if was == WriteState.APPLIED else "as the interrupted run left it"
         if switching:
             try:
                 make_reserve(target, room_to_roll_back(target, target.paths_or_package(record.touched)))
@@ -82,6 +84,23 @@ def _refuse_held_elsewhere(target: Target, branch: str) -> None:
             f"has checked out; nothing was changed: switch that worktree away (`git -C {holders[0]} switch "
             "--detach`), then run this again"
         )
+
+
+def _refuse_previous_gone(target: Target, record: CheckoutRecord, unchanged: str) -> None:
+    """The branch the series was applied from must still be there to go back to: deleted since, a revert would
+    stop half-way (and `git checkout` would make a new one from a remote-tracking branch of that name)."""
+    previous = record.previous
+    is_commit = re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", previous) is not None
+    if target.git.rev_parse(previous if is_commit else f"refs/heads/{previous}") is not None:
+        return
+    what = f"commit {previous}" if is_commit else f"branch {previous}"
+    again = (
+        "" if is_commit else f": make it again (`git branch {previous} {record.base or 'COMMIT'}`), then run this again"
+    )
+    on = f" (on {record.branch})" if record.state == WriteState.APPLIED else ""
+    raise FatalError(
+        f"the {what} the series was applied from is gone; nothing was changed: {target.root} is {unchanged}{on}{again}"
+    )
 
 
 def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str], switching: bool) -> None:
