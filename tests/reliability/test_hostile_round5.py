@@ -54,3 +54,21 @@ def test_a_revert_whose_previous_branch_was_deleted_is_refused_before_anything_c
     code, out, err = sglpatch("revert", "--sglang", checkout)
     assert code == 0, err
     assert git.current_branch() == "main"
+
+
+def test_a_checkout_that_is_a_submodule_is_reverted(sglpatch, base_repo, patches, tmp_path):
+    """sglang as a submodule of the user's project: its .git is a file naming `.git/modules/sglang`, and
+    `git worktree list` names the main worktree by that git dir. Before: revert took it for another worktree
+    holding the series branch and refused for ever, advising a `git switch --detach` there."""
+    project = tmp_path / "project"
+    Git(tmp_path).run("init", "-q", str(project))
+    mine = as_tester(Git(project))
+    mine.run("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(base_repo), "sglang")
+    mine.run("commit", "-q", "-m", "sglang as a submodule")
+    checkout = project / "sglang"
+    before = tree_state(checkout)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+    assert tree_state(checkout) == before
+    assert mine.run("status", "--porcelain") == ""

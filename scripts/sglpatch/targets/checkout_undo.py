@@ -70,14 +70,19 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
 
 def _refuse_held_elsewhere(target: Target, branch: str) -> None:
     """git deletes no branch a linked worktree has checked out (`git worktree add --force`, or a checkout with
-    --ignore-other-worktrees put it there too): say so before anything changes, not half-way."""
-    listed = target.git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0")
-    here, holders, where = target.root.resolve(), [], None
+    --ignore-other-worktrees put it there too): say so before anything changes, not half-way. The first worktree
+    git lists is the main one, which git names by its git dir where that is not a `.git` folder in the work tree
+    (a submodule's checkout, `git init --separate-git-dir`): when the target is the main worktree, that one is it."""
+    git = target.git
+    listed = git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0")
+    here, holders, where, seen = target.root.resolve(), [], None, 0
+    main_is_here = git.git_dir() == git.common_dir()
     for line in listed:  # a path as the file system has it: any byte (os.fsdecode, as every path here)
         if line.startswith(b"worktree "):
-            where = Path(os.fsdecode(line.removeprefix(b"worktree ")))
+            where, seen = Path(os.fsdecode(line.removeprefix(b"worktree "))), seen + 1
         elif line == os.fsencode(f"branch refs/heads/{branch}") and where is not None and where.resolve() != here:
-            holders.append(where)
+            if not (seen == 1 and main_is_here):
+                holders.append(where)
     if holders:
         raise FatalError(
             f"branch {branch} is checked out in the worktree {holders[0]} too, and git deletes no branch a worktree "
