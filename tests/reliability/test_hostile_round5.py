@@ -72,3 +72,36 @@ def test_a_checkout_that_is_a_submodule_is_reverted(sglpatch, base_repo, patches
     assert code == 0, err
     assert tree_state(checkout) == before
     assert mine.run("status", "--porcelain") == ""
+
+
+def test_a_git_ignored_file_where_onto_has_one_stops_the_rebase_before_it_starts(sglpatch, checkout, patches, tmp_path):
+    """ONTO adds a file where the user keeps a git-ignored one (a local config, say). Before: `git checkout
+    --detach ONTO` overwrote it without a word and the rebase went through: its bytes were gone (an untracked
+    file instead made git refuse, and the rebase was rolled back)."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    added = checkout / "python/sglang/local_settings.py"
+    added.write_text("UPSTREAM = 1\n")
+    git.run("add", str(added))
+    git.run("commit", "-q", "-m", "upstream adds local_settings.py")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    with open(checkout / ".git/info/exclude", "a") as exclude:
+        exclude.write("python/sglang/local_settings.py\n")
+    added.write_text("MY_TOKEN_FILE = 'mine'\n")
+    before = tree_state(patches)
+    err = refused(
+        sglpatch,
+        checkout,
+        "--sglang",
+        checkout,
+        "--patches",
+        patches,
+        "--report-dir",
+        tmp_path / "report",
+        "--onto",
+        "newer",
+        command="rebase",
+    )
+    assert f"{added} is there already (untracked or git-ignored file)" in err and "onto newer" in err, err
+    assert tree_state(patches) == before and not (tmp_path / "report").exists()

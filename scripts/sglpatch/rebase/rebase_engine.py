@@ -18,6 +18,7 @@ staged, finish it: rebase_settle.py. Its state on disk: targets/rebase_store.py.
 from __future__ import annotations
 
 import errno
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,6 +211,7 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
     with rebase_settle.tags_removed_on_failure(git, tags):
         onto, release = _resolve_onto(git, request.onto, request.release, pin.project)
         _new_line_dir(request, release, request.patch_dir.resolve())  # refuse an existing line before any work
+        _refuse_files_in_the_way(target, onto, request.onto, series)
         base = git.rev_parse(pin.base_rev) or _release_base(git, pin)
         commits = series_commits(git, base, series.patches)
     try:
@@ -286,6 +288,24 @@ def _new_state(
         out_dir=str(out_dir),
         out_digest=series_digest(out_dir),
     )
+
+
+def _refuse_files_in_the_way(target: Target, onto: str, asked: str, series: Series) -> None:
+    """A file HEAD does not track where ONTO or the series has one: git's checkout of ONTO and its cherry-picks
+    overwrite a git-ignored file there (an untracked one stops them part-way), and the way back deletes it."""
+    git = target.git
+    listed = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", "HEAD", onto, strip=False)
+    wanted = list(dict.fromkeys([*filter(None, listed.split("\0")), *series.touched_paths]))
+    tracked = set(
+        filter(None, git.run("ls-tree", "-r", "-z", "--name-only", "HEAD", "--", *wanted, strip=False).split("\0"))
+    )
+    for path in wanted:
+        if path not in tracked and os.path.lexists(target.local_path(path)):
+            raise FatalError(
+                f"{target.local_path(path)} is there already (untracked or git-ignored file), and the rebase onto "
+                f"{asked} writes it; move it away first (the rebase would overwrite it, its way back delete it); "
+                "nothing was changed"
+            )
 
 
 def _refuse_backwards(release: str | None, pin: Pin) -> None:
