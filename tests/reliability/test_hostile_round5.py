@@ -5,7 +5,7 @@ the series was applied from, and what the user's git settings and pending state 
 from __future__ import annotations
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, as_tester
+from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
 from testing.tree_bytes import tree_state
 
 
@@ -105,3 +105,51 @@ def test_a_git_ignored_file_where_onto_has_one_stops_the_rebase_before_it_starts
     )
     assert f"{added} is there already (untracked or git-ignored file)" in err and "onto newer" in err, err
     assert tree_state(patches) == before and not (tmp_path / "report").exists()
+
+
+def _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path) -> Git:
+    """The test series applied, then rebased onto a branch `newer` whose edit of patch 1's line conflicts."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
+    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch(
+        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer"
+    )
+    assert code == 1 and "conflicts in" in err, (out, err)
+    return git
+
+
+def test_abort_and_drop_refuse_to_throw_away_an_edit_the_stopped_patch_does_not_touch(
+    sglpatch, checkout, patches, tmp_path
+):
+    """While the rebase waited at a conflict the user edited another file. Before: --abort (`git checkout -f`)
+    and --drop (`git reset --hard`) threw the edit away without a word."""
+    _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path)
+    with open(checkout / SECOND, "a") as file:
+        file.write("# my notes\n")
+    for option in (["--abort"], ["--drop", "1"]):
+        err = refused(sglpatch, checkout, "--sglang", checkout, *option, command="rebase")
+        assert f"{SECOND} changed while the rebase waited" in err and "nothing was changed" in err, err
+    assert (checkout / SECOND).read_text().endswith("# my notes\n")
+
+
+def test_abort_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout, patches, tmp_path):
+    """The user resolved the conflict and committed, then a commit of their own, then chose --abort. Before: back
+    on the original branch, both commits were left on a detached HEAD nothing named (`checkout -q` hid git's
+    warning)."""
+    git = _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path)
+    git.run("checkout", "--theirs", BACKEND)
+    git.run("add", BACKEND)
+    git.run("commit", "-q", "-m", "my resolution")
+    with open(checkout / SECOND, "a") as file:
+        file.write("# my notes\n")
+    git.run("commit", "-q", "-am", "my own commit")
+    mine = git.run("rev-parse", "HEAD")
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 0, err
+    kept = f"refs/sglpatch/backup/aborted-{mine[:12]}"
+    assert kept in out and git.run("rev-parse", kept) == mine, out
+    assert git.current_branch() == "sglpatch/v0.5.14"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -519,6 +520,8 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
             f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase(target.root)} and start "
             f"again with DROP="
         )
+    if stopped.patch in names:
+        _refuse_changes_beside_the_stop(target.git, state, f"--drop {spec}")
     later = [n for n in names if n != stopped.patch and n not in state.dropped]
     with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
         if later:
@@ -591,12 +594,51 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
     """Put the checkout back as it was before the rebase began."""
     if state is None:
         raise FatalError("no rebase in progress here")
+    git = target.git
+    _refuse_changes_beside_the_stop(git, state, "--abort")
+    mine = _commits_made_while_stopped(git, state)
     with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
-        rebase_settle.roll_back(target.git, folder, state)
-    head = target.git.run("rev-parse", "HEAD")[:12]
+        if mine:
+            git.run("update-ref", mine, "HEAD")
+        rebase_settle.roll_back(git, folder, state)
+    head = git.run("rev-parse", "HEAD")[:12]
     where = f"back on {state.original} at {head}" if state.begun else "nothing had changed"
-    say(f"rebase aborted: {where}")
+    kept = f"; the commits made while it waited are kept at {mine}" if mine else ""
+    say(f"rebase aborted: {where}{kept}")
     return 0
+
+
+def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -> None:
+    """While a rebase waits, the files of the patch it stopped at are the user's to resolve, and `option` throws
+    that away (`git checkout -f`, `git reset --hard`); a change to any other file is work of the user's."""
+    stopped = state.stopped
+    if stopped is None or not state.begun:
+        return
+    ours = set(stopped.files)
+    if state.patches and state.commits and stopped.patch in state.patches:
+        picked = state.commits[state.patches.index(stopped.patch)]
+        ours |= set(git.run("diff-tree", "-r", "--name-only", "--no-commit-id", picked).splitlines())
+    beside = [path for path in git.run("diff", "--name-only", "--no-renames", "HEAD").splitlines() if path not in ours]
+    if beside:
+        files = shlex.join(beside)
+        raise FatalError(
+            f"{', '.join(beside[:5])} changed while the rebase waited, and {stopped.patch} does not touch "
+            f"{'it' if len(beside) == 1 else 'them'}: {option} would throw that away; nothing was changed: save "
+            f"the changes (`git diff HEAD -- {files} > my-changes.patch`; git stashes nothing while a pick conflicts), "
+            f"put the files back as HEAD has them (`git checkout HEAD -- {files}`), then run this again"
+        )
+
+
+def _commits_made_while_stopped(git: Git, state: RebaseState) -> str | None:
+    """The ref that keeps what HEAD holds past where the rebase stopped (commits of the user's, say the
+    resolution), which going back to the original branch leaves behind; None when there are none."""
+    stopped = state.stopped
+    if stopped is None or not stopped.head or not state.begun:
+        return None
+    head = git.rev_parse("HEAD")
+    if head is None or head == stopped.head or git.is_ancestor(head, stopped.head):
+        return None
+    return f"refs/sglpatch/backup/aborted-{head[:12]}"
 
 
 # -- finishing -------------------------------------------------------------------------
