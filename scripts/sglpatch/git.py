@@ -201,8 +201,9 @@ class Git:
         return out if status == 0 else None
 
     def current_branch(self) -> str | None:
-        status, out, _ = self.try_run("symbolic-ref", "--quiet", "--short", "HEAD")
-        return out if status == 0 else None
+        """HEAD's branch by its name (not `--short`'s, which is `heads/main` where a tag `main` is there too)."""
+        status, out, _ = self.try_run("symbolic-ref", "--quiet", "HEAD")
+        return out.removeprefix("refs/heads/") if status == 0 else None
 
     def committer(self) -> tuple[str, str]:
         """Who commits on the user's branch here: the committer git itself would take (user.name/user.email,

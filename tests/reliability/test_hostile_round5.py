@@ -153,3 +153,19 @@ def test_abort_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout
     kept = f"refs/sglpatch/backup/aborted-{mine[:12]}"
     assert kept in out and git.run("rev-parse", kept) == mine, out
     assert git.current_branch() == "sglpatch/v0.5.14"
+
+
+def test_a_tag_named_like_the_branch_is_no_other_branch(sglpatch, checkout, patches):
+    """A tag `main` beside the branch main (and one named like the series branch): git's short name for HEAD's
+    branch is then `heads/main`. Before: apply said git "left it unwritten: HEAD is on heads/sglpatch/v0.5.14",
+    could not roll back (HEAD left detached, branch and record left), and recover could not either."""
+    git = Git(checkout)
+    git.run("tag", "main")
+    git.run("tag", "sglpatch/v0.5.14")
+    before = tree_state(checkout)
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, err
+    assert git.current_branch() == "sglpatch/v0.5.14"
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0 and "back on main" in out, err
+    assert tree_state(checkout) == before
