@@ -169,3 +169,16 @@ def test_a_tag_named_like_the_branch_is_no_other_branch(sglpatch, checkout, patc
     code, out, err = sglpatch("revert", "--sglang", checkout)
     assert code == 0 and "back on main" in out, err
     assert tree_state(checkout) == before
+
+
+def test_drop_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout, patches, tmp_path):
+    """The user committed a resolution of the stopped patch, then chose to leave that patch out after all.
+    Before: --drop reset past the commit (`git reset --hard` to where the patch went onto), which nothing named."""
+    git = _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path)
+    git.run("checkout", "--theirs", BACKEND)
+    git.run("add", BACKEND)
+    git.run("commit", "-q", "-m", "my resolution")
+    mine = git.run("rev-parse", "HEAD")
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--drop", "1")
+    kept = f"refs/sglpatch/backup/dropped-{mine[:12]}"
+    assert code == 0 and kept in out and git.run("rev-parse", kept) == mine, (code, out, err)

@@ -520,8 +520,10 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
             f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase(target.root)} and start "
             f"again with DROP="
         )
+    mine = None
     if stopped.patch in names:
         _refuse_changes_beside_the_stop(target.git, state, f"--drop {spec}")
+        mine = _commits_made_while_stopped(target.git, state, "dropped")
     later = [n for n in names if n != stopped.patch and n not in state.dropped]
     with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
         if later:
@@ -532,6 +534,10 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
         if stopped.patch not in names:
             say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase(target.root)}")
             return 0
+        if mine:
+            with write_phase():
+                target.git.run("update-ref", mine, "HEAD")
+            say(f"the commits made while the rebase waited are kept at {mine}")
         _drop_stopped_patch(target.git, folder, state, stopped)
         return _replay(target, folder, state, series)
 
@@ -596,7 +602,7 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
         raise FatalError("no rebase in progress here")
     git = target.git
     _refuse_changes_beside_the_stop(git, state, "--abort")
-    mine = _commits_made_while_stopped(git, state)
+    mine = _commits_made_while_stopped(git, state, "aborted")
     with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
         if mine:
             git.run("update-ref", mine, "HEAD")
@@ -629,16 +635,17 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
         )
 
 
-def _commits_made_while_stopped(git: Git, state: RebaseState) -> str | None:
+def _commits_made_while_stopped(git: Git, state: RebaseState, why: str) -> str | None:
     """The ref that keeps what HEAD holds past where the rebase stopped (commits of the user's, say the
-    resolution), which going back to the original branch leaves behind; None when there are none."""
+    resolution), which going back to the original branch or past the stopped patch leaves behind; None when
+    there are none."""
     stopped = state.stopped
     if stopped is None or not stopped.head or not state.begun:
         return None
     head = git.rev_parse("HEAD")
     if head is None or head == stopped.head or git.is_ancestor(head, stopped.head):
         return None
-    return f"refs/sglpatch/backup/aborted-{head[:12]}"
+    return f"refs/sglpatch/backup/{why}-{head[:12]}"
 
 
 # -- finishing -------------------------------------------------------------------------
