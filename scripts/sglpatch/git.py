@@ -51,8 +51,10 @@ _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
 # The commits sglpatch makes on a user's branch (a rebase's cherry-picks) are the patches' own: no hook of the
 # user's runs in them (core.hooksPath or .git/hooks: a prepare-commit-msg or commit-msg hook would write its text
-# into every rewritten patch), and no editor opens.
-_NO_HOOKS = ("-c", f"core.hooksPath={os.devnull}")
+# into every rewritten patch), and no editor opens. Nor in a roll-back's `git checkout COMMIT -- PATHS`, which puts
+# bytes back: a post-checkout hook that rewrites a series file there would make the roll-back (and recover) fail
+# for ever.
+NO_HOOKS = ("-c", f"core.hooksPath={os.devnull}")
 
 
 class GitFailed(FatalError):
@@ -223,7 +225,7 @@ class Git:
         """This git making sglpatch's commit on the user's branch (a cherry-pick): as `committer()`, the author
         the commit's own, without the user's hooks and without an editor."""
         committer = self.as_committer().with_env(GIT_EDITOR="true")
-        return Git(committer.workdir, committer.env, (*self.options, *_NO_HOOKS))
+        return Git(committer.workdir, committer.env, (*self.options, *NO_HOOKS))
 
     def as_sglpatch(self) -> Git:
         """This git with sglpatch's own identity as author and committer: for commits only the toolkit sees."""

@@ -182,3 +182,15 @@ def test_drop_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout,
     code, out, err = sglpatch("rebase", "--sglang", checkout, "--drop", "1")
     kept = f"refs/sglpatch/backup/dropped-{mine[:12]}"
     assert code == 0 and kept in out and git.run("rev-parse", kept) == mine, (code, out, err)
+
+
+def test_a_post_checkout_hook_that_rewrites_a_series_file_is_rolled_back(sglpatch, checkout, patches):
+    """The user's post-checkout hook stamps a file the series touches (a version line, say). Before: apply found
+    the file not as committed and rolled back, but the roll-back's `git checkout COMMIT -- PATHS` ran the hook
+    again: "rolling back failed too", the branch and record left, the file stamped, and recover failed for ever."""
+    hooks = checkout / ".git/hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "post-checkout").write_text(f'#!/bin/sh\ngrep -q "# stamped" {BACKEND} || echo "# stamped" >> {BACKEND}\n')
+    (hooks / "post-checkout").chmod(0o755)
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert f"{BACKEND} is not as committed" in err and "rolled back, nothing changed" in err, err

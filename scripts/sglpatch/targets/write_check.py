@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglpatch.git import blob_id
+from sglpatch.git import NO_HOOKS, blob_id
 from sglpatch.targets.target import Target, dirty_paths
 
 
@@ -53,7 +53,7 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     there = tree_blobs(target, commit, touched)
     git.try_run("reset", "-q", commit, "--", *touched)
     if there:
-        git.try_run("checkout", "-q", commit, "--", *there)
+        git.try_run(*NO_HOOKS, "checkout", "-q", commit, "--", *there)
     leaving = tree_blobs(target, away_from, touched) if away_from else {}
     for path in set(touched) - set(there):
         local = target.root / path
