@@ -194,3 +194,43 @@ def test_a_post_checkout_hook_that_rewrites_a_series_file_is_rolled_back(sglpatc
     (hooks / "post-checkout").chmod(0o755)
     err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
     assert f"{BACKEND} is not as committed" in err and "rolled back, nothing changed" in err, err
+
+
+def _stamping_hook(checkout) -> None:
+    """A post-checkout hook of the user's that stamps a file the series touches, once."""
+    hooks = checkout / ".git/hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "post-checkout").write_text(f'#!/bin/sh\ngrep -q "# stamped" {BACKEND} || echo "# stamped" >> {BACKEND}\n')
+    (hooks / "post-checkout").chmod(0o755)
+
+
+def test_a_post_checkout_hook_runs_in_neither_the_rebase_checkout_of_onto_nor_the_abort(
+    sglpatch, checkout, patches, tmp_path
+):
+    """Before: the rebase's `git checkout --detach ONTO` ran the user's post-checkout hook, which stamped a series
+    file: the first pick stopped ("your local changes would be overwritten"); and --abort's `git checkout -f`
+    back ran it again, leaving the file stamped on the user's branch."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
+    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
+    git.run("switch", "-q", "-c", "quiet", "main")
+    (checkout / "UPSTREAM.txt").write_text("upstream\n")
+    git.run("add", "UPSTREAM.txt")
+    git.run("commit", "-q", "-m", "upstream adds a file")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    _stamping_hook(checkout)
+    before = tree_state(checkout)
+    code, out, err = sglpatch(
+        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer"
+    )
+    assert code == 1 and "conflicts in" in err, (out, err)
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 0, err
+    assert tree_state(checkout) == before
+    code, out, err = sglpatch(
+        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report2", "--onto", "quiet"
+    )
+    assert code == 0, (out, err)
+    assert "# stamped" not in git.run("show", f"HEAD:{BACKEND}")

@@ -29,7 +29,7 @@ from packaging.version import Version
 
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
-from sglpatch.git import Git, GitFailed, disk_full, error_line, git_reason
+from sglpatch.git import NO_HOOKS, Git, GitFailed, disk_full, error_line, git_reason
 from sglpatch.output import progress, say
 from sglpatch.pin import Pin, Wheel, load_pin, pinned_kind
 from sglpatch.project_kind import ProjectKind
@@ -230,7 +230,7 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             fault_point("rebase: series ref made")
             git.run("update-ref", state.backup, state.original_head)
             fault_point("rebase: HEAD backed up")
-            status, _, err = git.try_run("checkout", "-q", "--detach", onto)
+            status, _, err = git.try_run(*NO_HOOKS, "checkout", "-q", "--detach", onto)
             if status != 0:
                 raise FatalError(f"could not check out {request.onto} ({git_reason(err)})")
             fault_point("rebase: ONTO checked out")

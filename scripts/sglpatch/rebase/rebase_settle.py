@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import Git, blob_id
+from sglpatch.git import NO_HOOKS, Git, blob_id
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.safety.durable import fsync_dir, write_durably
 from sglpatch.safety.interrupts import fault_point, write_phase
@@ -76,7 +76,7 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
             git.try_run("cherry-pick", "--abort")
             _put_back_orig_head(git, orig_head)
             fault_point("rebase rollback: cherry-pick aborted")
-        git.run("checkout", "-q", "-f", state.original)
+        git.run(*NO_HOOKS, "checkout", "-q", "-f", state.original)
         fault_point("rebase rollback: back on the original branch")
         _remove_files_a_cut_switch_left(git, state)
         made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
