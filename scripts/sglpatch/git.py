@@ -123,6 +123,9 @@ def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING_VARS}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
+    # The objects as they are: a `git replace` ref for a blob the series touches would have apply build on the
+    # replacement's bytes, and revert's `git checkout` write them (or refuse for ever: not as committed).
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env.update(extra or {})
     return env
 

@@ -234,3 +234,18 @@ def test_a_post_checkout_hook_runs_in_neither_the_rebase_checkout_of_onto_nor_th
     )
     assert code == 0, (out, err)
     assert "# stamped" not in git.run("show", f"HEAD:{BACKEND}")
+
+
+def test_a_replace_ref_for_a_blob_the_series_touches_changes_nothing(sglpatch, checkout, patches):
+    """`git replace` names another blob for the one HEAD holds at a series file. Before: apply built on the
+    replacement's bytes, and revert refused for ever ("could not switch back ...: not as committed")."""
+    git = as_tester(Git(checkout))
+    old = git.run("rev-parse", f"HEAD:{BACKEND}")
+    new = git.run_with_input(["hash-object", "-w", "--stdin"], (checkout / BACKEND).read_bytes() + b"# replaced\n")
+    git.run("replace", old, new)
+    before = tree_state(checkout)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    assert "# replaced" not in (checkout / BACKEND).read_text()
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+    assert tree_state(checkout) == before
