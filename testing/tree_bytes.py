@@ -107,3 +107,13 @@ def fingerprint(root) -> dict[str, str]:
             if name != "objects" and os.path.isfile(path):
                 result[os.path.join(rel_dir, name) if parts else name] = file_digest(path)
     return dict(sorted(result.items()))
+
+
+def refused(sglpatch, target, *args, command="apply"):
+    """A command that must refuse: one line, exit 2, no traceback, the target as it was."""
+    before = tree_state(target)
+    code, out, err = sglpatch(command, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert tree_state(target) == before
+    return err

@@ -15,7 +15,7 @@ from sglpatch.git import Git
 from testing.fault_harness import default_sigint
 from testing.hostile import CAPSH
 from testing.sglang_trees import as_tester
-from testing.tree_bytes import tree_state
+from testing.tree_bytes import refused, tree_state
 
 
 def commit_of_my_own(checkout, name: str = "my_notes.py") -> str:
@@ -24,16 +24,6 @@ def commit_of_my_own(checkout, name: str = "my_notes.py") -> str:
     git.run("add", f"python/sglang/{name}")
     git.run("commit", "-q", "-m", f"My own commit ({name})")
     return git.run("rev-parse", "HEAD")
-
-
-def refused(sglpatch, target, *args, command="apply"):
-    """A command that must refuse: one line, exit 2, no traceback, the target as it was."""
-    before = tree_state(target)
-    code, out, err = sglpatch(command, *args)
-    assert code == 2, (out, err)
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert tree_state(target) == before
-    return err
 
 
 # -- E: recover with a commit of the user's on top of the series --------------------------------

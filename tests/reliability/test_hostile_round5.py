@@ -6,17 +6,7 @@ from __future__ import annotations
 
 from sglpatch.git import Git
 from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
-from testing.tree_bytes import tree_state
-
-
-def refused(sglpatch, target, *args, command="apply"):
-    """A command that must refuse: one line, exit 2, no traceback, the target as it was."""
-    before = tree_state(target)
-    code, out, err = sglpatch(command, *args)
-    assert code == 2, (out, err)
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert tree_state(target) == before
-    return err
+from testing.tree_bytes import refused, tree_state
 
 
 def test_a_revert_onto_a_previous_branch_that_moved_keeps_its_new_commit_in_the_work_tree(
