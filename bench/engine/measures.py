@@ -175,17 +175,25 @@ def host_per_run(runs: list[dict], batch_size: int, skip: int) -> list[dict]:
     out = []
     for run in runs:
         draft = part_records(run, "draft", batch_size, skip)
-        steps = [r for r in part_records(run, "step", batch_size, skip) if r.get("cpu_ms") is not None]
-        host_ms = sum(r["host_ms"] for r in steps)
+        share, cpus = steps_on_cpu(part_records(run, "step", batch_size, skip))
         out.append(
             {
                 "draft_host_ms": statistics.median(r["host_ms"] for r in draft) if draft else None,
-                "step_on_cpu_share": sum(r["cpu_ms"] for r in steps) / host_ms if host_ms else None,
-                "step_cpus": sorted({r["cpu"] for r in steps if r.get("cpu") is not None}),
+                "step_on_cpu_share": share,
+                "step_cpus": cpus,
                 "host_cpus": run.get("host_cpus"),
             }
         )
     return out
+
+
+def steps_on_cpu(steps: list[dict]) -> tuple[float | None, list[int]]:
+    """The share of the steps' host time the scheduler thread was on a CPU (None where no record has
+    ``cpu_ms``: the probe's records before 4 Dec 2026, the fourth session), and the vCPUs they ended on."""
+    with_cpu = [r for r in steps if r.get("cpu_ms") is not None]
+    host_ms = sum(r["host_ms"] for r in with_cpu)
+    share = sum(r["cpu_ms"] for r in with_cpu) / host_ms if host_ms else None
+    return share, sorted({r["cpu"] for r in with_cpu if r.get("cpu") is not None})
 
 
 def tokens_per_s(runs: list[dict]) -> float | None:

@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
-from bench.engine.measures import part_records, step_parts  # noqa: E402
+from bench.engine.measures import part_records, step_parts, steps_on_cpu  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
 RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart
@@ -84,11 +84,11 @@ def run_summaries(
     out = []
     for draft, step in zip(drafts, steps, strict=False):
         run = {"steps": draft + step}
-        starts = [r["t"] for r in part_records(run, "step", batch_size, skip)]
+        timed = part_records(run, "step", batch_size, skip)
+        starts = [r["t"] for r in timed]
         if len(starts) < min_steps:
             continue
         parts = step_parts([run], batch_size, skip)
-        timed = part_records(run, "step", batch_size, skip)
         out.append(
             {
                 "t": starts[0],
@@ -105,16 +105,10 @@ def run_summaries(
 
 
 def on_cpu(steps: list[dict]) -> dict:
-    """The share of the steps' host time the scheduler thread was on a CPU, and the vCPUs the steps
-    ended on (probe records since 4 Dec 2026, the fourth session, have ``cpu_ms`` and ``cpu``; older ones give nothing).
-    """
-    with_cpu = [r for r in steps if r.get("cpu_ms") is not None]
-    if not with_cpu:
-        return {}
-    return {
-        "on_cpu_share": sum(r["cpu_ms"] for r in with_cpu) / sum(r["host_ms"] for r in with_cpu),
-        "cpus": sorted({r["cpu"] for r in with_cpu if r.get("cpu") is not None}),
-    }
+    """The run's share of its steps' host time on a CPU and the vCPUs they ended on, where its records
+    have them (bench/engine/measures.py steps_on_cpu); nothing for older records."""
+    share, cpus = steps_on_cpu(steps)
+    return {} if share is None else {"on_cpu_share": share, "cpus": cpus}
 
 
 def host_speed_link(results: list[dict], labels: tuple = ("pristine", "pristine_b")) -> dict | None:

@@ -29,6 +29,9 @@ from sglpatch.targets.ownership import GIT_FILES, give_to_folder_owner
 from sglpatch.targets.target import Target
 from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
+# a git object id: SHA-1, or SHA-256 in a repository that uses it
+OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
 STATE_FILE = "sglpatch-state.json"
 
 
@@ -71,7 +74,7 @@ class CheckoutRecord:
         for key in ("head", "rebased_onto", "series", "base"):
             if not isinstance(data.get(key), (str, type(None))):
                 raise ValueError(f"{key} is not a string")
-        if data.get("head") is not None and not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", data["head"]):
+        if data.get("head") is not None and not OBJECT_ID.fullmatch(data["head"]):
             raise ValueError(f"head {data['head'][:60]!r} is not a commit id")
         for key in ("patches", "touched"):
             value = data.get(key, [])
@@ -81,7 +84,7 @@ class CheckoutRecord:
             check_path_is_safe(path)
         worktree = data.get("worktree", {})
         if not isinstance(worktree, dict) or not all(
-            isinstance(v, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", v) for v in worktree.values()
+            isinstance(v, str) and OBJECT_ID.fullmatch(v) for v in worktree.values()
         ):
             raise ValueError("worktree is not a map of paths to blob ids")
         for path in worktree:

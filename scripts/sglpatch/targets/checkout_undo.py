@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from sglpatch import hints
@@ -11,7 +10,7 @@ from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import KEEP_SPARSE_AS_IT_IS, GitFailed
 from sglpatch.output import say
 from sglpatch.safety.interrupts import fault_point, write_phase
-from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replace_state, write_state
+from sglpatch.targets.checkout_record import OBJECT_ID, CheckoutRecord, drop_record, replace_state, write_state
 from sglpatch.targets.git_locks import GitLock
 from sglpatch.targets.killed_git import settle_checkout_switch
 from sglpatch.targets.space import free_reserve, make_reserve, room_to_roll_back
@@ -95,7 +94,7 @@ def _refuse_previous_gone(target: Target, record: CheckoutRecord, unchanged: str
     """The branch the series was applied from must still be there to go back to: deleted since, a revert would
     stop half-way (and `git checkout` would make a new one from a remote-tracking branch of that name)."""
     previous = record.previous
-    is_commit = re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", previous) is not None
+    is_commit = OBJECT_ID.fullmatch(previous) is not None
     if target.git.rev_parse(previous if is_commit else f"refs/heads/{previous}") is not None:
         return
     what = f"commit {previous}" if is_commit else f"branch {previous}"
