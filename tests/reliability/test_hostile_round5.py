@@ -4,6 +4,9 @@ the series was applied from, and what the user's git settings and pending state 
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 from sglpatch.git import Git
 from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
 from testing.tree_bytes import refused, tree_state
@@ -124,6 +127,20 @@ def test_abort_and_drop_refuse_to_throw_away_an_edit_the_stopped_patch_does_not_
         err = refused(sglpatch, checkout, "--sglang", checkout, *option, command="rebase")
         assert f"{SECOND} changed while the rebase waited" in err and "nothing was changed" in err, err
     assert (checkout / SECOND).read_text().endswith("# my notes\n")
+    # the advice, run as printed from another folder, where a file of the name is the user's already: it is
+    # not overwritten; then from a fresh folder it saves the edit, and --abort goes through
+    save, put_back = re.findall(r"`([^`]+)`", err)[:2]
+    theirs = tmp_path / "mine"
+    theirs.mkdir()
+    (theirs / "my-changes.patch").write_text("the user's own\n")
+    assert subprocess.run(["bash", "-c", save], cwd=theirs).returncode != 0
+    assert (theirs / "my-changes.patch").read_text() == "the user's own\n"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert subprocess.run(["bash", "-c", f"{save} && {put_back}"], cwd=fresh).returncode == 0
+    assert "+# my notes" in (fresh / "my-changes.patch").read_text()
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 0, err
 
 
 def test_abort_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout, patches, tmp_path):

@@ -626,12 +626,14 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
         ours |= set(git.run("diff-tree", "-r", "--name-only", "--no-commit-id", picked).splitlines())
     beside = [path for path in git.run("diff", "--name-only", "--no-renames", "HEAD").splitlines() if path not in ours]
     if beside:
-        files = shlex.join(beside)
+        files, root = shlex.join(beside), shlex.quote(str(git.workdir))
+        # `set -C`: the advice never overwrites a file of the user's that has the name already
         raise FatalError(
             f"{', '.join(beside[:5])} changed while the rebase waited, and {stopped.patch} does not touch "
             f"{'it' if len(beside) == 1 else 'them'}: {option} would throw that away; nothing was changed: save "
-            f"the changes (`git diff HEAD -- {files} > my-changes.patch`; git stashes nothing while a pick conflicts), "
-            f"put the files back as HEAD has them (`git checkout HEAD -- {files}`), then run this again"
+            f"the changes (`(set -C; git -C {root} diff HEAD -- {files} > my-changes.patch)`; git stashes nothing "
+            f"while a pick conflicts), put the files back as HEAD has them (`git -C {root} checkout HEAD -- {files}`), "
+            "then run this again"
         )
 
 
