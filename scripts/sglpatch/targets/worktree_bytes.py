@@ -65,7 +65,9 @@ def _changed_since(target: Target, base: str, paths: list[str]) -> set[str]:
 def _restat(target: Target, paths: list[str]) -> None:
     """The index entries of files rewritten behind git's back still hold the size git wrote, and git calls a
     file whose size differs modified without reading it. Each that git would store as the blob its entry
-    holds (its eol settings applied) is added again: the same blob, the file's new size and times."""
+    holds (its eol settings applied) is added again: the same blob, the file's new size and times. Without
+    core.safecrlf: it refuses to add an LF file under core.autocrlf ("LF would be replaced by CRLF") though the
+    blob is the entry's already, and the revert (and every recover after it) stopped there."""
     if not paths:
         return
     git = target.git
@@ -73,7 +75,7 @@ def _restat(target: Target, paths: list[str]) -> None:
     cleaned = git.run_with_input(["hash-object", "--stdin-paths"], "".join(f"{p}\n" for p in paths).encode())
     same = [path for path, blob in zip(paths, cleaned.splitlines(), strict=True) if indexed.get(path) == blob]
     if same:
-        git.run("update-index", "-q", "--", *same)
+        git.run("-c", "core.safecrlf=false", "update-index", "-q", "--", *same)
         fault_point("checkout: index entries of the files given back refreshed")
 
 
