@@ -45,6 +45,9 @@ _fallback_said = False
 # Every git we start leaves the user's repository to the user: a `git fetch` (or commit) would otherwise start
 # `git gc --auto` when it is due, which packs refs before it goes to the background and repacks after.
 _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
+# Every git we start looks at the work tree itself: a file system monitor (core.fsmonitor) that missed an edit
+# made git take an edited series file for clean, and apply's checkout wrote over the edit.
+_NO_MONITOR = ("-c", "core.fsmonitor=false")
 # For apply's and revert's switch of branch: a `git checkout` applies the sparse-checkout patterns to the whole
 # work tree, and where the user set them without applying them (or git left files it could not remove) the
 # switch there and back would delete the files they keep. Without them git writes only what the switch changes.
@@ -160,7 +163,7 @@ class Git:
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *_NO_AUTO_GC, *self.options, *args],
+                ["git", *_NO_AUTO_GC, *_NO_MONITOR, *self.options, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,

@@ -5,7 +5,8 @@ system monitor, clean and smudge filters, per-branch config) do to apply, its ro
 from __future__ import annotations
 
 from sglpatch.git import Git
-from testing.tree_bytes import tree_state
+from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
+from testing.tree_bytes import refused, tree_state
 
 
 def test_core_safecrlf_does_not_stop_the_revert_half_way(sglpatch, checkout, patches):
@@ -21,3 +22,50 @@ def test_core_safecrlf_does_not_stop_the_revert_half_way(sglpatch, checkout, pat
     assert code == 0, err
     assert tree_state(checkout) == before
     assert git.run("status", "--porcelain") == ""
+
+
+def _quiet_monitor(checkout) -> None:
+    """A file system monitor (`core.fsmonitor`, a hook) that reports nothing changed, ever: git's index then
+    takes every file for unchanged without looking (a monitor that missed an edit: a stale watchman, a network
+    file system)."""
+    git = Git(checkout)
+    monitor = checkout / ".git" / "quiet-monitor"
+    monitor.write_text('#!/bin/sh\nprintf "token\\0"\n')
+    monitor.chmod(0o755)
+    git.run("config", "core.fsmonitor", str(monitor))
+    git.run("config", "core.fsmonitorHookVersion", "2")
+    git.run("status")  # the index remembers the monitor's word
+
+
+def test_an_edit_a_file_system_monitor_does_not_report_is_not_overwritten(sglpatch, checkout, patches):
+    """An edit of a series file the monitor does not report. Before: apply took the edited series file for clean, its `git checkout`
+    wrote over the edit and it said the series was applied; the edit was left only in an object nothing names."""
+    _quiet_monitor(checkout)
+    with open(checkout / BACKEND, "a") as file:
+        file.write("# my edit\n")
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert f"uncommitted changes: {BACKEND}" in err, err
+    assert (checkout / BACKEND).read_text().endswith("# my edit\n")
+
+
+def test_an_edit_a_file_system_monitor_does_not_report_is_not_thrown_away_by_rebase_abort(
+    sglpatch, checkout, patches, tmp_path
+):
+    """The same monitor while a rebase waits at a conflict, and an edit of a file the stopped patch does not
+    touch. Before: `rebase --abort` found no change, its `git checkout -f` threw the edit away, exit 0."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
+    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch(
+        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer"
+    )
+    assert code == 1 and "conflicts in" in err, (out, err)
+    _quiet_monitor(checkout)
+    with open(checkout / SECOND, "a") as file:
+        file.write("# my notes\n")
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--abort", command="rebase")
+    assert f"{SECOND} changed while the rebase waited" in err, err
+    assert (checkout / SECOND).read_text().endswith("# my notes\n")
