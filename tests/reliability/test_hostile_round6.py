@@ -4,6 +4,9 @@ system monitor, clean and smudge filters, per-branch config) do to apply, its ro
 
 from __future__ import annotations
 
+import os
+import time
+
 from sglpatch.git import Git
 from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
 from testing.tree_bytes import refused, tree_state
@@ -69,3 +72,33 @@ def test_an_edit_a_file_system_monitor_does_not_report_is_not_thrown_away_by_reb
     err = refused(sglpatch, checkout, "--sglang", checkout, "--abort", command="rebase")
     assert f"{SECOND} changed while the rebase waited" in err, err
     assert (checkout / SECOND).read_text().endswith("# my notes\n")
+
+
+def test_a_smudge_filter_its_clean_filter_does_not_undo_is_rolled_back(sglpatch, checkout, patches):
+    """A smudge filter adds a line its clean filter keeps, so every file git writes shows as modified. Before:
+    apply's switch was found "not as committed" and rolled back, but the roll-back's own checkout of the files
+    wrote them through the filter again: "rolling back failed too", the branch, the record, the stamped files and
+    the new file left, and recover refused for ever (the files hold neither branch's bytes)."""
+    git = Git(checkout)
+    (checkout / ".git" / "info" / "attributes").write_text("*.py filter=stamp\n")
+    git.run("config", "filter.stamp.smudge", "sed '1s/^/# smudged\\n/'")
+    git.run("config", "filter.stamp.clean", "cat")
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert "is not as committed" in err and "rolled back, nothing changed" in err, err
+
+
+def test_a_clean_filter_that_changes_the_base_files_is_rolled_back(sglpatch, checkout, patches):
+    """A clean filter (a formatter, a whitespace fixer) under which a file of the base is not as committed: git
+    status calls any file git rewrites there modified. Before: apply's roll-back wrote the base's bytes back, then
+    took git status's word that they were not: "rolling back failed too", the branch and the record left."""
+    git = Git(checkout)
+    settled = time.time() - 60  # the index's word for the files is not racy: git status reads none of them
+    for path in (BACKEND, SECOND):
+        os.utime(checkout / path, (settled, settled))
+    git.run("update-index", "--refresh")
+    (checkout / ".git" / "info" / "attributes").write_text("*.py filter=tidy\n")
+    git.run("config", "filter.tidy.smudge", "cat")
+    git.run("config", "filter.tidy.clean", "sed 's/^class GlobalConfig/class  GlobalConfig/'")
+    assert git.run("status", "--porcelain") == ""
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert f"{SECOND} is not as committed" in err and "rolled back, nothing changed" in err, err

@@ -19,7 +19,7 @@ from sglpatch.targets.checkout_record import CheckoutRecord, drop_record, replac
 from sglpatch.targets.ownership import record_stats, refuse_other_owners
 from sglpatch.targets.plan import ApplyPlan
 from sglpatch.targets.space import free_reserve, make_reserve, room_to_roll_back
-from sglpatch.targets.worktree_bytes import give_back_stats, give_back_worktree, record_worktree
+from sglpatch.targets.worktree_bytes import back_as_it_was, give_back_stats, record_worktree
 from sglpatch.targets.write_check import checkout_mismatch, restore_previous
 from sglpatch.targets.write_states import WriteState
 
@@ -115,13 +115,14 @@ def _failure(exc: Exception, git_dir) -> str:
 
 def _roll_back(plan: ApplyPlan, record: CheckoutRecord, cause: str) -> None:
     """The switch failed part-way (a full disk, a read-only work tree): put HEAD, the index and the series'
-    files back as they were, then delete the branch and the record; verified before it says so."""
+    files back as they were, then delete the branch and the record; verified before it says so, by the bytes
+    the files held (git writes them through the user's filters and eol settings)."""
     target, git, root = plan.target, plan.target.git, plan.target.root
     try:
         free_reserve(target)
-        still = restore_previous(target, record)
+        restore_previous(target, record)
+        still = back_as_it_was(target, record)
         if not still:
-            give_back_worktree(target, record.worktree, record.base)
             if git.rev_parse(f"refs/heads/{record.branch}") is not None:
                 git.run("branch", "-q", "-D", record.branch)
             give_back_stats(target, record)

@@ -15,8 +15,8 @@ from sglpatch.output import say
 from sglpatch.safety.durable import write_durably
 from sglpatch.safety.interrupts import fault_point
 from sglpatch.targets.ownership import give_back
-from sglpatch.targets.target import Target
-from sglpatch.targets.write_check import tree_blobs
+from sglpatch.targets.target import Target, dirty_paths
+from sglpatch.targets.write_check import head_mismatch, previous_head, tree_blobs
 
 
 def record_worktree(target: Target, paths: list[str]) -> dict[str, str]:
@@ -54,6 +54,28 @@ def give_back_worktree(target: Target, recorded: dict[str, str], base: str | Non
         rewritten.append(path)
     _restat(target, rewritten)
     return lost
+
+
+def back_as_it_was(target: Target, record) -> list[str]:
+    """Once a switch back (or a roll-back) has moved HEAD and the index to where `record`'s apply found them: the
+    series' files given back their recorded bytes, then what still differs from before the apply ([] if nothing).
+    A file holding its recorded bytes is as it was, whatever git status says: a git writes it through the user's
+    smudge filter and eol settings of the moment, and a clean filter under which the committed file is not as
+    committed (a formatter, say) makes git status call any file git rewrote modified."""
+    branch, commit = previous_head(target, record)
+    if wrong := head_mismatch(target, branch, commit):
+        return wrong
+    give_back_worktree(target, record.worktree, record.base)
+    dirty = dirty_paths(target, target.paths_or_package(record.touched))
+    moved = _changed_since(target, record.base, dirty) if record.base else set()
+    recorded = {path: blob for path, blob in record.worktree.items() if path in dirty and path not in moved}
+    return [f"{path} is not as committed" for path in dirty if recorded.get(path) != _blob_at(target, path)]
+
+
+def _blob_at(target: Target, path: str) -> str:
+    """The blob id of the work tree's file at `path` ('' where there is none, or a link)."""
+    local = target.root / path
+    return blob_id(local.read_bytes()) if local.is_file() and not local.is_symlink() else ""
 
 
 def _changed_since(target: Target, base: str, paths: list[str]) -> set[str]:

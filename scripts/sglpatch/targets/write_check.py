@@ -17,24 +17,35 @@ from sglpatch.targets.target import Target, dirty_paths
 
 def checkout_mismatch(target: Target, branch: str | None, head: str, touched: list[str]) -> list[str]:
     """What differs from "on `branch` (None: detached) at `head`, the series' files as committed"; [] if nothing."""
+    unwritten = [f"{path} is not as committed" for path in dirty_paths(target, touched)]
+    return head_mismatch(target, branch, head) + unwritten
+
+
+def head_mismatch(target: Target, branch: str | None, head: str) -> list[str]:
+    """What differs from "HEAD on `branch` (None: detached) at `head`"; [] if nothing."""
     git = target.git
     problems = []
     if branch is not None and git.current_branch() != branch:
         problems.append(f"HEAD is on {git.current_branch() or 'a detached commit'}, not {branch}")
     if git.rev_parse("HEAD") != head:
         problems.append(f"HEAD is at {git.rev_parse('HEAD') or 'nothing'}, not {head[:12]}")
-    problems += [f"{path} is not as committed" for path in dirty_paths(target, touched)]
     return problems
+
+
+def previous_head(target: Target, record) -> tuple[str | None, str]:
+    """Where `record`'s apply found HEAD: its previous branch (None when it was detached) and that commit now."""
+    git = target.git
+    is_branch = git.rev_parse(f"refs/heads/{record.previous}") is not None
+    commit = git.rev_parse(f"refs/heads/{record.previous}" if is_branch else record.previous) or record.previous
+    return (record.previous if is_branch else None), commit
 
 
 def restore_previous(target: Target, record) -> list[str]:
     """HEAD, the index and the series' files as they were before `record`'s switch (HEAD on its previous branch,
     or detached at that commit), moved back only where they differ; returns what still differs."""
-    git = target.git
-    is_branch = git.rev_parse(f"refs/heads/{record.previous}") is not None
-    commit = git.rev_parse(f"refs/heads/{record.previous}" if is_branch else record.previous) or record.previous
+    branch, commit = previous_head(target, record)
     touched = target.paths_or_package(record.touched)
-    if not checkout_mismatch(target, record.previous if is_branch else None, commit, touched):
+    if not checkout_mismatch(target, branch, commit, touched):
         return []
     return move_checkout(target, record.previous, record.head, touched)
 
@@ -42,7 +53,8 @@ def restore_previous(target: Target, record) -> list[str]:
 def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -> list[str]:
     """Point HEAD at `to` (a branch name or a commit) and make the index and the series' files match it,
     touching nothing else: `git checkout` refuses here, as the work tree and the index disagree.
-    Files that exist only in `away_from` are removed if they hold exactly its bytes. Returns what still differs."""
+    Files that exist only in `away_from` are removed if they hold exactly its bytes, or those git wrote for it (its
+    smudge filter and eol settings applied). Returns what still differs."""
     git = target.git
     if git.rev_parse(f"refs/heads/{to}") is not None:
         git.run("symbolic-ref", "HEAD", f"refs/heads/{to}")
@@ -58,12 +70,20 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     for path in set(touched) - set(there):
         local = target.root / path
         if path in leaving and local.is_file() and not local.is_symlink():
-            if blob_id(local.read_bytes()) == leaving[path]:
+            if _as_git_wrote(target, local.read_bytes(), away_from, path, leaving[path]):
                 try:
                     remove_file_and_emptied_folders(local, target.root)
                 except OSError:
                     pass
     return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
+
+
+def _as_git_wrote(target: Target, data: bytes, commit: str, path: str, blob: str) -> bool:
+    """Whether `data` are the bytes of `blob`, `path` in `commit`, or those git writes for it there."""
+    if blob_id(data) == blob:
+        return True
+    status, written, _ = target.git.call(("cat-file", "--filters", f"{commit}:{path}"))
+    return status == 0 and written == data
 
 
 def remove_file_and_emptied_folders(path: Path, root: Path) -> None:
