@@ -102,3 +102,20 @@ def test_a_clean_filter_that_changes_the_base_files_is_rolled_back(sglpatch, che
     assert git.run("status", "--porcelain") == ""
     err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
     assert f"{SECOND} is not as committed" in err and "rolled back, nothing changed" in err, err
+
+
+def test_an_eol_setting_of_the_series_branch_alone_does_not_stop_the_revert(sglpatch, checkout, patches, tmp_path):
+    """`includeIf "onbranch:sglpatch/**"` brings in `core.autocrlf=true`: a git started on the series branch
+    writes CRLF. Before: revert's `git checkout main` (started there) wrote the series' files CRLF, which on main
+    are not as committed: revert went back to the branch and refused for ever, and said "nothing was changed"
+    with the files' bytes changed (LF to CRLF)."""
+    settings = tmp_path / "on-the-series-branch.gitconfig"
+    settings.write_text("[core]\n\tautocrlf = true\n")
+    git = Git(checkout)
+    git.run("config", "includeIf.onbranch:sglpatch/**.path", str(settings))
+    before = tree_state(checkout)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch("revert", "--sglang", checkout)
+    assert code == 0, err
+    assert tree_state(checkout) == before
+    assert git.run("status", "--porcelain") == ""

@@ -15,8 +15,8 @@ from sglpatch.targets.git_locks import GitLock
 from sglpatch.targets.killed_git import settle_checkout_switch
 from sglpatch.targets.space import free_reserve, make_reserve, room_to_roll_back
 from sglpatch.targets.target import Target
-from sglpatch.targets.worktree_bytes import give_back_stats, give_back_worktree
-from sglpatch.targets.write_check import checkout_mismatch, move_checkout
+from sglpatch.targets.worktree_bytes import back_as_it_was, give_back_stats, give_back_worktree
+from sglpatch.targets.write_check import checkout_mismatch, head_mismatch, move_checkout, previous_head
 from sglpatch.targets.write_states import INTERRUPTED, WriteState
 
 
@@ -139,12 +139,18 @@ def _put_back(target: Target, record: CheckoutRecord) -> None:
 
 
 def _check_switched_back(target: Target, record: CheckoutRecord, err: str) -> None:
-    """After `git checkout PREVIOUS`: if git left the series' files (or HEAD) behind, go back onto the branch."""
-    git, previous = target.git, record.previous
-    is_branch = git.rev_parse(f"refs/heads/{previous}") is not None
-    commit = git.rev_parse(f"refs/heads/{previous}" if is_branch else previous) or previous
+    """After `git checkout PREVIOUS`: if git left the series' files (or HEAD) behind, go back onto the branch.
+    Files git wrote otherwise than they were (its eol settings or filters of the series branch, say an includeIf
+    of it) are first given back the bytes they had: a file holding them is as it was."""
+    previous = record.previous
+    branch, commit = previous_head(target, record)
     touched = target.paths_or_package(record.touched)
-    wrong = checkout_mismatch(target, previous if is_branch else None, commit, touched)
+    wrong = checkout_mismatch(target, branch, commit, touched)
+    if wrong and not head_mismatch(target, branch, commit):
+        try:
+            wrong = back_as_it_was(target, record)
+        except OSError:  # git could not write them either (a read-only work tree): back onto the branch
+            pass
     if not wrong:
         return
     why = next((line for line in err.splitlines() if line.startswith(("error:", "fatal:"))), "")
