@@ -5,7 +5,12 @@ system monitor, clean and smudge filters, per-branch config) do to apply, its ro
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
+
+import pytest
 
 from sglpatch.git import Git
 from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
@@ -74,34 +79,78 @@ def test_an_edit_a_file_system_monitor_does_not_report_is_not_thrown_away_by_reb
     assert (checkout / SECOND).read_text().endswith("# my notes\n")
 
 
-def test_a_smudge_filter_its_clean_filter_does_not_undo_is_rolled_back(sglpatch, checkout, patches):
-    """A smudge filter adds a line its clean filter keeps, so every file git writes shows as modified. Before:
-    apply's switch was found "not as committed" and rolled back, but the roll-back's own checkout of the files
-    wrote them through the filter again: "rolling back failed too", the branch, the record, the stamped files and
-    the new file left, and recover refused for ever (the files hold neither branch's bytes)."""
+def _stamping_filter(checkout) -> None:
+    """A smudge filter on every .py file that adds a line its clean filter keeps: every file git writes then
+    shows as modified."""
     git = Git(checkout)
     (checkout / ".git" / "info" / "attributes").write_text("*.py filter=stamp\n")
     git.run("config", "filter.stamp.smudge", "sed '1s/^/# smudged\\n/'")
     git.run("config", "filter.stamp.clean", "cat")
-    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
-    assert "is not as committed" in err and "rolled back, nothing changed" in err, err
 
 
-def test_a_clean_filter_that_changes_the_base_files_is_rolled_back(sglpatch, checkout, patches):
-    """A clean filter (a formatter, a whitespace fixer) under which a file of the base is not as committed: git
-    status calls any file git rewrites there modified. Before: apply's roll-back wrote the base's bytes back, then
-    took git status's word that they were not: "rolling back failed too", the branch and the record left."""
+def _tidying_filter(checkout) -> None:
+    """A clean filter on every .py file (a formatter, a whitespace fixer) under which the base's global_config.py
+    is not as committed: git status calls it modified once git rewrites it, not before (the index holds its
+    size and times, and they are not racy: git status reads none of the files)."""
     git = Git(checkout)
-    settled = time.time() - 60  # the index's word for the files is not racy: git status reads none of them
+    settled = time.time() - 60
     for path in (BACKEND, SECOND):
         os.utime(checkout / path, (settled, settled))
     git.run("update-index", "--refresh")
     (checkout / ".git" / "info" / "attributes").write_text("*.py filter=tidy\n")
     git.run("config", "filter.tidy.smudge", "cat")
     git.run("config", "filter.tidy.clean", "sed 's/^class GlobalConfig/class  GlobalConfig/'")
-    assert git.run("status", "--porcelain") == ""
+
+
+def test_a_smudge_filter_its_clean_filter_does_not_undo_is_rolled_back(sglpatch, checkout, patches):
+    """A smudge filter adds a line its clean filter keeps (`_stamping_filter`). Before:
+    apply's switch was found "not as committed" and rolled back, but the roll-back's own checkout of the files
+    wrote them through the filter again: "rolling back failed too", the branch, the record, the stamped files and
+    the new file left, and recover refused for ever (the files hold neither branch's bytes)."""
+    _stamping_filter(checkout)
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
+    assert "is not as committed" in err and "rolled back, nothing changed" in err, err
+
+
+def test_a_clean_filter_that_changes_the_base_files_is_rolled_back(sglpatch, checkout, patches):
+    """A clean filter under which a file of the base is not as committed (`_tidying_filter`). Before: apply's roll-back wrote the base's bytes back, then
+    took git status's word that they were not: "rolling back failed too", the branch and the record left."""
+    _tidying_filter(checkout)
+    assert Git(checkout).run("status", "--porcelain") == ""
     err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches)
     assert f"{SECOND} is not as committed" in err and "rolled back, nothing changed" in err, err
+
+
+@pytest.mark.parametrize("user_filter", [_stamping_filter, _tidying_filter])
+def test_an_apply_killed_after_its_switch_under_such_a_filter_is_recovered(checkout, patches, tmp_path, user_filter):
+    """`kill -9` of apply right after its `git checkout` of the series branch, with either filter. Before: recover
+    refused for ever: under the smudge filter the files held neither branch's bytes ("left changes"; its advice
+    `git checkout -- <files>` wrote them through the filter again), under the clean filter it put the base's
+    bytes back and then took git status's word that they were not ("could not put ... back")."""
+    trace = tmp_path / "trace"
+    apply = ["apply", "--sglang", checkout, "--patches", patches]
+    assert _cli(*apply, SGLPATCH_FAULT_TRACE=trace).returncode == 0
+    assert _cli("revert", "--sglang", checkout).returncode == 0
+    labels = [line.split("\t")[1] for line in trace.read_text().splitlines()]
+    point = labels.index("checkout: switched to the branch") + 1
+    user_filter(checkout)
+    before = tree_state(checkout)
+    killed = _cli(*apply, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    recovered = _cli("recover", "--sglang", checkout)
+    assert recovered.returncode == 0 and "is as it was" in recovered.stdout, recovered.stderr
+    assert tree_state(checkout) == before
+
+
+def _cli(*args, **env) -> subprocess.CompletedProcess:
+    """The CLI in a child process (a kill ends it, not the test), `env` added to the test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **{key: str(value) for key, value in env.items()}},
+        timeout=120,
+    )
 
 
 def test_an_eol_setting_of_the_series_branch_alone_does_not_stop_the_revert(sglpatch, checkout, patches, tmp_path):

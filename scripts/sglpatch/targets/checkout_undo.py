@@ -128,8 +128,11 @@ def _switch_back(target: Target, record: CheckoutRecord, half_switched: list[str
 
 
 def _put_back(target: Target, record: CheckoutRecord) -> None:
-    """The previous branch's files, index and HEAD, without `git checkout` (the index and work tree disagree)."""
+    """The previous branch's files, index and HEAD, without `git checkout` (the index and work tree disagree),
+    judged by the bytes the files had before the apply (git writes them through the user's filters)."""
     still = move_checkout(target, record.previous, record.head, target.paths_or_package(record.touched))
+    if still:
+        still = back_as_it_was(target, record)
     if still:
         raise FatalError(
             f"could not put {target.root} back on {record.previous} after the interrupted run: {still[0]}; "

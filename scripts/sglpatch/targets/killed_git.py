@@ -11,13 +11,14 @@ made since, and is refused, changing nothing.
 from __future__ import annotations
 
 from sglpatch.errors import FatalError
+from sglpatch.git import blob_id
 from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets import rebase_store
 from sglpatch.targets.checkout_record import CheckoutRecord
 from sglpatch.targets.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.targets.target import Target, dirty_paths
 from sglpatch.targets.target_state import RebaseInProgress
-from sglpatch.targets.write_check import remove_file_and_emptied_folders, tree_blobs
+from sglpatch.targets.write_check import git_writes, remove_file_and_emptied_folders, tree_blobs
 from sglpatch.targets.write_states import WriteState
 
 
@@ -91,10 +92,22 @@ def _remove_killed_git_files(state: RebaseInProgress) -> None:
 
 
 def _unexplained(target: Target, paths: list[str], commits: list[str]) -> list[str]:
-    """The files of `paths` that are there and hold bytes none of `commits` has at that path."""
+    """The files of `paths` that are there and hold bytes none of `commits` has at that path, as committed or as
+    git writes them (through the user's smudge filter and eol settings)."""
     known = [tree_blobs(target, commit, paths) for commit in commits]
     now = target.current_blobs(paths)
-    return [path for path in paths if now[path] and all(now[path] != blobs.get(path) for blobs in known)]
+    return [
+        path
+        for path in paths
+        if now[path]
+        and all(now[path] != blobs.get(path) for blobs in known)
+        and not any(_written_by_git(target, commit, path, now[path]) for commit in commits)
+    ]
+
+
+def _written_by_git(target: Target, commit: str, path: str, blob: str) -> bool:
+    written = git_writes(target, commit, path)
+    return written is not None and blob_id(written) == blob
 
 
 def _picked_paths(state: RebaseInProgress) -> set[str]:

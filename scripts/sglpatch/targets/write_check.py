@@ -80,10 +80,14 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
 
 def _as_git_wrote(target: Target, data: bytes, commit: str, path: str, blob: str) -> bool:
     """Whether `data` are the bytes of `blob`, `path` in `commit`, or those git writes for it there."""
-    if blob_id(data) == blob:
-        return True
+    return blob_id(data) == blob or git_writes(target, commit, path) == data
+
+
+def git_writes(target: Target, commit: str, path: str) -> bytes | None:
+    """The bytes git writes into the work tree for `path` in `commit` (its smudge filter and eol settings
+    applied), or None where it has no such file."""
     status, written, _ = target.git.call(("cat-file", "--filters", f"{commit}:{path}"))
-    return status == 0 and written == data
+    return written if status == 0 else None
 
 
 def remove_file_and_emptied_folders(path: Path, root: Path) -> None:
