@@ -168,3 +168,33 @@ def test_an_eol_setting_of_the_series_branch_alone_does_not_stop_the_revert(sglp
     assert code == 0, err
     assert tree_state(checkout) == before
     assert git.run("status", "--porcelain") == ""
+
+
+def test_the_users_orig_head_is_kept_by_a_rebase_that_takes_a_pick_back(sglpatch, checkout, patches, tmp_path):
+    """ORIG_HEAD is the user's way back after their own `git reset` or merge. Before: `rebase --drop` of a
+    conflicted patch, and a pick git could not commit (`commit.gpgSign` with no gpg) taken back before it stops,
+    ran `git reset --hard`, which moved ORIG_HEAD; `--abort` left it moved."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
+    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
+    git.run("switch", "-q", "-c", "quiet", "main")
+    (checkout / "UPSTREAM.txt").write_text("upstream\n")
+    git.run("add", "UPSTREAM.txt")
+    git.run("commit", "-q", "-m", "upstream adds a file")
+    git.run("switch", "-q", "main")
+    mine = git.run("rev-parse", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    git.run("update-ref", "--no-deref", "ORIG_HEAD", mine)
+    rebase = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir"]
+    code, out, err = sglpatch(*rebase, tmp_path / "report", "--onto", "newer")
+    assert code == 1 and "conflicts in" in err, (out, err)
+    assert sglpatch("rebase", "--sglang", checkout, "--drop", "1")[0] == 0
+    assert git.run("rev-parse", "ORIG_HEAD") == mine
+    assert sglpatch("revert", "--sglang", checkout)[0] == 0
+    git.run("config", "commit.gpgSign", "true")
+    git.run("config", "gpg.program", str(tmp_path / "no-gpg-here"))
+    code, out, err = sglpatch(*rebase, tmp_path / "report2", "--onto", "quiet")
+    assert code == 1 and "could not commit" in err, (out, err)
+    assert sglpatch("rebase", "--sglang", checkout, "--abort")[0] == 0
+    assert git.run("rev-parse", "ORIG_HEAD") == mine

@@ -394,7 +394,8 @@ def _undo_pick(git: Git, head: str) -> None:
     with write_phase():
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
-        git.run("reset", "-q", "--hard", head)
+        with rebase_settle.orig_head_kept(git):
+            git.run("reset", "-q", "--hard", head)
         fault_point("rebase: a failed pick undone")
 
 
@@ -550,7 +551,8 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
     with write_phase():
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
-        git.run("reset", "-q", "--hard", before)
+        with rebase_settle.orig_head_kept(git):
+            git.run("reset", "-q", "--hard", before)
         fault_point(f"rebase: {stopped.patch} taken out")
     if recorded:
         state.outcomes = [o for o in state.outcomes if o.patch != stopped.patch]

@@ -72,9 +72,8 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
-            orig_head = git.rev_parse("ORIG_HEAD")
-            git.try_run("cherry-pick", "--abort")
-            _put_back_orig_head(git, orig_head)
+            with orig_head_kept(git):
+                git.try_run("cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
         git.run(*NO_HOOKS, "checkout", "-q", "-f", state.original)
         fault_point("rebase rollback: back on the original branch")
@@ -117,8 +116,16 @@ def _remove_emptied_ref_folders(git: Git) -> None:
             pass
 
 
+@contextmanager
+def orig_head_kept(git: Git):
+    """ORIG_HEAD as it was before the block, after it: `git cherry-pick --abort` and `git reset --hard` move it,
+    and the checkout's own ORIG_HEAD (the user's way back after their own reset or merge) is not the rebase's."""
+    was = git.rev_parse("ORIG_HEAD")
+    yield
+    _put_back_orig_head(git, was)
+
+
 def _put_back_orig_head(git: Git, was: str | None) -> None:
-    """`git cherry-pick --abort` moves ORIG_HEAD (it resets); the checkout's own ORIG_HEAD is not the rebase's."""
     if was is not None:
         git.run("update-ref", "--no-deref", "ORIG_HEAD", was)
     elif git.rev_parse("ORIG_HEAD") is not None:
