@@ -1,5 +1,6 @@
 """The hostile trial of round 6, on real v0.5.14 checkouts: what a user's git settings (eol conversion, a file
-system monitor, clean and smudge filters, per-branch config) do to apply, its roll-back and revert.
+system monitor, clean and smudge filters, per-branch config, commit signing) do to apply, its roll-back, revert,
+recover after a kill and a rebase that takes a pick back (docs/reliability.md, round 6).
 """
 
 from __future__ import annotations
