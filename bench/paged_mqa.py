@@ -183,16 +183,24 @@ def layout_args(batch: Batch, layout: str):
 
 def schedule_for(deep_gemm, context_lens):
     """DeepGEMM's schedule metadata for rows of ``context_lens`` (sglang makes it once per forward)."""
-    slots = deep_gemm.get_num_sms() // kv_multicast().get(context_lens.shape[1], 1)
-    return deep_gemm.get_paged_mqa_logits_metadata(context_lens, PAGE, slots)
+    ctas, slots = kv_multicast().get(context_lens.shape[1], (1, None))
+    return deep_gemm.get_paged_mqa_logits_metadata(context_lens, PAGE, slots or deep_gemm.get_num_sms() // ctas)
 
 
-def kv_multicast() -> dict[int, int]:
-    """CTAs per cluster by tokens per row, from PAGED_MQA_KV_MULTICAST ("4:2": rows of 4 tokens run as clusters of
-    two CTAs). DeepGEMM's nv_dev runs SM90 next_n 4 so (#314) and takes one schedule entry per cluster, its callers
-    dividing the SM count; unset, one entry per SM, as the pinned DeepGEMM takes it."""
+def kv_multicast() -> dict[int, tuple[int, int | None]]:
+    """CTAs per cluster and schedule slots by tokens per row, from PAGED_MQA_KV_MULTICAST ("4:2": rows of 4 tokens
+    run as clusters of two CTAs, one slot per cluster of the SM count's; "5:3@39": clusters of three, 39 slots).
+    DeepGEMM's nv_dev runs SM90 next_n 4 so (#314), its callers dividing the SM count. Where fewer clusters fit
+    at once than that (the H200 holds 39 clusters of three of its 132 SMs, not 44: `max_active_clusters.cu`), the
+    rest would run in a second wave, so a build that takes any slot count is given what fits. Unset, one slot
+    per SM, as the pinned DeepGEMM takes it."""
     spec = os.environ.get("PAGED_MQA_KV_MULTICAST", "")
-    return {int(n): int(ctas) for n, ctas in (pair.split(":") for pair in spec.split())}
+    out: dict[int, tuple[int, int | None]] = {}
+    for pair in spec.split():
+        tokens, _, cluster = pair.partition(":")
+        ctas, _, slots = cluster.partition("@")
+        out[int(tokens)] = (int(ctas), int(slots) if slots else None)
+    return out
 
 
 def layout_schedule(deep_gemm, batch: Batch, layout: str):

@@ -20,7 +20,7 @@
 #                       filled in as in TAR above), with --base-patches applied when given
 #   --base-kv-multicast SPEC  how the base build schedules rows it runs as CTA clusters ("4:2" for nv_dev: rows of 4
 #                       tokens as 2-CTA clusters, one schedule entry per cluster; bench/paged_mqa.py kv_multicast)
-#   --line-kv-multicast SPEC  the same for the line's build (a candidate that runs rows as clusters)
+#   --line-kv-multicast SPEC  the same for the line's build (a candidate that runs rows as clusters); "5:3@39" names the slots (clusters that fit at once)
 #   --cache DIR         builds and the JIT cache from an earlier call (NAME-so.tgz with its source hash in
 #                       NAME-so.sha256, jit.tgz): a build whose source hash matches is reused
 #   --save-builds       write each new build and the JIT cache to OUT for such a later call (off: the device tool

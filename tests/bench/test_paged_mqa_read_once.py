@@ -207,6 +207,17 @@ def test_a_build_that_runs_rows_as_clusters_gets_one_schedule_entry_per_cluster(
         assert got["logits_bit_identical"] is True
 
 
+def test_a_cluster_spec_may_name_its_slots_so_no_cluster_waits_for_a_second_wave(monkeypatch):
+    from bench.paged_mqa import kv_multicast, schedule_for
+
+    monkeypatch.setenv("PAGED_MQA_KV_MULTICAST", "4:2 5:3@39")
+    assert kv_multicast() == {4: (2, None), 5: (3, 39)}
+    pool, _ = batch_of(4, 64, 11)
+    deep_gemm = ClusterScheduledDeepGEMM(pool, tokens=5, ctas=3)
+    slots = {n: schedule_for(deep_gemm, torch.ones(2, n, dtype=torch.int32)) for n in (1, 4, 5)}
+    assert slots == {1: deep_gemm.get_num_sms(), 4: deep_gemm.get_num_sms() // 2, 5: 39}
+
+
 def test_contiguous_pages_give_each_request_one_run_and_each_rotation_its_own_pages():
     from bench.paged_mqa import make_batches
 
