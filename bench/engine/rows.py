@@ -223,6 +223,8 @@ def case_row(
         "aa_noise_tpot_mean_of_runs": aa_floor.get("tpot_mean_of_runs"),
         "aa_noise_kind": "two processes" if aa_processes else "one process, its runs in two halves",
         "sm_mhz_pristine_b": sm_mhz(runs["pristine_b"]) if runs.get("pristine_b") else None,
+        # the second pristine process's host, run by run, as each engine's own host_runs
+        "host_runs_pristine_b": host_per_run(runs["pristine_b"], bs, skip) if runs.get("pristine_b") else None,
         "indexer_share": {label: indexer_share(profiles.get(label)) for label in ("pristine", "patched")},
         "tokens_identical": min(identical) if identical else None,
         "pristine_repeat_identical": min(p_repeat) if p_repeat else None,

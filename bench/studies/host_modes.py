@@ -255,6 +255,48 @@ def cpus_runs_of(engine_json: str, batch_size: int) -> list[dict[str, list]]:
     ]
 
 
+def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
+    """Which of three causes a slow run shows, from the rows' ``host_runs`` (engine_ab, since the fourth
+    session): the hypervisor taking the vCPUs (``steal_share`` up), the scheduler thread waiting (its steps'
+    on-CPU share below 1), or the same work taking more CPU time (neither). Over every run of ``labels``:
+    the ranges of both shares, and how each follows the run's draft loop host time taken relative to its
+    engine's mean in its case."""
+    with open(engine_json) as f:
+        rows = json.load(f)["rows"]
+    rel, steal, on_cpu, found = [], [], [], set()
+    for row in rows:
+        for label in labels:
+            host_runs = (
+                row.get("host_runs_pristine_b") if label == "pristine_b" else (row.get(label) or {}).get("host_runs")
+            )
+            runs = [r for r in host_runs or [] if r.get("draft_host_ms")]
+            if len(runs) < 2:
+                continue
+            mean = statistics.fmean(r["draft_host_ms"] for r in runs)
+            for run in runs:
+                if run.get("step_on_cpu_share") is None or not (run.get("host_cpus") or {}).get("ticks"):
+                    continue
+                found.add(label)
+                rel.append(run["draft_host_ms"] / mean)
+                steal.append(run["host_cpus"]["steal_share"])
+                on_cpu.append(run["step_on_cpu_share"])
+    if len(rel) < 3:
+        return None
+
+    def follows(values: list[float]) -> float | None:
+        return statistics.correlation(rel, values) if len(set(values)) > 1 and len(set(rel)) > 1 else None
+
+    return {
+        "runs": len(rel),
+        "engines": [label for label in labels if label in found],
+        "draft_host_spread": [min(rel), max(rel)],
+        "steal_share": [min(steal), max(steal)],
+        "on_cpu_share": [min(on_cpu), max(on_cpu)],
+        "correlation_with_steal": follows(steal),
+        "correlation_with_on_cpu": follows(on_cpu),
+    }
+
+
 def print_study(result: dict) -> None:
     print(f"{result['case']}: a run is fast below {result['fast_below_ms']} ms of draft GPU time")
     for label, engine in result["engines"].items():
@@ -310,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--link-engines", default="pristine,pristine_b", help="whose runs the host-speed correlation takes")
     ap.add_argument("--engine-json", help="the run's engine JSON (one archive): each run's core group")
+    ap.add_argument("--host-runs", help="a run's engine JSON whose rows have host_runs: steal and on-CPU shares")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     if args.engine_json and (len(args.archives) != 1 or len(args.batch_size) != 1):
@@ -334,6 +377,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{link['draft_host_spread'][1]:.2f}x, step interval {link['step_interval_spread'][0]:.2f}-"
             f"{link['step_interval_spread'][1]:.2f}x of the mean, its standard deviation "
             f"{link['step_interval_sd']:.3f})"
+        )
+    causes = host_causes(args.host_runs) if args.host_runs else None
+    if causes:
+        corr = {k: "-" if v is None else f"{v:.2f}" for k, v in causes.items() if k.startswith("correlation")}
+        print(
+            f"causes, over {causes['runs']} runs of {' and '.join(causes['engines'])} in {args.host_runs} (draft host {causes['draft_host_spread'][0]:.2f}-"
+            f"{causes['draft_host_spread'][1]:.2f}x of its engine's mean): steal share "
+            f"{causes['steal_share'][0]:.3f}-{causes['steal_share'][1]:.3f} (correlation {corr['correlation_with_steal']}), "
+            f"steps on a CPU {causes['on_cpu_share'][0]:.2f}-{causes['on_cpu_share'][1]:.2f} "
+            f"(correlation {corr['correlation_with_on_cpu']})"
         )
     if args.json:
         with open(args.json, "w") as f:

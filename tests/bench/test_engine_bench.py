@@ -663,6 +663,7 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
             # (every vCPU where there are too few to pin: this machine's 2 in CI)
             assert run["host_cpus"]["cpus"] == (cpus or run["host_cpus"]["cpus"]) and run["host_cpus"]["ticks"] >= 0
             assert set(run["step_cpus"]) <= set(run["host_cpus"]["cpus"])  # the stand-in names one it may run on
+        assert [run["draft_host_ms"] for run in row["host_runs_pristine_b"]] == [3.0, 3.0]  # the floor's process too
     blocks = [[e["label"] for e in doc["engines"] if e["tag"] == f"n{n}"] for n in (2, 4)]
     assert blocks == [["pristine", "pristine_b", "patched"], ["pristine_b", "patched", "pristine"]]
 

@@ -134,3 +134,27 @@ def test_a_runs_step_interval_against_its_hosts_speed_and_the_time_on_a_cpu(tmp_
     mean = sum(speeds) / 3
     assert link["step_interval_spread"] == pytest.approx([0.8 / mean, 1.4 / mean])
     host_modes.print_study(result)
+
+
+def test_a_slow_run_is_told_from_steal_and_from_waiting_by_the_rows_host_runs(tmp_path):
+    def host_run(draft_ms, steal, on_cpu):
+        return {
+            "draft_host_ms": draft_ms,
+            "step_on_cpu_share": on_cpu,
+            "host_cpus": {"ticks": 100, "steal_share": steal},
+        }
+
+    # the second process's runs are the row's own key; the slow runs (1.3 ms) are stolen from, not waiting
+    rows = [
+        {
+            "pristine": {"host_runs": [host_run(1.0, 0.0, 0.98), host_run(1.3, 0.2, 0.98)]},
+            "host_runs_pristine_b": [host_run(1.0, 0.01, 0.97), host_run(1.3, 0.19, 0.99)],
+            "patched": {"host_runs": [host_run(0.6, 0.0, 0.96)]},  # one run: no mean to be taken relative to
+        }
+    ]
+    path = tmp_path / "engine.json"
+    path.write_text(json.dumps({"rows": rows}))
+    causes = host_modes.host_causes(str(path))
+    assert causes["runs"] == 4 and causes["engines"] == ["pristine", "pristine_b"]
+    assert causes["steal_share"] == [0.0, 0.2] and causes["on_cpu_share"] == [0.97, 0.99]
+    assert causes["correlation_with_steal"] > 0.99
