@@ -112,6 +112,34 @@ def replace_in(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def upstream_branches(checkout: Path, quiet: bool = False) -> Git:
+    """Branches of `checkout`'s main for a rebase to go onto: `newer`, whose edit of patch 1's line conflicts,
+    and with `quiet` also `quiet`, which adds a file no patch touches. Back on main; the tester's git."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
+    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
+    if quiet:
+        git.run("switch", "-q", "-c", "quiet", "main")
+        (checkout / "UPSTREAM.txt").write_text("upstream\n")
+        git.run("add", "UPSTREAM.txt")
+        git.run("commit", "-q", "-m", "upstream adds a file")
+    git.run("switch", "-q", "main")
+    return git
+
+
+def stopped_at_a_conflict(sglpatch, checkout: Path, patches: Path, report_dir: Path) -> Git:
+    """The test series applied to `checkout`, then rebased onto a branch `newer` whose edit of patch 1's line
+    conflicts: the rebase waits there. Returns the checkout's git, as the tester."""
+    git = upstream_branches(checkout)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch(
+        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", report_dir, "--onto", "newer"
+    )
+    assert code == 1 and "conflicts in" in err, (out, err)
+    return git
+
+
 def make_series(
     base_repo: Path, workdir: Path, out: Path, pin, commits: list[tuple[str, list[tuple[str, str, str]]]]
 ) -> Path:

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
+from testing.sglang_trees import BACKEND, SECOND, as_tester, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
 
 
@@ -100,27 +100,12 @@ def test_a_git_ignored_file_where_onto_has_one_stops_the_rebase_before_it_starts
     assert tree_state(patches) == before and not (tmp_path / "report").exists()
 
 
-def _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path) -> Git:
-    """The test series applied, then rebased onto a branch `newer` whose edit of patch 1's line conflicts."""
-    git = as_tester(Git(checkout))
-    git.run("switch", "-q", "-c", "newer")
-    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
-    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
-    git.run("switch", "-q", "main")
-    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
-    code, out, err = sglpatch(
-        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer"
-    )
-    assert code == 1 and "conflicts in" in err, (out, err)
-    return git
-
-
 def test_abort_and_drop_refuse_to_throw_away_an_edit_the_stopped_patch_does_not_touch(
     sglpatch, checkout, patches, tmp_path
 ):
     """While the rebase waited at a conflict the user edited another file. Before: --abort (`git checkout -f`)
     and --drop (`git reset --hard`) threw the edit away without a word."""
-    _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path)
+    stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
     with open(checkout / SECOND, "a") as file:
         file.write("# my notes\n")
     for option in (["--abort"], ["--drop", "1"]):
@@ -147,7 +132,7 @@ def test_abort_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout
     """The user resolved the conflict and committed, then a commit of their own, then chose --abort. Before: back
     on the original branch, both commits were left on a detached HEAD nothing named (`checkout -q` hid git's
     warning)."""
-    git = _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path)
+    git = stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
     git.run("checkout", "--theirs", BACKEND)
     git.run("add", BACKEND)
     git.run("commit", "-q", "-m", "my resolution")
@@ -181,7 +166,7 @@ def test_a_tag_named_like_the_branch_is_no_other_branch(sglpatch, checkout, patc
 def test_drop_keeps_the_commits_made_while_the_rebase_waited(sglpatch, checkout, patches, tmp_path):
     """The user committed a resolution of the stopped patch, then chose to leave that patch out after all.
     Before: --drop reset past the commit (`git reset --hard` to where the patch went onto), which nothing named."""
-    git = _stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path)
+    git = stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
     git.run("checkout", "--theirs", BACKEND)
     git.run("add", BACKEND)
     git.run("commit", "-q", "-m", "my resolution")
@@ -217,15 +202,7 @@ def test_a_post_checkout_hook_runs_in_neither_the_rebase_checkout_of_onto_nor_th
     """Before: the rebase's `git checkout --detach ONTO` ran the user's post-checkout hook, which stamped a series
     file: the first pick stopped ("your local changes would be overwritten"); and --abort's `git checkout -f`
     back ran it again, leaving the file stamped on the user's branch."""
-    git = as_tester(Git(checkout))
-    git.run("switch", "-q", "-c", "newer")
-    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
-    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
-    git.run("switch", "-q", "-c", "quiet", "main")
-    (checkout / "UPSTREAM.txt").write_text("upstream\n")
-    git.run("add", "UPSTREAM.txt")
-    git.run("commit", "-q", "-m", "upstream adds a file")
-    git.run("switch", "-q", "main")
+    git = upstream_branches(checkout, quiet=True)
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
     _stamping_hook(checkout)
     before = tree_state(checkout)

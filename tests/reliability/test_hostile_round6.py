@@ -14,7 +14,7 @@ import time
 import pytest
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, SECOND, as_tester, replace_in
+from testing.sglang_trees import BACKEND, SECOND, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
 
 
@@ -25,12 +25,16 @@ def test_core_safecrlf_does_not_stop_the_revert_half_way(sglpatch, checkout, pat
     git = Git(checkout)
     git.run("config", "core.autocrlf", "true")
     git.run("config", "core.safecrlf", "true")
+    _applied_and_reverted_as_it_was(sglpatch, checkout, patches)
+
+
+def _applied_and_reverted_as_it_was(sglpatch, checkout, patches) -> None:
     before = tree_state(checkout)
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
     code, out, err = sglpatch("revert", "--sglang", checkout)
     assert code == 0, err
     assert tree_state(checkout) == before
-    assert git.run("status", "--porcelain") == ""
+    assert Git(checkout).run("status", "--porcelain") == ""
 
 
 def _quiet_monitor(checkout) -> None:
@@ -62,16 +66,7 @@ def test_an_edit_a_file_system_monitor_does_not_report_is_not_thrown_away_by_reb
 ):
     """The same monitor while a rebase waits at a conflict, and an edit of a file the stopped patch does not
     touch. Before: `rebase --abort` found no change, its `git checkout -f` threw the edit away, exit 0."""
-    git = as_tester(Git(checkout))
-    git.run("switch", "-q", "-c", "newer")
-    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
-    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
-    git.run("switch", "-q", "main")
-    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
-    code, out, err = sglpatch(
-        "rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer"
-    )
-    assert code == 1 and "conflicts in" in err, (out, err)
+    stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
     _quiet_monitor(checkout)
     with open(checkout / SECOND, "a") as file:
         file.write("# my notes\n")
@@ -163,27 +158,14 @@ def test_an_eol_setting_of_the_series_branch_alone_does_not_stop_the_revert(sglp
     settings.write_text("[core]\n\tautocrlf = true\n")
     git = Git(checkout)
     git.run("config", "includeIf.onbranch:sglpatch/**.path", str(settings))
-    before = tree_state(checkout)
-    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
-    code, out, err = sglpatch("revert", "--sglang", checkout)
-    assert code == 0, err
-    assert tree_state(checkout) == before
-    assert git.run("status", "--porcelain") == ""
+    _applied_and_reverted_as_it_was(sglpatch, checkout, patches)
 
 
 def test_the_users_orig_head_is_kept_by_a_rebase_that_takes_a_pick_back(sglpatch, checkout, patches, tmp_path):
     """ORIG_HEAD is the user's way back after their own `git reset` or merge. Before: `rebase --drop` of a
     conflicted patch, and a pick git could not commit (`commit.gpgSign` with no gpg) taken back before it stops,
     ran `git reset --hard`, which moved ORIG_HEAD; `--abort` left it moved."""
-    git = as_tester(Git(checkout))
-    git.run("switch", "-q", "-c", "newer")
-    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
-    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes")
-    git.run("switch", "-q", "-c", "quiet", "main")
-    (checkout / "UPSTREAM.txt").write_text("upstream\n")
-    git.run("add", "UPSTREAM.txt")
-    git.run("commit", "-q", "-m", "upstream adds a file")
-    git.run("switch", "-q", "main")
+    git = upstream_branches(checkout, quiet=True)
     mine = git.run("rev-parse", "main")
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
     git.run("update-ref", "--no-deref", "ORIG_HEAD", mine)
