@@ -48,7 +48,7 @@ def _libc_prctl():
 _PRCTL = _libc_prctl()
 
 
-def _stop_with_parent() -> None:
+def stop_with_parent() -> None:
     """In the sampler's child: stop when the thread that started it dies, even by a signal that skips its
     ``__exit__`` (a grid under ``timeout`` gets SIGTERM): no nvidia-smi left polling through later runs."""
     if _PRCTL is not None:
@@ -72,9 +72,7 @@ class ClockSampler:
         # files, not pipes: a long run's samples would fill a pipe and stop the sampling
         self._out, self._err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
         try:
-            self._proc = subprocess.Popen(
-                self.command, stdout=self._out, stderr=self._err, preexec_fn=_stop_with_parent
-            )
+            self._proc = subprocess.Popen(self.command, stdout=self._out, stderr=self._err, preexec_fn=stop_with_parent)
         except OSError:
             self._proc = None
         return self

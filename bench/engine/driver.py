@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import engine_model
+from bench.cpu_canary import CpuCanary
 from bench.engine import memory
 from bench.engine.compare import compare_draft_positions, compare_outputs, first_divergence, logit_margin
 from bench.engine.grid import GRIDS, WARMUP_PROMPT, Case, pool_for
@@ -233,15 +234,20 @@ class Bench:
         runs = {label: [] for label in pair}
         labels = tuple(pair)
         groups = [pair[label].cpus for label in labels]
-        for i, label in enumerate(run_order(labels, self.args.reps)):
-            if i % len(labels) == 0 and all(groups):
-                for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
-                    pair[other].pin(cpus)
-            with ClockSampler() as clocks, HostSampler(pair[label].pinned) as host:
-                run = pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode})
-            runs[label].append(
-                {**run, "cpus": pair[label].pinned, "gpu_clocks": clocks.summary, "host_cpus": host.summary}
-            )
+        spare = sorted(set(self.cpus).difference(*groups)) if all(groups) else []
+        with CpuCanary(spare[0] if spare else None) as canary:
+            for i, label in enumerate(run_order(labels, self.args.reps)):
+                if i % len(labels) == 0 and all(groups):
+                    for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
+                        pair[other].pin(cpus)
+                with ClockSampler() as clocks, HostSampler(pair[label].pinned) as host:
+                    t0 = time.time()
+                    run = pair[label].call({"op": "generate", "requests": case.requests(), "mode": timed_mode})
+                    t1 = time.time()
+                host_cpus = host.summary and {**host.summary, "cpu_canary": canary.summary_between(t0, t1)}
+                runs[label].append(
+                    {**run, "cpus": pair[label].pinned, "gpu_clocks": clocks.summary, "host_cpus": host_cpus}
+                )
         for label in labels:
             if pair[label].cpus:
                 pair[label].pin(pair[label].cpus)

@@ -30,18 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
+from bench.cpu_canary import unit  # noqa: E402
 from bench.host_cpus import read_cpu_ticks, summarize  # noqa: E402
-
-
-def unit() -> int:
-    """A fixed piece of interpreter work, a few milliseconds long."""
-    table: dict[int, list[int]] = {}
-    total = 0
-    for i in range(6000):
-        row = table.setdefault(i % 97, [])
-        row.append(i * 3 + 1)
-        total += len(row) + (i ^ (i >> 3))
-    return total
 
 
 def time_units(cpu: int, seconds: float) -> list[tuple[float, float, float]]:

@@ -259,11 +259,11 @@ def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
     """Which of three causes a slow run shows, from the rows' ``host_runs`` (engine_ab, since the fourth
     session): the hypervisor taking the vCPUs (``steal_share`` up), the scheduler thread waiting (its steps'
     on-CPU share below 1), or the same work taking more CPU time (neither). Over every run of ``labels``:
-    the ranges of both shares, and how each follows the run's draft loop host time taken relative to its
-    engine's mean in its case."""
+    the ranges of both shares (and of the canary vCPU's unit time, where every run has one), and how each
+    follows the run's draft loop host time taken relative to its engine's mean in its case."""
     with open(engine_json) as f:
         rows = json.load(f)["rows"]
-    rel, steal, on_cpu, found = [], [], [], set()
+    rel, steal, on_cpu, canary, found = [], [], [], [], set()
     for row in rows:
         for label in labels:
             host_runs = (
@@ -273,10 +273,14 @@ def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
             if len(runs) < 2:
                 continue
             mean = statistics.fmean(r["draft_host_ms"] for r in runs)
+            canaries = [((r.get("host_cpus") or {}).get("cpu_canary") or {}).get("median_ms") for r in runs]
+            canary_mean = statistics.fmean(canaries) if all(canaries) else None
             for run in runs:
                 if run.get("step_on_cpu_share") is None or not (run.get("host_cpus") or {}).get("ticks"):
                     continue
                 found.add(label)
+                if canary_mean:
+                    canary.append(run["host_cpus"]["cpu_canary"]["median_ms"] / canary_mean)
                 rel.append(run["draft_host_ms"] / mean)
                 steal.append(run["host_cpus"]["steal_share"])
                 on_cpu.append(run["step_on_cpu_share"])
@@ -294,6 +298,9 @@ def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
         "on_cpu_share": [min(on_cpu), max(on_cpu)],
         "correlation_with_steal": follows(steal),
         "correlation_with_on_cpu": follows(on_cpu),
+        # a vCPU no engine ran on, timing the same work (bench/cpu_canary.py), where every run has it
+        "canary_spread": [min(canary), max(canary)] if len(canary) == len(rel) else None,
+        "correlation_with_canary": follows(canary) if len(canary) == len(rel) else None,
     }
 
 
@@ -387,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{causes['steal_share'][0]:.3f}-{causes['steal_share'][1]:.3f} (correlation {corr['correlation_with_steal']}), "
             f"steps on a CPU {causes['on_cpu_share'][0]:.2f}-{causes['on_cpu_share'][1]:.2f} "
             f"(correlation {corr['correlation_with_on_cpu']})"
+            + (
+                f", the canary vCPU's unit {causes['canary_spread'][0]:.2f}-{causes['canary_spread'][1]:.2f}x of its "
+                f"mean (correlation {corr['correlation_with_canary']})"
+                if causes["canary_spread"]
+                else ""
+            )
         )
     if args.json:
         with open(args.json, "w") as f:

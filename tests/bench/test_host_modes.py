@@ -137,11 +137,12 @@ def test_a_runs_step_interval_against_its_hosts_speed_and_the_time_on_a_cpu(tmp_
 
 
 def test_a_slow_run_is_told_from_steal_and_from_waiting_by_the_rows_host_runs(tmp_path):
-    def host_run(draft_ms, steal, on_cpu):
+    def host_run(draft_ms, steal, on_cpu, canary_ms=None):
+        canary = {"median_ms": canary_ms} if canary_ms else None
         return {
             "draft_host_ms": draft_ms,
             "step_on_cpu_share": on_cpu,
-            "host_cpus": {"ticks": 100, "steal_share": steal},
+            "host_cpus": {"ticks": 100, "steal_share": steal, "cpu_canary": canary},
         }
 
     # the second process's runs are the row's own key; the slow runs (1.3 ms) are stolen from, not waiting
@@ -158,3 +159,10 @@ def test_a_slow_run_is_told_from_steal_and_from_waiting_by_the_rows_host_runs(tm
     assert causes["runs"] == 4 and causes["engines"] == ["pristine", "pristine_b"]
     assert causes["steal_share"] == [0.0, 0.2] and causes["on_cpu_share"] == [0.97, 0.99]
     assert causes["correlation_with_steal"] > 0.99
+    assert causes["canary_spread"] is None and causes["correlation_with_canary"] is None  # runs without one
+    # a canary on another vCPU that slows with the engine's runs: the whole box slowed
+    rows[0]["pristine"]["host_runs"] = [host_run(1.0, 0.0, 0.98, 1.0), host_run(1.3, 0.0, 0.98, 1.25)]
+    rows[0]["host_runs_pristine_b"] = [host_run(1.0, 0.0, 0.97, 2.0), host_run(1.3, 0.0, 0.99, 2.6)]
+    path.write_text(json.dumps({"rows": rows}))
+    causes = host_modes.host_causes(str(path))
+    assert causes["correlation_with_canary"] > 0.99 and causes["canary_spread"][1] > 1.1
