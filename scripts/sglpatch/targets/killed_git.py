@@ -11,14 +11,13 @@ made since, and is refused, changing nothing.
 from __future__ import annotations
 
 from sglpatch.errors import FatalError
-from sglpatch.git import blob_id
 from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets import rebase_store
 from sglpatch.targets.checkout_record import CheckoutRecord
 from sglpatch.targets.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.targets.target import Target, dirty_paths
 from sglpatch.targets.target_state import RebaseInProgress
-from sglpatch.targets.write_check import git_writes, remove_file_and_emptied_folders, tree_blobs
+from sglpatch.targets.write_check import remove_file_and_emptied_folders, tree_blobs, written_by_git
 from sglpatch.targets.write_states import WriteState
 
 
@@ -101,13 +100,8 @@ def _unexplained(target: Target, paths: list[str], commits: list[str]) -> list[s
         for path in paths
         if now[path]
         and all(now[path] != blobs.get(path) for blobs in known)
-        and not any(_written_by_git(target, commit, path, now[path]) for commit in commits)
+        and not any(written_by_git(target, commit, path, now[path]) for commit in commits)
     ]
-
-
-def _written_by_git(target: Target, commit: str, path: str, blob: str) -> bool:
-    written = git_writes(target, commit, path)
-    return written is not None and blob_id(written) == blob
 
 
 def _picked_paths(state: RebaseInProgress) -> set[str]:

@@ -70,7 +70,8 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     for path in set(touched) - set(there):
         local = target.root / path
         if path in leaving and local.is_file() and not local.is_symlink():
-            if _as_git_wrote(target, local.read_bytes(), away_from, path, leaving[path]):
+            blob = blob_id(local.read_bytes())
+            if blob == leaving[path] or written_by_git(target, away_from, path, blob):
                 try:
                     remove_file_and_emptied_folders(local, target.root)
                 except OSError:
@@ -78,16 +79,11 @@ def move_checkout(target: Target, to: str, away_from: str, touched: list[str]) -
     return checkout_mismatch(target, to if git.rev_parse(f"refs/heads/{to}") else None, commit, touched)
 
 
-def _as_git_wrote(target: Target, data: bytes, commit: str, path: str, blob: str) -> bool:
-    """Whether `data` are the bytes of `blob`, `path` in `commit`, or those git writes for it there."""
-    return blob_id(data) == blob or git_writes(target, commit, path) == data
-
-
-def git_writes(target: Target, commit: str, path: str) -> bytes | None:
-    """The bytes git writes into the work tree for `path` in `commit` (its smudge filter and eol settings
-    applied), or None where it has no such file."""
+def written_by_git(target: Target, commit: str, path: str, blob: str) -> bool:
+    """Whether a file whose bytes are `blob` holds what git writes into the work tree for `path` in `commit`
+    (its smudge filter and eol settings applied); False where `commit` has no such file."""
     status, written, _ = target.git.call(("cat-file", "--filters", f"{commit}:{path}"))
-    return written if status == 0 else None
+    return status == 0 and blob_id(written) == blob
 
 
 def remove_file_and_emptied_folders(path: Path, root: Path) -> None:
