@@ -275,12 +275,12 @@ def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
             mean = statistics.fmean(r["draft_host_ms"] for r in runs)
             canaries = [((r.get("host_cpus") or {}).get("cpu_canary") or {}).get("median_ms") for r in runs]
             canary_mean = statistics.fmean(canaries) if all(canaries) else None
-            for run in runs:
+            for run, canary_ms in zip(runs, canaries, strict=True):
                 if run.get("step_on_cpu_share") is None or not (run.get("host_cpus") or {}).get("ticks"):
                     continue
                 found.add(label)
                 if canary_mean:
-                    canary.append(run["host_cpus"]["cpu_canary"]["median_ms"] / canary_mean)
+                    canary.append(canary_ms / canary_mean)
                 rel.append(run["draft_host_ms"] / mean)
                 steal.append(run["host_cpus"]["steal_share"])
                 on_cpu.append(run["step_on_cpu_share"])
@@ -389,9 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     if causes:
         corr = {k: "-" if v is None else f"{v:.2f}" for k, v in causes.items() if k.startswith("correlation")}
         print(
-            f"causes, over {causes['runs']} runs of {' and '.join(causes['engines'])} in {args.host_runs} (draft host {causes['draft_host_spread'][0]:.2f}-"
-            f"{causes['draft_host_spread'][1]:.2f}x of its engine's mean): steal share "
-            f"{causes['steal_share'][0]:.3f}-{causes['steal_share'][1]:.3f} (correlation {corr['correlation_with_steal']}), "
+            f"causes, over {causes['runs']} runs of {' and '.join(causes['engines'])} in {args.host_runs} "
+            f"(draft host {causes['draft_host_spread'][0]:.2f}-{causes['draft_host_spread'][1]:.2f}x of its "
+            f"engine's mean): steal share {causes['steal_share'][0]:.3f}-{causes['steal_share'][1]:.3f} "
+            f"(correlation {corr['correlation_with_steal']}), "
             f"steps on a CPU {causes['on_cpu_share'][0]:.2f}-{causes['on_cpu_share'][1]:.2f} "
             f"(correlation {corr['correlation_with_on_cpu']})"
             + (
