@@ -46,6 +46,7 @@ from bench.engine.measures import part_records, step_parts, steps_on_cpu  # noqa
 
 LABELS = ("pristine", "pristine_b", "patched")
 RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart
+SHORT_RUNS = (4, 8)  # timed steps of a shorter run, cut from the start of each real one
 
 
 def read_steps(archive: str) -> dict[str, list[dict]]:
@@ -89,15 +90,16 @@ def run_summaries(
         if len(starts) < min_steps:
             continue
         parts = step_parts([run], batch_size, skip)
+        intervals = [(b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
         out.append(
             {
                 "t": starts[0],
                 "draft_gpu_ms": parts["draft"]["gpu_ms"],
                 "draft_host_ms": parts["draft"]["host_ms"],
                 "step_gpu_ms": parts["step"]["gpu_ms"],
-                "step_interval_ms": statistics.median(
-                    (b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)
-                ),
+                "step_interval_ms": statistics.median(intervals),
+                # the same over the run's first few timed steps only: does a short run draw less of the host?
+                "step_interval_ms_first": {k: statistics.median(intervals[:k]) for k in SHORT_RUNS},
                 **on_cpu(timed),
             }
         )
@@ -134,6 +136,47 @@ def host_speed_link(results: list[dict], labels: tuple = ("pristine", "pristine_
         "draft_host_spread": [min(xs), max(xs)],
         "step_interval_spread": [min(ys), max(ys)],
         "step_interval_sd": statistics.pstdev(ys),
+    }
+
+
+def host_speed_draws(results: list[dict], labels: tuple = LABELS) -> dict | None:
+    """Whether each run draws its own host speed. Two runs next to each other in time, of two different
+    engines, would share a slow spell of the whole box: how closely their draft loop host times (and step
+    intervals) follow each other, each relative to its engine's mean in its case. And a speed drawn once
+    per run spreads a short run's step interval as widely as a long one's: the pristine processes' spread
+    over all of a run's timed steps against over its first few only."""
+    neighbours, spread = [], {}
+    for result in results:
+        in_case = []
+        for label in labels:
+            runs = result["engines"].get(label, {}).get("runs", [])
+            if len(runs) < 2:
+                continue
+            draft = statistics.fmean(r["draft_host_ms"] for r in runs)
+            interval = statistics.fmean(r["step_interval_ms"] for r in runs)
+            in_case += [(r["t"], label, r["draft_host_ms"] / draft, r["step_interval_ms"] / interval) for r in runs]
+            if label == "patched":
+                continue
+            for k in ("all", *SHORT_RUNS):
+                values = [r["step_interval_ms"] if k == "all" else r["step_interval_ms_first"][k] for r in runs]
+                mean = statistics.fmean(values)
+                spread.setdefault(str(k), []).extend(v / mean for v in values)
+        in_case.sort()
+        neighbours += [(a, b) for a, b in zip(in_case, in_case[1:], strict=False) if a[1] != b[1]]
+    if len(neighbours) < 3:
+        return None
+
+    def follows(i: int) -> float | None:
+        xs, ys = [a[i] for a, _ in neighbours], [b[i] for _, b in neighbours]
+        return statistics.correlation(xs, ys) if len(set(xs)) > 1 and len(set(ys)) > 1 else None
+
+    return {
+        "neighbour_pairs": len(neighbours),
+        "neighbour_start_gap_s": statistics.median(b[0] - a[0] for a, b in neighbours),
+        "neighbour_draft_host_correlation": follows(2),
+        "neighbour_step_interval_correlation": follows(3),
+        "pristine_runs": len(spread.get("all", [])),
+        "pristine_step_interval_sd": {k: statistics.pstdev(v) for k, v in spread.items() if len(v) > 1},
     }
 
 
@@ -304,6 +347,10 @@ def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
     }
 
 
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def print_study(result: dict) -> None:
     print(f"{result['case']}: a run is fast below {result['fast_below_ms']} ms of draft GPU time")
     for label, engine in result["engines"].items():
@@ -384,6 +431,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{link['draft_host_spread'][1]:.2f}x, step interval {link['step_interval_spread'][0]:.2f}-"
             f"{link['step_interval_spread'][1]:.2f}x of the mean, its standard deviation "
             f"{link['step_interval_sd']:.3f})"
+        )
+    draws = host_speed_draws(results)
+    if draws:
+        sd = draws["pristine_step_interval_sd"]
+        print(
+            f"run after run, over {draws['neighbour_pairs']} pairs of runs of two engines next to each other in time "
+            f"({draws['neighbour_start_gap_s']:.2f} s apart, start to start): the draft loop host time correlates "
+            f"{_fmt(draws['neighbour_draft_host_correlation'])}, the step interval "
+            f"{_fmt(draws['neighbour_step_interval_correlation'])}; a pristine run's step interval spreads by "
+            + ", ".join(f"{sd[str(k)]:.3f} over its first {k} timed steps" for k in SHORT_RUNS if str(k) in sd)
+            + f" and {sd.get('all', float('nan')):.3f} over all ({draws['pristine_runs']} runs, standard deviation of "
+            "the mean in its case)"
         )
     causes = host_causes(args.host_runs) if args.host_runs else None
     if causes:

@@ -136,6 +136,45 @@ def test_a_runs_step_interval_against_its_hosts_speed_and_the_time_on_a_cpu(tmp_
     host_modes.print_study(result)
 
 
+def test_whether_each_run_draws_its_own_host_speed(tmp_path):
+    def run(t0, speed, steps=24, late_speed=None):
+        """A run at one host speed; with ``late_speed`` its steps after the fourth at another."""
+        records = []
+        for i in range(steps):
+            s = speed if late_speed is None or i < 2 + 4 else late_speed  # two steps skipped, then four
+            t = t0 + i * 0.007 * s
+            records.append({"t": t, "part": "step", "batch_size": 16, "host_ms": 5.0 * s, "gpu_ms": 6.0})
+            records.append({"t": t, "part": "draft", "batch_size": 16, "host_ms": 1.0 * s, "gpu_ms": 1.8})
+        return records
+
+    def draws(tmp, speeds_a, speeds_b):
+        """Two engines taking turns, each run 1 s after the other engine's."""
+        tmp.mkdir()
+        engines = {"pristine": [], "pristine_b": []}
+        for k, (a, b) in enumerate(zip(speeds_a, speeds_b, strict=True)):
+            engines["pristine"] += run(2.0 * k, a)
+            engines["pristine_b"] += run(2.0 * k + 1.0, b)
+        (result,) = host_modes.study(_archive(tmp, engines), 16, skip=2, min_steps=20, fast_below=2.0, reps=4)
+        return host_modes.host_speed_draws([result])
+
+    # a slow spell of the whole box slows the runs of both engines next to each other in time
+    spell = draws(tmp_path / "spell", [1.0, 1.4, 1.4, 0.7], [1.0, 1.4, 1.4, 0.7])
+    assert spell["neighbour_pairs"] == 7 and spell["neighbour_start_gap_s"] == pytest.approx(1.0)
+    assert spell["neighbour_draft_host_correlation"] == pytest.approx(0.459, abs=0.01)
+    # each run drawing its own speed: its neighbour of the other engine does not follow it
+    own = draws(tmp_path / "own", [1.0, 1.3, 0.8, 1.2], [1.2, 0.8, 1.3, 1.0])
+    assert abs(own["neighbour_draft_host_correlation"]) < 0.05
+    # a run whose speed changes after its first four timed steps spreads less over all its steps
+    (tmp_path / "changing").mkdir()
+    changing = {"pristine": [r for k, v in enumerate((1.4, 0.6, 1.0)) for r in run(2.0 * k, v, late_speed=1.0)]}
+    (result,) = host_modes.study(_archive(tmp_path / "changing", changing), 16, 2, 20, 2.0, reps=3)
+    sd = host_modes.host_speed_draws([result], ("pristine",)) or {}
+    assert sd == {}  # one engine: no neighbours of another engine to set beside
+    result["engines"]["pristine_b"] = result["engines"]["pristine"]
+    sd = host_modes.host_speed_draws([result])["pristine_step_interval_sd"]
+    assert sd["4"] > 0.25 > 0.1 > sd["all"]
+
+
 def test_a_slow_run_is_told_from_steal_and_from_waiting_by_the_rows_host_runs(tmp_path):
     def host_run(draft_ms, steal, on_cpu, canary_ms=None):
         canary = {"median_ms": canary_ms} if canary_ms else None
