@@ -198,7 +198,7 @@ GRID   ?= full
 bench-engine: ## on a GPU box, from .gpu-bundle: sglang's Engine with MTP, pristine vs patched side by side (bench/engine_ab.py); NEXT_N=2,4 GRID=full|targets LINE= OUT=DIR SEED=N[,N...] (the IndexShare case at each next_n N) SGLANG_TESTS=GLOB (first the series' tests in sglang's tree matching GLOB)
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) $(if $(SGLANG_TESTS),--sglang-tests $(call q,$(SGLANG_TESTS)),) -- --next-n $(call q,$(NEXT_N)) --grid $(call q,$(GRID)) $(if $(SEED),--seed-case $(call q,$(SEED)),)
 
-bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts beside a two-process A/A (docs/engine-benchmark.md); NEXT_N=4 LINE= OUT=DIR GRID=targets64k|deploy|wide|wide_long (each engine's KV pool sized for its grid)
+bench-tpot: ## on a GPU box: what a server sees, TPOT with accepted drafts beside a two-process A/A (docs/engine-benchmark.md); NEXT_N=4 LINE= OUT=DIR GRID=targets64k|deploy|wide|wide_long|floor64k (each engine's KV pool sized for its grid)
 	bash ci/run_engine_gpu.sh $(if $(LINE),--line $(call q,$(LINE)),) --out $(call q,$(or $(OUT),build/engine)) --save-jit-cache -- --next-n $(call q,$(if $(filter override,$(origin NEXT_N)),$(NEXT_N),4)) --grid $(call q,$(if $(filter override,$(origin GRID)),$(GRID),targets64k)) --two-process-aa --pin-cpus --kv-cache fp8_e4m3 --acceptance 4:3,6:4 --reps 6 --new-tokens 96 --engine-arg sleep_on_idle=true
 
 engine-report: $(VENV)/.tool-stamp ## tables and a picture from engine runs: docs/results/engine_h200.{json,md,png} from docs/results/engine_h200_{run,v0_5_23_run,tpot_}*.json , engine_h200_drafts_n[0-9].json and engine_h200_v0_5_23_n[0-9]_read_once.json

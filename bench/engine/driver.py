@@ -43,6 +43,8 @@ from bench.host_cpus import HostSampler
 
 # what the IndexShare case needs: its own three engines (warm JIT caches) and 24 short requests, twice
 SEED_CASE_S = 150
+# what a case needs after its timed runs besides two rounds' time (its greedy runs, a profile): saving, notes
+RESERVE_AFTER_RUNS_S = 25
 
 
 def log(message: str) -> None:
@@ -235,8 +237,17 @@ class Bench:
         labels = tuple(pair)
         groups = [pair[label].cpus for label in labels]
         spare = sorted(set(self.cpus).difference(*groups)) if all(groups) else []
+        block_start, block_s = time.time(), 0.0
         with CpuCanary(spare[0] if spare else None) as canary:
             for i, label in enumerate(run_order(labels, self.args.reps)):
+                if i % len(labels) == 0:
+                    block_s, block_start = max(block_s, time.time() - block_start), time.time()
+                    if i and self.left_s() < 2 * block_s + RESERVE_AFTER_RUNS_S:
+                        # whole rounds only, so every engine has as many runs; the greedy runs still fit
+                        self.note(
+                            f"{case.name}: timed runs stopped after {i // len(labels)} of {self.args.reps} rounds (deadline)"
+                        )
+                        break
                 if i % len(labels) == 0 and all(groups):
                     for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
                         pair[other].pin(cpus)
@@ -391,6 +402,11 @@ def memory_of(engines: dict) -> dict:
     return {label: engine_memory((engine.started or {}).get("info") or {}) for label, engine in engines.items()}
 
 
+def interval(found: dict | None) -> str:
+    """ratio_interval's 95% interval, as a case line shows it beside its ratio."""
+    return f" [{found['ci95'][0]:.3f}-{found['ci95'][1]:.3f}]" if found else ""
+
+
 def case_line(row: dict, case: Case) -> str:
     """One log line per case: the engines' figures side by side, with the floor beside each ratio."""
     p, x = row["pristine"], row["patched"]
@@ -404,7 +420,8 @@ def case_line(row: dict, case: Case) -> str:
         f"{fmt(p['verify_step_us'])} -> {fmt(x['verify_step_us'])} us ({fmt(row['speedup_verify'], 3)}x, A/A "
         f"{fmt(aa.get('verify'), 3)}), TPOT {fmt(p['tpot_ms'], 2)} -> {fmt(x['tpot_ms'], 2)} ms "
         f"({fmt(row['speedup_tpot'], 3)}x, A/A {fmt(aa.get('tpot'), 3)} {row['aa_noise_kind']}; mean of runs "
-        f"{fmt(row['speedup_tpot_mean_of_runs'], 3)}x, A/A {fmt(aa.get('tpot_mean_of_runs'), 3)}), "
+        f"{fmt(row['speedup_tpot_mean_of_runs'], 3)}x{interval(row['speedup_tpot_mean_of_runs_interval'])}, A/A "
+        f"{fmt(aa.get('tpot_mean_of_runs'), 3)}{interval(aa.get('tpot_mean_of_runs_interval'))}), "
         f"tokens/s {fmt(p['tokens_per_s'])} -> {fmt(x['tokens_per_s'])}, step GPU {parts('step')} ms "
         f"(A/A {fmt(aa.get('step_gpu'), 3)}), draft {parts('draft')}, verify part {parts('verify')}, "
         f"draft-extend {parts('draft_extend')} ms GPU, host gap {parts('step', 'host_gap_ms')} ms; "

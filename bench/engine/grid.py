@@ -50,6 +50,9 @@ GRIDS = {
     # Every draft position compared (issue 47): one request, and ragged 16k batches of 16 and of 40, which
     # replays the graphs of 48 padded (0.5M pool tokens per engine, beside the IndexShare case's engines).
     "drafts": [(1, 4096, "uniform"), (16, 16384, "ragged"), (40, 16384, "ragged")],
+    # The two-process floor at 32 x 64k (issue 47): one case, for as many short runs as a call holds, since
+    # each run draws its own host speed and the floor tightens with the runs, not with their length.
+    "floor64k": [(32, 65536, "uniform")],
 }
 
 

@@ -49,6 +49,12 @@ def step_interval_ms(runs: list[dict], batch_size: int, skip: int) -> float | No
     return statistics.median(gaps) if gaps else None
 
 
+def step_interval_ms_per_run(runs: list[dict], batch_size: int, skip: int) -> list[float | None]:
+    """Each run's own median step gap, in run order: the host's speed is drawn run by run, so the runs
+    are the draws a floor's precision counts (bench/engine/precision.py)."""
+    return [step_interval_ms([run], batch_size, skip) for run in runs]
+
+
 PERCENTILES = (10, 50, 90, 99)
 
 

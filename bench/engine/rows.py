@@ -30,6 +30,7 @@ from bench.engine.measures import (
     mean_tpot_ms,
     part_value,
     step_interval_ms,
+    step_interval_ms_per_run,
     step_interval_percentiles,
     step_parts,
     tokens_per_s,
@@ -38,6 +39,7 @@ from bench.engine.measures import (
     tpot_ms_per_run,
     verify_step_us,
 )
+from bench.engine.precision import ratio_interval
 
 VERSION_GATE_SKIPPED = "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"
 
@@ -70,6 +72,7 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float
         "sm_mhz": sm_mhz(runs),
         "tokens_per_s": tokens_per_s(runs),
         "step_interval_ms": step_interval_ms(runs, batch_size, skip),
+        "step_interval_ms_runs": step_interval_ms_per_run(runs, batch_size, skip),
         "layouts": layouts_seen(runs, batch_size),
         "parts": step_parts(runs, batch_size, skip),
         "step_interval_ms_percentiles": step_interval_percentiles(runs, batch_size, skip),
@@ -95,6 +98,10 @@ def floor(first: list[dict], second: list[dict], bs: int, skip: int, window_s: f
         "verify": ratio(verify_step_us(first, bs, skip), verify_step_us(second, bs, skip)),
         "tpot": ratio(tpot_ms(first), tpot_ms(second)),
         "tpot_mean_of_runs": ratio(mean_tpot_ms(first), mean_tpot_ms(second)),
+        "tpot_mean_of_runs_interval": ratio_interval(tpot_ms_per_run(first), tpot_ms_per_run(second)),
+        "step_interval_mean_of_runs_interval": ratio_interval(
+            step_interval_ms_per_run(first, bs, skip), step_interval_ms_per_run(second, bs, skip)
+        ),
         "step_interval": ratio(step_interval_ms(first, bs, skip), step_interval_ms(second, bs, skip)),
         "step_gpu": ratio(
             part_value(step_parts(first, bs, skip), "step", "gpu_ms"),
@@ -203,6 +210,11 @@ def case_row(
         "speedup_verify": ratio(pristine["verify_step_us"], patched["verify_step_us"]),
         "speedup_tpot": ratio(pristine["tpot_ms"], patched["tpot_ms"]),
         "speedup_tpot_mean_of_runs": ratio(pristine["tpot_ms_mean_of_runs"], patched["tpot_ms_mean_of_runs"]),
+        # its 95% interval and the runs that would pin it to 3% (the floor's is aa_noise_*'s tpot_mean_of_runs_interval)
+        "speedup_tpot_mean_of_runs_interval": ratio_interval(pristine["tpot_ms_runs"], patched["tpot_ms_runs"]),
+        "speedup_step_interval_mean_of_runs_interval": ratio_interval(
+            pristine["step_interval_ms_runs"], patched["step_interval_ms_runs"]
+        ),
         "speedup_tokens_per_s": ratio(patched["tokens_per_s"], pristine["tokens_per_s"]),
         "speedup_step_interval": ratio(pristine["step_interval_ms"], patched["step_interval_ms"]),
         # pristine over patched, per part of the decode step (GPU events, host wall time)

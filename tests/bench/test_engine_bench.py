@@ -664,6 +664,10 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
             assert run["host_cpus"]["cpus"] == (cpus or run["host_cpus"]["cpus"]) and run["host_cpus"]["ticks"] >= 0
             assert set(run["step_cpus"]) <= set(run["host_cpus"]["cpus"])  # the stand-in names one it may run on
         assert [run["draft_host_ms"] for run in row["host_runs_pristine_b"]] == [3.0, 3.0]  # the floor's process too
+        # each ratio of means with its interval: the stand-in's runs do not spread, so the intervals are points
+        floor = row["aa_noise_processes"]["step_interval_mean_of_runs_interval"]
+        assert floor["runs"] == [2, 2] and floor["ci95"] == [pytest.approx(1.0)] * 2
+        assert row["speedup_tpot_mean_of_runs_interval"]["runs"] == [2, 2]
     blocks = [[e["label"] for e in doc["engines"] if e["tag"] == f"n{n}"] for n in (2, 4)]
     assert blocks == [["pristine", "pristine_b", "patched"], ["pristine_b", "patched", "pristine"]]
 
@@ -796,3 +800,48 @@ def test_an_engine_is_moved_to_other_cores_with_its_children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         child.wait()
+
+
+def test_timed_runs_stop_at_a_whole_round_where_the_deadline_leaves_too_little(tmp_path, monkeypatch):
+    """Many short runs (a floor's precision counts runs): where the deadline comes first, the runs stop
+    before a round, so every engine has as many, with two rounds' time left for what follows."""
+    from bench.engine import driver
+
+    clock = types.SimpleNamespace(t=1000.0)
+    monkeypatch.setattr(driver, "time", types.SimpleNamespace(time=lambda: clock.t, strftime=time.strftime))
+    monkeypatch.setattr(driver, "RESERVE_AFTER_RUNS_S", 5.0)
+
+    class Engine:
+        cpus, pinned = None, None
+
+        def call(self, command):
+            clock.t += 1.0  # each timed run takes a second of the fake clock
+            return {"outputs": [], "steps": []}
+
+    pair = {label: Engine() for label in ("pristine", "pristine_b", "patched")}
+    args = types.SimpleNamespace(reps=50)
+    bench = driver.Bench(args, {}, None, {}, {}, tuple(pair), tmp_path, deadline=clock.t + 20.0)
+    case = grid.Case(32, 65536, "uniform", 48)
+    runs = bench.timed_runs(pair, case, {})
+    # rounds of 3 s, and 2 x 3 + 5 s needed before each: 11 s are left before the fourth, 8 before the fifth
+    assert {label: len(r) for label, r in runs.items()} == {"pristine": 4, "pristine_b": 4, "patched": 4}
+    assert bench.notes == [f"{case.name}: timed runs stopped after 4 of 50 rounds (deadline)"]
+
+
+def test_a_ratio_of_means_comes_with_its_interval_and_the_runs_that_would_pin_it():
+    from bench.engine import precision
+
+    # two engines of one speed, each run's host drawn with a spread of about 0.14 of the mean
+    a = [1.0, 1.2, 0.85, 1.1, 0.9, 0.95, 1.15, 0.8]
+    b = [0.9, 1.1, 1.0, 1.25, 0.82, 1.05, 0.88, 1.0]
+    found = precision.ratio_interval(a, b)
+    assert found["ratio"] == pytest.approx(sum(a) / sum(b))
+    low, high = found["ci95"]
+    assert low < 1.0 < high and high / low > 1.2  # eight runs a side: far from +-3%
+    assert found["runs"] == [8, 8]
+    # about 2 x (1.96 x 0.14 / 0.03)^2 runs a side would bring it to +-3%
+    assert 130 <= found["runs_for_3pct"] <= 190
+    many = precision.ratio_interval(a * 20, b * 20)  # 160 runs a side at the same spread
+    assert many["ci95"][1] / many["ci95"][0] < 1.07
+    assert precision.ratio_interval([1.0], b) is None and precision.ratio_interval([1.0, None], b) is None
+    assert precision.t_975(2) == 4.303 and precision.t_975(11) == 2.228 and precision.t_975(500) == 1.96
