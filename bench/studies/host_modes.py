@@ -113,6 +113,17 @@ def on_cpu(steps: list[dict]) -> dict:
     return {} if share is None else {"on_cpu_share": share, "cpus": cpus}
 
 
+def relative_runs(result: dict, label: str) -> list[tuple[dict, float, float]]:
+    """An engine's timed runs in one case, each with its draft loop host time and step interval relative
+    to the engine's mean in the case (so that cases and engines do not count); none for fewer than two."""
+    runs = result["engines"].get(label, {}).get("runs", [])
+    if len(runs) < 2:
+        return []
+    draft = statistics.fmean(r["draft_host_ms"] for r in runs)
+    interval = statistics.fmean(r["step_interval_ms"] for r in runs)
+    return [(r, r["draft_host_ms"] / draft, r["step_interval_ms"] / interval) for r in runs]
+
+
 def host_speed_link(results: list[dict], labels: tuple = ("pristine", "pristine_b")) -> dict | None:
     """How closely a run's step interval follows its draft loop's host time (the same Python code in
     every engine: the host's speed in that run), over every timed run of ``labels`` in every case,
@@ -120,13 +131,9 @@ def host_speed_link(results: list[dict], labels: tuple = ("pristine", "pristine_
     xs, ys = [], []
     for result in results:
         for label in labels:
-            runs = result["engines"].get(label, {}).get("runs", [])
-            if len(runs) < 2:
-                continue
-            draft = statistics.fmean(r["draft_host_ms"] for r in runs)
-            interval = statistics.fmean(r["step_interval_ms"] for r in runs)
-            xs += [r["draft_host_ms"] / draft for r in runs]
-            ys += [r["step_interval_ms"] / interval for r in runs]
+            for _, draft, interval in relative_runs(result, label):
+                xs.append(draft)
+                ys.append(interval)
     if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
     return {
@@ -149,14 +156,11 @@ def host_speed_draws(results: list[dict], labels: tuple = LABELS) -> dict | None
     for result in results:
         in_case = []
         for label in labels:
-            runs = result["engines"].get(label, {}).get("runs", [])
-            if len(runs) < 2:
+            runs = relative_runs(result, label)
+            in_case += [(run["t"], label, draft, interval) for run, draft, interval in runs]
+            if label == "patched" or not runs:
                 continue
-            draft = statistics.fmean(r["draft_host_ms"] for r in runs)
-            interval = statistics.fmean(r["step_interval_ms"] for r in runs)
-            in_case += [(r["t"], label, r["draft_host_ms"] / draft, r["step_interval_ms"] / interval) for r in runs]
-            if label == "patched":
-                continue
+            runs = [run for run, _, _ in runs]
             for k in ("all", *SHORT_RUNS):
                 values = [r["step_interval_ms"] if k == "all" else r["step_interval_ms_first"][k] for r in runs]
                 mean = statistics.fmean(values)
