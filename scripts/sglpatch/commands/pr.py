@@ -22,6 +22,7 @@ from a wheel import shares no history with upstream: it renders the bodies, and
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -63,6 +64,7 @@ class Prepared:
     body: str
     previous: str | None  # what was pushed before, when it was
     range_diff: str | None
+    branch_was: str | None = None  # the local branch's tip before this run (checked: pr's own), or None
 
 
 def add_arguments(parser) -> None:
@@ -117,6 +119,7 @@ def run(args) -> int:
     )
     records = _with_existing(_load_records(git), args.existing)
     prepared = _prepare_all(git, groups, base, series.patches, pin, default_base, config, records)
+    _refuse_moving_the_users_branches(git, prepared, records)
     args.out.mkdir(parents=True, exist_ok=True)
     for pr in prepared:
         try:
@@ -220,6 +223,44 @@ def _prepare_all(
     return prepared
 
 
+def _refuse_moving_the_users_branches(git: Git, prepared: list[Prepared], records: dict) -> None:
+    """A PR branch is pr's own while it is where pr left it (the tip it built, or pushed, last): one the user
+    committed on (a review fix) is theirs, and moving it would drop those commits; one a worktree has checked out
+    would have its commit changed under the work tree. Either refuses before any branch is written."""
+    held = _checked_out(git)
+    for pr in prepared:
+        branch = BRANCH_PREFIX + pr.group.branch
+        pr.branch_was = now = git.rev_parse(f"refs/heads/{branch}")
+        if now is None or now == pr.tip:
+            continue
+        if f"refs/heads/{branch}" in held:
+            where = held[f"refs/heads/{branch}"]
+            raise FatalError(
+                f"{pr.group.id}: branch {branch} is checked out in {where}, and make pr moves it to the rebuilt "
+                f"branch; nothing was changed: switch that worktree to another branch (`git -C {where} switch "
+                "--detach`), then run make pr again"
+            )
+        record = records.get(pr.group.id, {})
+        own = {record.get("built"), record.get("head"), git.rev_parse(PUSHED_PREFIX + pr.group.branch)}
+        if now not in own:
+            raise FatalError(
+                f"{pr.group.id}: branch {branch} holds commits make pr did not leave there (at {now[:12]}), and "
+                f"rebuilding it would drop them; nothing was changed: keep them under another name (`git -C "
+                f"{git.workdir} branch -m {branch} my-{pr.group.branch}`), then run make pr again"
+            )
+
+
+def _checked_out(git: Git) -> dict[str, Path]:
+    """The branches the worktrees of this repository have checked out: {ref: the worktree's path}."""
+    held, where = {}, None
+    for line in git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0"):
+        if line.startswith(b"worktree "):
+            where = Path(os.fsdecode(line.removeprefix(b"worktree ")))
+        elif line.startswith(b"branch ") and where is not None:
+            held[os.fsdecode(line.removeprefix(b"branch "))] = where
+    return held
+
+
 def _group_base(git: Git, group: Group, base: PrBase, tips: dict[str, str], config: dict) -> str:
     if not group.depends_on:
         return base.commit
@@ -249,7 +290,8 @@ def _publish(git: Git, pr: Prepared, config: dict, records: dict, fork: dict | N
     branch = BRANCH_PREFIX + group.branch
     body_path = args.out / f"{group.id}.md"
     body_path.write_text(pr.body)
-    git.run("update-ref", f"refs/heads/{branch}", pr.tip)
+    git.run("update-ref", f"refs/heads/{branch}", pr.tip, pr.branch_was or "")  # as checked, or not there
+    record["built"] = pr.tip
     say(f"{group.id}: branch {branch} ({plural(len(group.patches), 'commit')})")
     say(f"  body: {body_path}")
     if pr.range_diff is not None:
