@@ -5,11 +5,16 @@ the user has not finished), and the message a resolved conflict is committed wit
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from sglpatch.git import Git
 from testing.pr_series import pr_project, pr_series  # noqa: F401  (pr_project: a fixture)
-from testing.sglang_trees import as_tester
+from testing.sglang_trees import as_tester, upstream_branches
 from testing.tree_bytes import refused
 
 FIRST_BRANCH = "sglpatch-pr/test-first-group"
@@ -52,3 +57,43 @@ def test_pr_rebuilds_its_own_branches(sglpatch, checkout, tmp_path, base_repo, p
     code, out, err = _pr(sglpatch, checkout, second, tmp_path)
     assert code == 0, err
     assert Git(checkout).rev_parse(FIRST_BRANCH) not in (None, first)
+
+
+def _cli(*args, **env) -> subprocess.CompletedProcess:
+    """The CLI in a child process (a kill ends it, not the test), `env` added to the test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **{key: str(value) for key, value in env.items()}},
+        timeout=120,
+    )
+
+
+def _apply_killed_after_its_switch(checkout, patches, tmp_path) -> None:
+    trace = tmp_path / "trace"
+    apply = ["apply", "--sglang", checkout, "--patches", patches]
+    assert _cli(*apply, SGLPATCH_FAULT_TRACE=trace).returncode == 0
+    assert _cli("revert", "--sglang", checkout).returncode == 0
+    labels = [line.split("\t")[1] for line in trace.read_text().splitlines()]
+    point = labels.index("checkout: switched to the branch") + 1
+    assert _cli(*apply, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL").returncode == -signal.SIGKILL
+
+
+def _interactive_rebase_at_a_break(checkout, patches, tmp_path) -> None:
+    """The user's own `git rebase -i` of the series branch, stopped at a `break`: clean tree, HEAD detached."""
+    Git(checkout).with_env(GIT_SEQUENCE_EDITOR="sed -i '1i break'").run("rebase", "-q", "-i", "HEAD~1")
+
+
+@pytest.mark.parametrize("unsettled", [_apply_killed_after_its_switch, _interactive_rebase_at_a_break])
+def test_a_rebase_does_not_start_on_a_target_left_unsettled(sglpatch, checkout, patches, tmp_path, unsettled):
+    """Before: `rebase --onto` read only its own state, and started over an apply killed after its switch (the
+    record still "applying") and over the user's own interactive rebase waiting at a break, writing its own
+    branch, refs and record over what recover (or `git rebase --continue`) was to settle."""
+    upstream_branches(checkout, quiet=True)
+    if unsettled is _interactive_rebase_at_a_break:
+        assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    unsettled(checkout, patches, tmp_path)
+    rebase = ["--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "quiet"]
+    err = refused(sglpatch, checkout, *rebase, command="rebase")
+    assert ("was interrupted; run" if unsettled is _apply_killed_after_its_switch else "is in progress in") in err

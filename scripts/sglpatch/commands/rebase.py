@@ -16,7 +16,7 @@ from sglpatch.commands.common import (
 from sglpatch.errors import FatalError
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase import rebase_engine
-from sglpatch.targets import writing
+from sglpatch.targets import read_state, refuse_unless_settled, writing
 
 # what a user says to the rebase: (the flag, the make variable), for hints.option
 _OPTIONS = (
@@ -71,6 +71,9 @@ def run(args) -> int:
             onto, drop, resume, abort = (hints.option(*pair) for pair in _OPTIONS)
             raise FatalError(f"say what to do: {onto}, {resume}, {abort}, or {drop} while stopped")
         rebase_engine.refuse_in_progress(target)
+        # as apply: an apply or revert cut short, or another tool's operation waiting (a cherry-pick of several
+        # commits, a `git rebase -i` stopped at a break) is settled first, never built on
+        refuse_unless_settled(read_state(target))
         line = chosen_line(args, target)
         series, pin = load_line(args, line)
         request = rebase_engine.Request(
