@@ -97,3 +97,45 @@ def test_a_rebase_does_not_start_on_a_target_left_unsettled(sglpatch, checkout, 
     rebase = ["--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "quiet"]
     err = refused(sglpatch, checkout, *rebase, command="rebase")
     assert ("was interrupted; run" if unsettled is _apply_killed_after_its_switch else "is in progress in") in err
+
+
+def _unfinished_cherry_pick(checkout) -> Git:
+    """On main, the user's `git cherry-pick A B C` stopped at A's conflict, resolved and committed with `git
+    commit`: CHERRY_PICK_HEAD is gone, `.git/sequencer` holds B and C still to go (`git cherry-pick --continue`
+    picks them). Then back on the branch it started from (git lets a switch leave that list as it is)."""
+    git = as_tester(Git(checkout))
+    here = git.current_branch()
+    git.run("switch", "-q", "-c", "side", "main")
+    for i in range(3):
+        (checkout / f"note{i}.txt").write_text(f"side {i}\n")
+        git.run("add", f"note{i}.txt")
+        git.run("commit", "-q", "-m", f"Side note {i}")
+    git.run("switch", "-q", "main")
+    (checkout / "note0.txt").write_text("mine\n")
+    git.run("add", "note0.txt")
+    git.run("commit", "-q", "-m", "My note")
+    assert git.try_run("cherry-pick", "side~2", "side~1", "side")[0] != 0
+    (checkout / "note0.txt").write_text("both\n")
+    git.run("add", "note0.txt")
+    git.with_env(GIT_EDITOR="true").run("commit", "-q", "--no-edit")
+    git.run("checkout", "-q", here)  # `git switch` refuses while a cherry-pick is in progress; checkout does not
+    assert (checkout / ".git" / "sequencer" / "todo").is_file()
+    return git
+
+
+@pytest.mark.parametrize("command", ["apply", "rebase"])
+def test_a_cherry_pick_of_several_commits_the_user_has_not_finished_is_left_alone(
+    sglpatch, checkout, patches, tmp_path, command
+):
+    """Before: apply switched branch under it (its remaining picks would land on the series branch), and a rebase
+    started; its `--abort` (`git cherry-pick --abort`) and `--drop` (`git cherry-pick --quit`) then deleted
+    `.git/sequencer`, the list of the user's commits still to pick."""
+    upstream_branches(checkout)
+    if command == "rebase":
+        assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    _unfinished_cherry_pick(checkout)
+    args = ["--sglang", checkout, "--patches", patches]
+    if command == "rebase":
+        args += ["--report-dir", tmp_path / "report", "--onto", "newer"]
+    err = refused(sglpatch, checkout, *args, command=command)
+    assert "several commits is in progress" in err and "sequencer" in err, err

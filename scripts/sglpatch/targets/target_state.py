@@ -45,6 +45,10 @@ _OTHER_OPERATIONS = (
     ("MERGE_HEAD", "a `git merge`"),
     ("CHERRY_PICK_HEAD", "a `git cherry-pick`"),
     ("REVERT_HEAD", "a `git revert`"),
+    # a cherry-pick or revert of several commits keeps its list of commits still to go here, also after the
+    # user committed the one that stopped (CHERRY_PICK_HEAD gone); a rebase's `git cherry-pick --abort` or
+    # `--quit` would throw that list away
+    ("sequencer", "a `git cherry-pick` or `git revert` of several commits"),
 )
 # What git leaves for the user's next `git commit`. Switching branches (apply, revert) deletes these files and
 # keeps the staged changes, so the commit they prepare would land on the other branch without its message.
