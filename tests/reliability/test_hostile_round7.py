@@ -6,6 +6,7 @@ the user has not finished), and the message a resolved conflict is committed wit
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from sglpatch.git import Git
 from testing.pr_series import pr_project, pr_series  # noqa: F401  (pr_project: a fixture)
-from testing.sglang_trees import as_tester, upstream_branches
+from testing.sglang_trees import BACKEND, as_tester, one_patch_series, upstream_branches
 from testing.tree_bytes import refused
 
 FIRST_BRANCH = "sglpatch-pr/test-first-group"
@@ -139,3 +140,32 @@ def test_a_cherry_pick_of_several_commits_the_user_has_not_finished_is_left_alon
         args += ["--report-dir", tmp_path / "report", "--onto", "newer"]
     err = refused(sglpatch, checkout, *args, command=command)
     assert "several commits is in progress" in err and "sequencer" in err, err
+
+
+@pytest.mark.parametrize("comment_char", ["#", "auto"])
+def test_a_resolved_conflict_keeps_the_patch_message_as_it_is(
+    sglpatch, checkout, base_repo, project_pin, tmp_path, comment_char
+):
+    """A patch whose message has a line starting with `#` (an issue number), and a conflict the user resolves.
+    Before: `--continue` committed with `git cherry-pick --continue`, which cleans the message as if edited: the
+    `#1234 ...` line was dropped from the rebased patch; with core.commentChar=auto its `# Conflicts:` lines were
+    written into the message instead."""
+    message = (
+        "[DSA] Mark the indexer metadata\n\nWhy: the indexer needs a marker.\n#1234 is the issue it fixes.\n\n"
+        "What: one comment.\n\nUpstream-PR: 27166\nPatch-Group: test-group\n"
+    )
+    edit = (BACKEND, "class DSAIndexerMetadata", "# marked\nclass DSAIndexerMetadata")
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "series" / "patches", message, edit)
+    git = upstream_branches(checkout)
+    git.run("config", "core.commentChar", comment_char)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    rebase = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report"]
+    assert sglpatch(*rebase, "--onto", "newer")[0] == 1
+    text = (checkout / BACKEND).read_text()
+    (checkout / BACKEND).write_text(
+        re.sub(r"<<<<<<< [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n", r"\1", text, flags=re.S)
+    )
+    git.run("add", BACKEND)
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--continue")
+    assert code == 0, err
+    assert git.run("log", "-1", "--format=%B") == message

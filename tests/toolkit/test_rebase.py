@@ -196,7 +196,7 @@ def test_continue_after_the_user_dropped_the_pick_says_to_abort(sglpatch, chain,
 
 
 def test_continue_with_no_git_identity_commits_the_resolution(sglpatch, chain, conflicting_series, tmp_path):
-    """`git cherry-pick --continue` needs a committer: sglpatch's own where git has none."""
+    """Committing the resolution needs a committer: sglpatch's own where git has none."""
     forget_identity(chain)
     assert rebase(sglpatch, chain, conflicting_series, tmp_path, "--onto", "v0.5.15")[0] == 1
     git = Git(chain)

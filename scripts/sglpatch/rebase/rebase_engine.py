@@ -590,11 +590,15 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
     state.resolved_by_hand = True
     with write_phase():
         save(folder, state)
-        status, _, err = git.committing().try_run("cherry-pick", "--continue")
+        # the patch's own message, as it is: `git cherry-pick --continue` commits the message it would open an
+        # editor on, and so strips every line that starts with the comment character (`#1234 ...`), or, with
+        # core.commentChar=auto, keeps the `# Conflicts:` lines it adds
+        status, _, err = git.committing().try_run("commit", "-q", "--cleanup=verbatim", "-C", "CHERRY_PICK_HEAD")
         fault_point("rebase: resolution committed")
     if status != 0:
         raise FatalError(
-            f"git cherry-pick --continue failed: {err.strip().splitlines()[-1] if err.strip() else status}"
+            f"git could not commit the resolution of {stopped.patch}: "
+            f"{err.strip().splitlines()[-1] if err.strip() else status}"
         )
 
 
