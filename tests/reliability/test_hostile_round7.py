@@ -5,6 +5,7 @@ the user has not finished), and the message a resolved conflict is committed wit
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -169,3 +170,17 @@ def test_a_resolved_conflict_keeps_the_patch_message_as_it_is(
     code, out, err = sglpatch("rebase", "--sglang", checkout, "--continue")
     assert code == 0, err
     assert git.run("log", "-1", "--format=%B") == message
+
+
+@pytest.mark.usefixtures("pr_project")
+def test_a_damaged_pr_record_is_a_one_line_refusal(sglpatch, checkout, tmp_path, base_repo, project_pin):
+    """pr wrote `.git/sglpatch-prs.json` (the PRs it opened, what it pushed and built) in place. Before: a run
+    cut short in that write left it truncated, and every later `make pr` ended in a JSONDecodeError traceback.
+    Now it is written beside and renamed over; a damaged one is refused in one line, nothing written."""
+    patches = pr_series(base_repo, tmp_path, project_pin, "series")
+    assert _pr(sglpatch, checkout, patches, tmp_path)[0] == 0
+    record = checkout / ".git" / "sglpatch-prs.json"
+    assert json.loads(record.read_text())["base-group"]["built"] == Git(checkout).rev_parse(FIRST_BRANCH)
+    record.write_text(record.read_text()[:20])
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches, "--out", tmp_path / "b", command="pr")
+    assert "sglpatch-prs.json is corrupt" in err and "nothing was changed" in err, err

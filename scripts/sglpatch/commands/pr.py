@@ -33,13 +33,14 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.commands.common import NEWEST_LINE, add_series_options, add_target_option, base_dir, load_line
-from sglpatch.errors import FatalError
+from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import Git, GitFailed, git_reason
 from sglpatch.lines import Line, line_named, newest_line
 from sglpatch.output import plural, say
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.replay import history_between, upstream_reason
+from sglpatch.safety.durable import write_durably
 from sglpatch.series import Patch
 from sglpatch.targets import open_target
 from sglpatch.upstream.hygiene import check_hygiene
@@ -410,8 +411,21 @@ def _rerun_lines(group: Group) -> list[str]:
 
 def _load_records(git: Git) -> dict:
     path = git.git_dir() / RECORD_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        records = exc
+    if not isinstance(records, dict) or not all(isinstance(record, dict) for record in records.values()):
+        raise CorruptState(
+            f"{path} is corrupt ({records if isinstance(records, Exception) else 'not a record per group'}); "
+            "nothing was changed: move it aside, then run make pr again (--existing GROUP=NUMBER names the PRs "
+            "already open; what was pushed is kept under refs/sglpatch/pushed/)"
+        )
+    return records
 
 
 def _save_records(git: Git, records: dict) -> None:
-    (git.git_dir() / RECORD_FILE).write_text(json.dumps(records, indent=2) + "\n")
+    """Written beside and renamed over (write_durably): a run cut short leaves the old record or the new."""
+    write_durably(git.git_dir() / RECORD_FILE, (json.dumps(records, indent=2) + "\n").encode(), fault_points=False)
