@@ -184,3 +184,18 @@ def test_a_damaged_pr_record_is_a_one_line_refusal(sglpatch, checkout, tmp_path,
     record.write_text(record.read_text()[:20])
     err = refused(sglpatch, checkout, "--sglang", checkout, "--patches", patches, "--out", tmp_path / "b", command="pr")
     assert "sglpatch-prs.json is corrupt" in err and "nothing was changed" in err, err
+
+
+@pytest.mark.usefixtures("pr_project")
+def test_pr_from_a_linked_worktree_knows_the_branches_it_built_from_another(
+    sglpatch, checkout, tmp_path, base_repo, project_pin
+):
+    """The PR branches are the repository's, shared by its worktrees, and pr kept its record in the git dir of the
+    worktree it ran in: a run from a linked worktree knew neither the PRs a run from the main one opened (it would
+    `gh pr create` them again) nor, with the guard above, the branches it built (refused as the user's)."""
+    patches = pr_series(base_repo, tmp_path, project_pin, "series")
+    assert _pr(sglpatch, checkout, patches, tmp_path)[0] == 0
+    linked = tmp_path / "linked"
+    as_tester(Git(checkout)).run("worktree", "add", "-q", "--detach", str(linked))
+    code, out, err = _pr(sglpatch, linked, patches, tmp_path)
+    assert code == 0, err

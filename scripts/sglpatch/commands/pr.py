@@ -410,7 +410,9 @@ def _rerun_lines(group: Group) -> list[str]:
 
 
 def _load_records(git: Git) -> dict:
-    path = git.git_dir() / RECORD_FILE
+    """What pr recorded: in the repository's common git dir, beside the branches and refs it names (a linked
+    worktree's own git dir would hide them from a run in another worktree)."""
+    path = git.common_dir() / RECORD_FILE
     if not path.is_file():
         return {}
     try:
@@ -428,4 +430,4 @@ def _load_records(git: Git) -> dict:
 
 def _save_records(git: Git, records: dict) -> None:
     """Written beside and renamed over (write_durably): a run cut short leaves the old record or the new."""
-    write_durably(git.git_dir() / RECORD_FILE, (json.dumps(records, indent=2) + "\n").encode(), fault_points=False)
+    write_durably(git.common_dir() / RECORD_FILE, (json.dumps(records, indent=2) + "\n").encode(), fault_points=False)
