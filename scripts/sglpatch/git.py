@@ -48,7 +48,7 @@ _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 # Every git we start looks at the work tree itself: a file system monitor (core.fsmonitor) that missed an edit
 # made git take an edited series file for clean, and apply's checkout wrote over the edit.
 _NO_MONITOR = ("-c", "core.fsmonitor=false")
-# For apply's and revert's switch of branch: a `git checkout` applies the sparse-checkout patterns to the whole
+# For apply's and revert's switch of branch (and a rebase's writes, `Git.sparse_as_it_is`): a `git checkout` applies the sparse-checkout patterns to the whole
 # work tree, and where the user set them without applying them (or git left files it could not remove) the
 # switch there and back would delete the files they keep. Without them git writes only what the switch changes.
 KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
@@ -273,6 +273,16 @@ class Git:
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         return self.try_run("merge-base", "--is-ancestor", older, newer)[0] == 0
+
+    def sparse_as_it_is(self) -> tuple[str, ...]:
+        """For a rebase's checkouts, resets and picks, which (unlike apply's switch) change files anywhere in the
+        tree: sparse patterns the work tree does not follow (set by hand, every file still on disk: no index entry
+        skip-worktree) are not applied (KEEP_SPARSE_AS_IT_IS), or a rebase there and back takes the files outside
+        them off the disk; a sparse checkout in effect is left to git, which keeps it."""
+        if self.try_run("config", "--bool", "core.sparseCheckout")[1] != "true":
+            return ()
+        entries = self.run_bytes("ls-files", "-t", "-z").split(b"\0")
+        return () if any(entry.startswith(b"S ") for entry in entries) else KEEP_SPARSE_AS_IT_IS
 
 
 def _say_fallback_once() -> None:

@@ -17,7 +17,7 @@ import pytest
 from sglpatch.git import Git
 from testing.pr_series import pr_project, pr_series  # noqa: F401  (pr_project: a fixture)
 from testing.sglang_trees import BACKEND, as_tester, one_patch_series, upstream_branches
-from testing.tree_bytes import refused
+from testing.tree_bytes import refused, tree_state
 
 FIRST_BRANCH = "sglpatch-pr/test-first-group"
 
@@ -199,3 +199,55 @@ def test_pr_from_a_linked_worktree_knows_the_branches_it_built_from_another(
     as_tester(Git(checkout)).run("worktree", "add", "-q", "--detach", str(linked))
     code, out, err = _pr(sglpatch, linked, patches, tmp_path)
     assert code == 0, err
+
+
+def _sparse_patterns_set_by_hand(checkout) -> None:
+    """Sparse patterns (python/sglang/srt/layers) set while every file is still on disk (round 5's case, item 8)."""
+    git = Git(checkout)
+    git.run("config", "core.sparseCheckout", "true")
+    git.run("config", "core.sparseCheckoutCone", "true")
+    (checkout / ".git" / "info" / "sparse-checkout").write_text(
+        "/*\n!/*/\n/python/\n!/python/*/\n/python/sglang/\n!/python/sglang/*/\n/python/sglang/srt/\n"
+        "!/python/sglang/srt/*/\n/python/sglang/srt/layers/\n"
+    )
+
+
+@pytest.mark.parametrize("onto", ["newer", "quiet"])
+def test_sparse_patterns_not_applied_to_the_work_tree_are_not_applied_by_a_rebase(
+    sglpatch, checkout, patches, tmp_path, onto
+):
+    """Before: the rebase's `git checkout --detach ONTO` applied the patterns: 2,620 of the checkout's files left
+    the disk, and `--abort` said the checkout was as it was with them still gone (a rebase that went through
+    left them gone too); apply and revert had kept such patterns unapplied since round 5."""
+    upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    _sparse_patterns_set_by_hand(checkout)
+    before = tree_state(checkout)
+    rebase = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report"]
+    code, out, err = sglpatch(*rebase, "--onto", onto)
+    if onto == "newer":  # stops at the conflict
+        assert code == 1 and sglpatch("rebase", "--sglang", checkout, "--abort")[0] == 0, err
+        assert tree_state(checkout) == before
+    else:
+        assert code == 0, err
+        gone = [path for path in before if not path.startswith(".git") and not os.path.lexists(checkout / path)]
+        assert gone == [], f"{len(gone)} gone, the first {gone[:3]}"
+
+
+def test_a_sparse_checkout_in_effect_is_kept_by_a_rebase_and_its_abort(sglpatch, checkout, patches, tmp_path):
+    """The guard beside the fix above: a sparse checkout git applied (`git sparse-checkout set`), and ONTO changing
+    a file outside it: the rebase leaves that file off the disk, and `--abort` puts everything back as it was."""
+    git = upstream_branches(checkout)
+    git.run("switch", "-q", "newer")
+    outside = checkout / "python/sglang/srt/models/glm4v_moe.py"
+    outside.write_text(outside.read_text() + "# upstream's\n")
+    git.run("commit", "-q", "-am", "upstream edits a file outside the sparse checkout")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    git.run("sparse-checkout", "set", "python/sglang/srt/layers")
+    before = tree_state(checkout)
+    rebase = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report"]
+    assert sglpatch(*rebase, "--onto", "newer")[0] == 1
+    assert not outside.exists()
+    assert sglpatch("rebase", "--sglang", checkout, "--abort")[0] == 0
+    assert tree_state(checkout) == before

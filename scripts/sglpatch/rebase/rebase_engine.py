@@ -230,7 +230,7 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             fault_point("rebase: series ref made")
             git.run("update-ref", state.backup, state.original_head)
             fault_point("rebase: HEAD backed up")
-            status, _, err = git.try_run(*NO_HOOKS, "checkout", "-q", "--detach", onto)
+            status, _, err = git.try_run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "--detach", onto)
             if status != 0:
                 raise FatalError(f"could not check out {request.onto} ({git_reason(err)})")
             fault_point("rebase: ONTO checked out")
@@ -375,7 +375,8 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             state.checked = state.next
             continue
         with write_phase():
-            status, _, err = git.committing().try_run("-c", "merge.renames=true", "cherry-pick", commit)
+            sparse = git.sparse_as_it_is()
+            status, _, err = git.committing().try_run(*sparse, "-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
             raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
@@ -395,7 +396,7 @@ def _undo_pick(git: Git, head: str) -> None:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
         with rebase_settle.orig_head_kept(git):
-            git.run("reset", "-q", "--hard", head)
+            git.run(*git.sparse_as_it_is(), "reset", "-q", "--hard", head)
         fault_point("rebase: a failed pick undone")
 
 
@@ -552,7 +553,7 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
         with rebase_settle.orig_head_kept(git):
-            git.run("reset", "-q", "--hard", before)
+            git.run(*git.sparse_as_it_is(), "reset", "-q", "--hard", before)
         fault_point(f"rebase: {stopped.patch} taken out")
     if recorded:
         state.outcomes = [o for o in state.outcomes if o.patch != stopped.patch]

@@ -73,9 +73,9 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             with orig_head_kept(git):
-                git.try_run("cherry-pick", "--abort")
+                git.try_run(*git.sparse_as_it_is(), "cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
-        git.run(*NO_HOOKS, "checkout", "-q", "-f", state.original)
+        git.run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "-f", state.original)
         fault_point("rebase rollback: back on the original branch")
         _remove_files_a_cut_switch_left(git, state)
         made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
@@ -183,7 +183,8 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         fault_point("rebase install: series folder marked")
     branch = plan.record.branch
     if git.current_branch() != branch:
-        git.run("checkout", "-q", *(() if git.rev_parse(f"refs/heads/{branch}") else ("-b",)), branch)
+        new = () if git.rev_parse(f"refs/heads/{branch}") else ("-b",)
+        git.run(*git.sparse_as_it_is(), "checkout", "-q", *new, branch)  # with patterns set, git rereads the tree
         fault_point("rebase install: branch made")
     if plan.files:
         staged = folder / STAGED_SERIES
