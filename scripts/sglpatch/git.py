@@ -48,9 +48,10 @@ _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 # Every git we start looks at the work tree itself: a file system monitor (core.fsmonitor) that missed an edit
 # made git take an edited series file for clean, and apply's checkout wrote over the edit.
 _NO_MONITOR = ("-c", "core.fsmonitor=false")
-# For apply's and revert's switch of branch (and a rebase's writes, `Git.sparse_as_it_is`): a `git checkout` applies the sparse-checkout patterns to the whole
-# work tree, and where the user set them without applying them (or git left files it could not remove) the
-# switch there and back would delete the files they keep. Without them git writes only what the switch changes.
+# For apply's and revert's switch of branch (and a rebase's writes, `Git.sparse_as_it_is`): a `git checkout`
+# applies the sparse-checkout patterns to the whole work tree, and where the user set them without applying them
+# (or git left files it could not remove) the switch there and back would delete the files they keep. Without
+# them git writes only what the switch changes.
 KEEP_SPARSE_AS_IT_IS = ("-c", "core.sparseCheckout=false")
 # The commits sglpatch makes on a user's branch (a rebase's cherry-picks) are the patches' own: no hook of the
 # user's runs in them (core.hooksPath or .git/hooks: a prepare-commit-msg or commit-msg hook would write its text
