@@ -61,15 +61,49 @@ def test_pr_rebuilds_its_own_branches(sglpatch, checkout, tmp_path, base_repo, p
     assert Git(checkout).rev_parse(FIRST_BRANCH) not in (None, first)
 
 
-def _cli(*args, **env) -> subprocess.CompletedProcess:
-    """The CLI in a child process (a kill ends it, not the test), `env` added to the test's environment."""
+@pytest.mark.parametrize("point", ["pr: branch recorded", "pr: branch moved"])
+def test_a_pr_run_killed_around_its_branch_move_leaves_the_branch_its_own(
+    checkout, tmp_path, base_repo, project_pin, pr_project, point  # noqa: F811  (the fixture imported above)
+):
+    """`make pr` killed on either side of moving its branch: the next run rebuilds it. Before, the record was
+    saved after the move, and a kill between the two left a branch the next run refused as the user's."""
+    v1 = pr_series(base_repo, tmp_path, project_pin, "v1")
+    v2 = pr_series(base_repo, tmp_path, project_pin, "v2", first_line="VERBOSE_DEFAULT = 1")
+    # the CLI in a child process (a kill ends it, not the test), on pr_project's project folder as the fixture's
+    pr = ["-c", _PR_IN_PROJECT, pr_project, "pr", "--sglang", checkout, "--out", tmp_path / "bodies", "--patches"]
+    trace = tmp_path / "trace"
+    assert _python(*pr, v1).returncode == 0
+    assert _python(*pr, v2, SGLPATCH_FAULT_TRACE=trace).returncode == 0
+    built = Git(checkout).rev_parse(f"{FIRST_BRANCH}^{{tree}}")
+    assert _python(*pr, v1).returncode == 0  # back: the v1 branches are pr's own as well
+    labels = [line.split("\t")[1] for line in trace.read_text().splitlines()]
+    killed = _python(*pr, v2, SGLPATCH_FAULT_AT=labels.index(point) + 1, SGLPATCH_FAULT_SIGNAL="KILL")
+    assert killed.returncode == -signal.SIGKILL
+    again = _python(*pr, v2)
+    assert again.returncode == 0, again.stderr
+    assert Git(checkout).rev_parse(f"{FIRST_BRANCH}^{{tree}}") == built  # v2's branch (its commits' dates are new)
+
+
+_PR_IN_PROJECT = (
+    "import sys; from pathlib import Path; import sglpatch.commands.pr as pr; from sglpatch.cli import main; "
+    "pr.PROJECT_ROOT = Path(sys.argv[1]); raise SystemExit(main(sys.argv[2:]))"
+)
+
+
+def _python(*args, **env) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a child process, `env` added to the test's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        [sys.executable, *map(str, args)],
         capture_output=True,
         text=True,
         env={**os.environ, **{key: str(value) for key, value in env.items()}},
         timeout=120,
     )
+
+
+def _cli(*args, **env) -> subprocess.CompletedProcess:
+    """The CLI in a child process (a kill ends it, not the test), `env` added to the test's environment."""
+    return _python("-m", "sglpatch", *args, **env)
 
 
 def _apply_killed_after_its_switch(checkout, patches, tmp_path) -> None:

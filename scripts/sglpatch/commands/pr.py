@@ -41,6 +41,7 @@ from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.replay import history_between, upstream_reason
 from sglpatch.safety.durable import write_durably
+from sglpatch.safety.interrupts import fault_point
 from sglpatch.series import Patch
 from sglpatch.targets import open_target
 from sglpatch.upstream.hygiene import check_hygiene
@@ -242,7 +243,9 @@ def _refuse_moving_the_users_branches(git: Git, prepared: list[Prepared], record
                 "--detach`), then run make pr again"
             )
         record = records.get(pr.group.id, {})
-        own = {record.get("built"), record.get("head"), git.rev_parse(PUSHED_PREFIX + pr.group.branch)}
+        own = {record.get(key) for key in ("built", "built_before", "head")} | {
+            git.rev_parse(PUSHED_PREFIX + pr.group.branch)
+        }
         if now not in own:
             raise FatalError(
                 f"{pr.group.id}: branch {branch} holds commits make pr did not leave there (at {now[:12]}), and "
@@ -291,8 +294,13 @@ def _publish(git: Git, pr: Prepared, config: dict, records: dict, fork: dict | N
     branch = BRANCH_PREFIX + group.branch
     body_path = args.out / f"{group.id}.md"
     body_path.write_text(pr.body)
+    # recorded before the move: a run killed between the two leaves the branch at the tip it had, which the
+    # record still names as pr's own (built_before), so the next run rebuilds it instead of refusing it
+    record.update(built=pr.tip, built_before=pr.branch_was)
+    _save_records(git, records)
+    fault_point("pr: branch recorded")
     git.run("update-ref", f"refs/heads/{branch}", pr.tip, pr.branch_was or "")  # as checked, or not there
-    record["built"] = pr.tip
+    fault_point("pr: branch moved")
     say(f"{group.id}: branch {branch} ({plural(len(group.patches), 'commit')})")
     say(f"  body: {body_path}")
     if pr.range_diff is not None:
