@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from sglpatch.git import Git
+from testing.killed_cli import apply_and_its_switch_point, cli_child
 from testing.sglang_trees import BACKEND, SECOND, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
 
@@ -123,30 +122,14 @@ def test_an_apply_killed_after_its_switch_under_such_a_filter_is_recovered(check
     refused for ever: under the smudge filter the files held neither branch's bytes ("left changes"; its advice
     `git checkout -- <files>` wrote them through the filter again), under the clean filter it put the base's
     bytes back and then took git status's word that they were not ("could not put ... back")."""
-    trace = tmp_path / "trace"
-    apply = ["apply", "--sglang", checkout, "--patches", patches]
-    assert _cli(*apply, SGLPATCH_FAULT_TRACE=trace).returncode == 0
-    assert _cli("revert", "--sglang", checkout).returncode == 0
-    labels = [line.split("\t")[1] for line in trace.read_text().splitlines()]
-    point = labels.index("checkout: switched to the branch") + 1
+    apply, point = apply_and_its_switch_point(checkout, patches, tmp_path)
     user_filter(checkout)
     before = tree_state(checkout)
-    killed = _cli(*apply, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL")
+    killed = cli_child(*apply, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    recovered = _cli("recover", "--sglang", checkout)
+    recovered = cli_child("recover", "--sglang", checkout)
     assert recovered.returncode == 0 and "is as it was" in recovered.stdout, recovered.stderr
     assert tree_state(checkout) == before
-
-
-def _cli(*args, **env) -> subprocess.CompletedProcess:
-    """The CLI in a child process (a kill ends it, not the test), `env` added to the test's environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "sglpatch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **{key: str(value) for key, value in env.items()}},
-        timeout=120,
-    )
 
 
 def test_an_eol_setting_of_the_series_branch_alone_does_not_stop_the_revert(sglpatch, checkout, patches, tmp_path):

@@ -9,12 +9,11 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from sglpatch.git import Git
+from testing.killed_cli import apply_and_its_switch_point, cli_child, point_after, python_child
 from testing.pr_series import pr_project, pr_series  # noqa: F401  (pr_project: a fixture)
 from testing.sglang_trees import BACKEND, as_tester, one_patch_series, upstream_branches
 from testing.tree_bytes import refused, tree_state
@@ -72,14 +71,13 @@ def test_a_pr_run_killed_around_its_branch_move_leaves_the_branch_its_own(
     # the CLI in a child process (a kill ends it, not the test), on pr_project's project folder as the fixture's
     pr = ["-c", _PR_IN_PROJECT, pr_project, "pr", "--sglang", checkout, "--out", tmp_path / "bodies", "--patches"]
     trace = tmp_path / "trace"
-    assert _python(*pr, v1).returncode == 0
-    assert _python(*pr, v2, SGLPATCH_FAULT_TRACE=trace).returncode == 0
+    assert python_child(*pr, v1).returncode == 0
+    assert python_child(*pr, v2, SGLPATCH_FAULT_TRACE=trace).returncode == 0
     built = Git(checkout).rev_parse(f"{FIRST_BRANCH}^{{tree}}")
-    assert _python(*pr, v1).returncode == 0  # back: the v1 branches are pr's own as well
-    labels = [line.split("\t")[1] for line in trace.read_text().splitlines()]
-    killed = _python(*pr, v2, SGLPATCH_FAULT_AT=labels.index(point) + 1, SGLPATCH_FAULT_SIGNAL="KILL")
+    assert python_child(*pr, v1).returncode == 0  # back: the v1 branches are pr's own as well
+    killed = python_child(*pr, v2, SGLPATCH_FAULT_AT=point_after(trace, point), SGLPATCH_FAULT_SIGNAL="KILL")
     assert killed.returncode == -signal.SIGKILL
-    again = _python(*pr, v2)
+    again = python_child(*pr, v2)
     assert again.returncode == 0, again.stderr
     assert Git(checkout).rev_parse(f"{FIRST_BRANCH}^{{tree}}") == built  # v2's branch (its commits' dates are new)
 
@@ -90,30 +88,9 @@ _PR_IN_PROJECT = (
 )
 
 
-def _python(*args, **env) -> subprocess.CompletedProcess:
-    """``python ARGS`` in a child process, `env` added to the test's environment."""
-    return subprocess.run(
-        [sys.executable, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **{key: str(value) for key, value in env.items()}},
-        timeout=120,
-    )
-
-
-def _cli(*args, **env) -> subprocess.CompletedProcess:
-    """The CLI in a child process (a kill ends it, not the test), `env` added to the test's environment."""
-    return _python("-m", "sglpatch", *args, **env)
-
-
 def _apply_killed_after_its_switch(checkout, patches, tmp_path) -> None:
-    trace = tmp_path / "trace"
-    apply = ["apply", "--sglang", checkout, "--patches", patches]
-    assert _cli(*apply, SGLPATCH_FAULT_TRACE=trace).returncode == 0
-    assert _cli("revert", "--sglang", checkout).returncode == 0
-    labels = [line.split("\t")[1] for line in trace.read_text().splitlines()]
-    point = labels.index("checkout: switched to the branch") + 1
-    assert _cli(*apply, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL").returncode == -signal.SIGKILL
+    apply, point = apply_and_its_switch_point(checkout, patches, tmp_path)
+    assert cli_child(*apply, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL").returncode == -signal.SIGKILL
 
 
 def _interactive_rebase_at_a_break(checkout, patches, tmp_path) -> None:
