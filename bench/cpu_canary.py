@@ -45,6 +45,8 @@ class CpuCanary:
         self.cpu, self.period_s = cpu, period_s
         self.process = None
         self.samples = Path(tempfile.mkstemp(prefix="cpu-canary-", suffix=".txt")[1]) if cpu is not None else None
+        self._read: list[tuple[float, float]] = []  # (time.time(), unit ms), in the order written
+        self._offset = 0  # bytes of the samples file read so far: whole lines only
 
     def __enter__(self) -> CpuCanary:
         if self.cpu is not None:
@@ -64,12 +66,21 @@ class CpuCanary:
         """The units timed between two `time.time()` readings: their median wall time in ms."""
         if self.samples is None:
             return None
-        times = []
-        for line in self.samples.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and t0 <= float(parts[0]) <= t1:
-                times.append(float(parts[1]))
+        self._read_new_lines()
+        times = [ms for t, ms in self._read if t0 <= t <= t1]
         return {"cpu": self.cpu, "units": len(times), "median_ms": statistics.median(times)} if times else None
+
+    def _read_new_lines(self) -> None:
+        """The lines written since the last call (the driver asks after every run: a floor call makes hundreds),
+        up to the last newline, so that a line the canary is still writing waits for the next call."""
+        with open(self.samples, "rb") as f:
+            f.seek(self._offset)
+            new = f.read()
+        whole = new[: new.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        for line in whole.decode().splitlines():
+            t, ms = line.split()
+            self._read.append((float(t), float(ms)))
 
 
 def main(argv: list[str] | None = None) -> int:

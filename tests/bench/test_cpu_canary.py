@@ -29,3 +29,16 @@ def test_the_canary_times_units_on_its_vcpu_within_a_run_and_leaves_nothing_behi
 def test_no_spare_vcpu_no_canary():
     with CpuCanary(None) as canary:
         assert canary.process is None and canary.summary_between(0, time.time()) is None
+
+
+def test_each_sample_is_read_once_and_a_line_still_being_written_waits():
+    canary = CpuCanary(0)  # not entered: the test writes the samples the canary's process would
+    try:
+        canary.samples.write_text("10.0 1.0\n11.0 3.0\n12.0 2")  # the last line half written
+        assert canary.summary_between(9, 13) == {"cpu": 0, "units": 2, "median_ms": 2.0}
+        with open(canary.samples, "a") as f:
+            f.write(".5\n13.0 4.0\n")
+        assert canary.summary_between(11.5, 13) == {"cpu": 0, "units": 2, "median_ms": 3.25}
+        assert canary.summary_between(9, 13)["units"] == 4
+    finally:
+        canary.samples.unlink()
