@@ -240,7 +240,7 @@ class Bench:
         block_start, block_s = time.time(), 0.0
         with CpuCanary(spare[0] if spare else None) as canary:
             for i, label in enumerate(run_order(labels, self.args.reps)):
-                if i % len(labels) == 0:
+                if i % len(labels) == 0:  # a round of the engines starts
                     block_s, block_start = max(block_s, time.time() - block_start), time.time()
                     if i and self.left_s() < 2 * block_s + RESERVE_AFTER_RUNS_S:
                         # whole rounds only, so every engine has as many runs; the greedy runs still fit
@@ -248,8 +248,7 @@ class Bench:
                             f"{case.name}: timed runs stopped after {i // len(labels)} of {self.args.reps} rounds (deadline)"
                         )
                         break
-                if i % len(labels) == 0 and all(groups):
-                    for other, cpus in cores_for_rep(labels, groups, i // len(labels)).items():
+                    for other, cpus in (cores_for_rep(labels, groups, i // len(labels)) if all(groups) else {}).items():
                         pair[other].pin(cpus)
                 with ClockSampler() as clocks, HostSampler(pair[label].pinned) as host:
                     t0 = time.time()
