@@ -3,12 +3,12 @@ Required 6).
 
 The v0.5.14 floors' spread follows the host's speed run by run, and the engine's records say the scheduler
 thread was on a CPU for 0.96-0.99 of its steps' host time with steal at most 2.8% (over the engine's vCPUs;
-docs/results/engine_h200_drafts_n2_host_speed.txt): the same work took more CPU time in a slow run. This asks whether the box does that by itself. One process per vCPU, pinned to it, repeats a
-fixed unit of interpreter work (dict, list and arithmetic, about what a scheduler step does on the host) for
-``--seconds``, and records each unit's wall and thread CPU time; /proc/stat's steal of each vCPU is read
-before and after. ``--mode one`` runs the vCPUs one after the other (a vCPU alone on the box), ``all`` at
-once (every vCPU busy, as the engine's pinned groups and their helper threads make some of them), ``both``
-does one then all.
+docs/results/engine_h200_drafts_n2_host_speed.txt): the same work took more CPU time in a slow run. This asks
+whether the box does that by itself. One process per vCPU, pinned to it, repeats a fixed unit of interpreter
+work (dict, list and arithmetic, about what a scheduler step does on the host) for ``--seconds``, and records
+each unit's wall and thread CPU time; /proc/stat's steal of each vCPU is read before and after. ``--mode one``
+runs the vCPUs one after the other (a vCPU alone on the box), ``all`` at once (every vCPU busy, as the
+engine's pinned groups and their helper threads make some of them), ``both`` does one then all.
 
     python bench/studies/cpu_speed.py --seconds 4 --mode both --json cpu_speed.json
 

@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     causes = host_causes(args.host_runs) if args.host_runs else None
     if causes:
-        corr = {k: "-" if v is None else f"{v:.2f}" for k, v in causes.items() if k.startswith("correlation")}
+        corr = {k: _fmt(v) for k, v in causes.items() if k.startswith("correlation")}
         print(
             f"causes, over {causes['runs']} runs of {' and '.join(causes['engines'])} in {args.host_runs} "
             f"(draft host {causes['draft_host_spread'][0]:.2f}-{causes['draft_host_spread'][1]:.2f}x of its "
