@@ -361,6 +361,8 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
     git = target.git
     scratch = git.with_env(GIT_INDEX_FILE=str(folder / "scratch-index"))
     history = history_between(git, state.base, state.onto)
+    # decided once: with the patterns unapplied git sets no skip-worktree bit; a sparse checkout in effect keeps its own
+    sparse = git.sparse_as_it_is()
     while state.next < len(state.commits):
         index = state.next
         patch, commit = series.patches[index], state.commits[index]
@@ -375,7 +377,6 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             state.checked = state.next
             continue
         with write_phase():
-            sparse = git.sparse_as_it_is()
             status, _, err = git.committing().try_run(*sparse, "-c", "merge.renames=true", "cherry-pick", commit)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
