@@ -245,7 +245,8 @@ class Bench:
                     if i and self.left_s() < 2 * block_s + RESERVE_AFTER_RUNS_S:
                         # whole rounds only, so every engine has as many runs; the greedy runs still fit
                         self.note(
-                            f"{case.name}: timed runs stopped after {i // len(labels)} of {self.args.reps} rounds (deadline)"
+                            f"{case.name}: timed runs stopped after {i // len(labels)} of {self.args.reps} rounds "
+                            "(deadline)"
                         )
                         break
                     for other, cpus in (cores_for_rep(labels, groups, i // len(labels)) if all(groups) else {}).items():
