@@ -214,8 +214,13 @@ lint: $(VENV)/.tool-stamp ## ruff and black on the toolkit and tests; actionlint
 export: $(VENV)/.tool-stamp ## rewrite patches/ from commits BASE..HEAD in FROM=REPO (regenerates series, SHA256SUMS, pin); LINE=v0.5.23 writes that line from its tag
 	$(SGLPATCH) export --from=$(call q,$(call caller_path,$(FROM))) $(if $(LINE),$(LINE_ARG),--base=$(call q,$(BASE)))
 
-clean: ## remove the applied default base and reports (build/); .venv and the wheel cache stay
-	rm -rf build
+# clean runs without the venv (a fresh checkout has none, distclean removes it): sglpatch's own modules need only
+# Python 3.11 or newer, and the venv's when there is one
+BARE_PYTHON = $(if $(wildcard $(PY)),$(PY),$(call q,$(PYTHON)))
+clean: ## remove build/ (the default bases, reports, PR bodies); refused, naming it and the move that keeps it, while a checkout there holds work of yours (commits, stashes, edits, untracked files); .venv and the wheel cache stay
+	@$(BARE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "make: $(BARE_PYTHON) is not Python 3.11 or newer (sglpatch needs 3.11+): run again with PYTHON=python3.11 (or newer); nothing was deleted" >&2; exit 2; }
+	@SGLPATCH_FROM_MAKE=1 SGLPATCH_PROJECT=$(call q,$(CURDIR)) PYTHONPATH=$(call q,$(CURDIR)/scripts) $(BARE_PYTHON) -m sglpatch clean
 
 distclean: clean ## also remove .venv (rebuilt by the next target); the wheel cache stays
 	rm -rf $(VENV)

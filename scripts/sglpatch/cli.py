@@ -26,6 +26,7 @@ COMMANDS = {
     "drift": ("drift", "patch x release table: clean / 3-way / conflict / already upstream"),
     "pr": ("pr", "build upstream PR branches and bodies per PR group; dry run unless --submit"),
     "export": ("export", "write patches/ from commits in a git repo"),
+    "clean": ("clean", "delete build/ (the default bases, reports), unless a checkout there holds work of yours"),
     "rerun": ("rerun", "per PR group: the /rerun-test comment lines for the upstream tests its files affect"),
     "gpu-leg": (
         "gpu_leg",

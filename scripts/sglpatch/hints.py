@@ -74,9 +74,13 @@ def revert(root: Path | str) -> str:
     return _command(f"make revert SGLANG={root}", f"sglpatch revert --sglang {root}")
 
 
+def clean() -> str:
+    return _command("make clean", "sglpatch clean")
+
+
 def move_aside(folder: Path) -> str:
     """`mv -n FOLDER PLACE`: a folder under build/ holding the user's work, moved beside the project, where
-    `make clean` (rm -rf build) does not reach; PLACE is a name not yet taken, so nothing is written over."""
+    `make clean` (which deletes build/) does not reach; PLACE is a name not yet taken, so nothing is written over."""
     root = project.PROJECT_ROOT
     place = root.parent / f"{root.name}-{folder.name}-mine"
     number = 2

@@ -157,6 +157,7 @@ def test_an_old_python_is_refused_before_a_venv_is_made(makefile_copy, tmp_path)
 
 
 def test_distclean_removes_the_venv_and_clean_keeps_it(makefile_copy):
+    shutil.copytree(PROJECT_ROOT / "scripts", makefile_copy / "scripts")  # clean is sglpatch's, run without the venv
     (makefile_copy / ".venv" / "bin").mkdir(parents=True)
     (makefile_copy / ".venv" / "pyvenv.cfg").write_text("")
     shutil.copy(sys.executable, makefile_copy / ".venv" / "bin" / "python")  # a working 3.11+, kept by the check
@@ -165,6 +166,18 @@ def test_distclean_removes_the_venv_and_clean_keeps_it(makefile_copy):
     assert (makefile_copy / ".venv").exists() and not (makefile_copy / "build").exists()
     assert make("distclean", cwd=makefile_copy).returncode == 0
     assert not (makefile_copy / ".venv").exists()
+    assert make("clean", f"PYTHON={sys.executable}", cwd=makefile_copy).returncode == 0  # no venv, no build/
+
+
+def test_clean_and_distclean_keep_a_checkout_with_work_of_yours(makefile_copy, base_repo):
+    """`make clean` was `rm -rf build`: a commit of the user's in build/sglang went with it, and distclean's too."""
+    shutil.copytree(PROJECT_ROOT / "scripts", makefile_copy / "scripts")
+    base = makefile_copy / "build" / "sglang"
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(base)], check=True)
+    (base / "mine.txt").write_text("mine\n")
+    result = make("distclean", f"PYTHON={sys.executable}", cwd=makefile_copy)
+    assert result.returncode == 2 and "untracked mine.txt" in result.stderr and "make clean" in result.stderr, result
+    assert (base / "mine.txt").read_text() == "mine\n"
 
 
 # -- item 9: drift writes under build/ unless asked, and says what it downloaded ----------------

@@ -11,8 +11,9 @@ import subprocess
 import pytest
 
 from sglpatch.git import Git
+from sglpatch.targets import checkout_at, target_lock
 from sglpatch.wheels import cache_dir
-from testing.sglang_trees import SECOND, as_tester
+from testing.sglang_trees import SECOND, TESTER_IDENTITY, as_tester
 from testing.tree_bytes import tree_state
 
 
@@ -153,3 +154,93 @@ def test_download_messages_do_not_carry_the_home_path(sglpatch, project, monkeyp
     code, out, err = sglpatch("apply")
     assert code == 2 and "cached in ~/.cache/sglpatch/wheels" in err
     assert str(home) not in out + err
+
+
+# -- make clean: build/ goes, unless a checkout there holds work of the user's ----------------------------
+
+
+@pytest.mark.parametrize("identity", ["none", "the user's"])
+def test_clean_deletes_build_as_sglpatch_left_it(sglpatch, project, monkeypatch, identity):
+    """The default base after an apply, after an earlier series was taken out and the new one applied, and the
+    reports beside it: all sglpatch's. With the user's identity the series' commits are the user's committer's:
+    the record names them."""
+    if identity != "none":
+        for key, value in TESTER_IDENTITY.items():
+            monkeypatch.setenv(key, value)
+    assert sglpatch("apply")[0] == 0
+    _revise_the_second_patch(project)
+    assert sglpatch("apply")[0] == 0
+    (project / "build" / "drift" / "v0.5.14").mkdir(parents=True)
+    (project / "build" / "drift" / "v0.5.14" / "drift.md").write_text("a report\n")
+    code, out, err = sglpatch("clean")
+    assert code == 0, err
+    assert not (project / "build").exists() and "removing" in out
+
+
+def _more_work_of_your_own(base, work: str) -> str:
+    """Work of the user's that no branch or work-tree file shows; returns the text the printed move keeps."""
+    git = as_tester(Git(base))
+    mine = base / "python/sglang/my_notes.py"
+    mine.write_text("MINE = 1\n")
+    if work == "untracked":
+        return "untracked python/sglang/my_notes.py"
+    if work == "stash":
+        git.run("stash", "-q", "-u")
+        return "1 stash"
+    git.run("add", "python/sglang/my_notes.py")
+    git.run("commit", "-q", "-m", "My own commit")
+    if work == "a tag":
+        git.run("tag", "mine")
+    elif work == "kept by a rebase":
+        git.run("update-ref", "refs/sglpatch/backup/aborted-0123456789ab", "HEAD")
+    elif work == "a linked worktree":
+        git.run("worktree", "add", "-q", "--detach", str(base.parent.parent / "my-worktree"), "HEAD")
+    git.run("reset", "-q", "--hard", "HEAD~1")
+    return "1 linked worktree" if work == "a linked worktree" else "1 commit not made by sglpatch, the last"
+
+
+@pytest.mark.parametrize(
+    "work",
+    ["commit-on-the-series", "commit-on-a-branch", "edit", "untracked", "stash", "a tag", "kept by a rebase"]
+    + ["a linked worktree"],
+)
+def test_clean_refuses_work_of_your_own_and_its_advice_keeps_it(sglpatch, project, work):
+    """`make clean` deleted build/ whatever the default base held: a commit of the user's there (to export a
+    patch from), a stash, an edit. It names the work, deletes nothing, and the move it prints keeps it."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    if work in ("commit-on-the-series", "commit-on-a-branch", "edit"):
+        _work_of_your_own(base, work)
+        said = {"edit": f"edits to {SECOND}", "commit-on-the-series": "My own commit on the series branch"}
+        said = said.get(work, "My own commit on a branch of mine")
+    else:
+        said = _more_work_of_your_own(base, work)
+    (project / "build" / "drift").mkdir()
+    before = tree_state(base)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    assert said in err and "nothing was deleted" in err, err
+    assert tree_state(base) == before and (project / "build" / "drift").is_dir()
+    moves = re.findall(r"`(mv [^`]+)`", err)
+    assert len(moves) == 1, err
+    subprocess.run(moves[0], shell=True, check=True, cwd=project.parent)
+    assert sglpatch("clean")[0] == 0 and not (project / "build").exists()
+    assert tree_state(project.parent / "project-sglang-mine") == before  # every byte, ref and stash moved
+
+
+def test_clean_waits_for_no_run_and_leaves_a_link_where_it_points(sglpatch, project, tmp_path):
+    """A run working on the default base (its lock held) is never deleted under; build/ as a link to a folder
+    elsewhere goes as `rm -rf build` took it: the link, not the folder."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    with target_lock(checkout_at(base)):
+        code, out, err = sglpatch("clean")
+    assert code == 2 and "another sglpatch run is working on" in err and base.is_dir(), err
+    elsewhere = tmp_path / "elsewhere"
+    (project / "build").rename(elsewhere)
+    (project / "build").symlink_to(elsewhere)
+    assert sglpatch("clean")[0] == 0
+    assert not (project / "build").is_symlink() and (elsewhere / "sglang" / ".git").is_dir()
+    elsewhere.rename(project / "build.deleting")  # a clean killed after it looked and renamed, before it deleted
+    code, out, err = sglpatch("clean")
+    assert code == 0 and "left by a clean cut short" in out and not (project / "build.deleting").exists(), err

@@ -28,7 +28,8 @@ def test_without_git_on_path_every_command_refuses_in_one_line(tmp_path, command
     argv = [sys.executable, "-m", "sglpatch", command, *COMMAND_ARGS.get(command, [])]
     if command in ("apply", "revert", "recover", "status", "rebase", "pr"):
         argv += ["--sglang", str(target)]
-    result = subprocess.run(argv, capture_output=True, text=True, env={"PATH": str(empty_path)}, cwd=tmp_path)
+    env = {"PATH": str(empty_path), "SGLPATCH_PROJECT": str(tmp_path)}  # clean never looks at this project's build/
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr == f"sglpatch {command}: error: {result.stderr.split(': error: ', 1)[1]}"

@@ -13,7 +13,7 @@ import pytest
 
 from sglpatch.git import Git
 from sglpatch.series import load_series
-from testing.sglang_trees import OVERLAP, SECOND, as_tester, changed_line, one_patch_series
+from testing.sglang_trees import OVERLAP, SECOND, TESTER_IDENTITY, as_tester, changed_line, one_patch_series
 from testing.tree_bytes import tree_state
 
 pytestmark = pytest.mark.network  # releases 0.5.15 to 0.5.17 from PyPI, unless cached
@@ -123,6 +123,8 @@ def test_status_and_apply_name_a_stopped_rebase_of_the_default_base(
     assert tree_state(base) == before
     code, out, err = sglpatch("status", "--sglang", base)
     assert code == 0 and "NOTE:   a rebase is stopped at 0001-" in out, out
+    code, out, err = sglpatch("clean")  # the rebase waits for the user's resolution: nothing is deleted
+    assert code == 2 and "a rebase is stopped at 0001-" in err and tree_state(base) == before, err
 
 
 def test_status_after_a_rebase_of_the_default_base_describes_the_new_line(sglpatch, project, base_repo, project_pin):
@@ -136,6 +138,22 @@ def test_status_after_a_rebase_of_the_default_base_describes_the_new_line(sglpat
     assert out.splitlines()[-1] == "apply:  nothing to do: the series is in", out
     code, out, err = sglpatch("apply")
     assert code == 0 and "already applied" in out, (out, err)
+
+
+def test_clean_deletes_the_default_base_after_its_rebase(sglpatch, project, base_repo, project_pin, monkeypatch):
+    """The rebase keeps the series it replaced under refs/sglpatch/backup/rebase-*: sglpatch's own commits (the
+    record names them), made here with the user's identity, so make clean deletes them."""
+    for key, value in TESTER_IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    line_of_one_patch(project, base_repo, project_pin, (SECOND, "class GlobalConfig", "# ours\nclass GlobalConfig"))
+    assert sglpatch("apply")[0] == 0
+    assert sglpatch("rebase", "--onto", "0.5.15", "--report-dir", project / "report")[0] == 0
+    base = Git(project / "build" / "sglang")
+    assert base.run("for-each-ref", "--format=%(refname)", "refs/sglpatch/backup/").startswith(
+        "refs/sglpatch/backup/rebase-"
+    )
+    code, out, err = sglpatch("clean")
+    assert code == 0 and not (project / "build").exists(), err
 
 
 # -- L, K: the user's hooks and signing settings in the rebase's own commits ------------------------------

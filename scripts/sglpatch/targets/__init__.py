@@ -19,7 +19,17 @@ from sglpatch.targets.killed_git import settle_rebase_git
 from sglpatch.targets.package_writes import apply_to_package, journal_progress, settle_package, undo_package
 from sglpatch.targets.plan import ApplyPlan, make_plan
 from sglpatch.targets.space import RESERVE, make_reserve, room_to_switch_back
-from sglpatch.targets.target import Target, branch_refusal, busy, dirty_paths, open_target, working_run, writing
+from sglpatch.targets.target import (
+    Target,
+    branch_refusal,
+    busy,
+    checkout_at,
+    dirty_paths,
+    open_target,
+    target_lock,
+    working_run,
+    writing,
+)
 from sglpatch.targets.target_state import (
     Applied,
     Foreign,
@@ -31,14 +41,21 @@ from sglpatch.targets.target_state import (
     refuse_unless_settled,
 )
 from sglpatch.targets.target_state import read as read_state
-from sglpatch.targets.user_work import commits_past_the_series, refuse_commits_past_the_series, work_of_the_user
+from sglpatch.targets.user_work import (
+    commits_past_the_series,
+    refuse_commits_past_the_series,
+    work_of_the_user,
+    work_only_in,
+)
 from sglpatch.targets.write_check import tree_blobs
 
 __all__ = [
     # what a target is, and one sglpatch run at a time on it
     "Target",
     "open_target",
+    "checkout_at",
     "writing",
+    "target_lock",
     "working_run",
     "busy",
     # what state it is in, read once (docs/architecture.md, "Target states")
@@ -65,6 +82,7 @@ __all__ = [
     "dirty_paths",
     "branch_refusal",
     "work_of_the_user",
+    "work_only_in",
     "commits_past_the_series",
     "tree_blobs",
     # what the rebase builds on: it writes a checkout's record and keeps room to switch back, as apply does

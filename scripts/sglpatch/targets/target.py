@@ -137,6 +137,12 @@ def branch_refusal(target: Target, branch: str, option: str) -> str | None:
     return f"branch {branch} {why}; nothing was changed: pass {option} for the series branch"
 
 
+def checkout_at(root: Path) -> Target:
+    """The git checkout at `root`, whatever it holds: for a command that looks at a checkout, not one that
+    patches it (open_target checks that it is one to patch)."""
+    return Target(GIT_CHECKOUT, root.resolve())
+
+
 def open_target(path: str | Path, project: ProjectKind = DEFAULT_KIND) -> Target:
     given = Path(path).expanduser()
     if not given.exists():

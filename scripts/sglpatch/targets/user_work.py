@@ -1,15 +1,19 @@
 """What of the user's a checkout holds beyond what sglpatch made there: commits, edits, untracked files.
 
 A command that would throw a checkout away and start again (the default base after patches/ changed) must
-not advise it while the user's work is in it: this names that work, in one phrase, for the refusal.
+not advise it while the user's work is in it, and `clean` must not delete it: this names that work, in one
+phrase, for the refusal.
 """
 
 from __future__ import annotations
 
-from sglpatch.errors import FatalError
+from sglpatch.errors import CorruptState, FatalError
+from sglpatch.git import SGLPATCH_IDENTITY, Git
 from sglpatch.output import plural
-from sglpatch.targets.checkout_record import CheckoutRecord
+from sglpatch.targets.checkout_record import CheckoutRecord, read_record
 from sglpatch.targets.target import Target
+from sglpatch.targets.target_state import Foreign, RebaseInProgress
+from sglpatch.targets.target_state import read as read_state
 
 _SHOWN = 3  # files named in a phrase; the rest are counted
 
@@ -27,15 +31,16 @@ def work_of_the_user(target: Target, record: CheckoutRecord) -> list[str]:
     if commits:
         subject = git.run("log", "-1", "--format=%h %s", commits[0])
         found.append(f"{plural(len(commits), 'commit')} not made by sglpatch, the last {subject}")
+    return found + _uncommitted(git)
+
+
+def _uncommitted(git: Git) -> list[str]:
+    """Phrases naming the work tree's edits and untracked files (not the ignored ones)."""
     changed = git.run("--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=normal", strip=False)
     entries = [entry for entry in changed.split("\0") if len(entry) > 3]
     edits = [entry[3:] for entry in entries if not entry.startswith("??")]
     untracked = [entry[3:] for entry in entries if entry.startswith("??")]
-    if edits:
-        found.append(f"edits to {_some(edits)}")
-    if untracked:
-        found.append(f"untracked {_some(untracked)}")
-    return found
+    return ([f"edits to {_some(edits)}"] if edits else []) + ([f"untracked {_some(untracked)}"] if untracked else [])
 
 
 def _some(paths: list[str]) -> str:
@@ -70,3 +75,57 @@ def refuse_commits_past_the_series(target: Target, record: CheckoutRecord | None
         f"(`git checkout --detach {record.head[:12]}`; {keep}) and cherry-pick them after, or make them patches "
         "of the series first"
     )
+
+
+# Refs whose commits sglpatch made (its checks, stand-ins, PR builds) or that live elsewhere too (a remote's);
+# refs/sglpatch/backup/ is sglpatch's too, but holds what it kept of the user's (a rebase's resolution, commits
+# made while one waited), and refs/stash is counted as stashes.
+_ELSEWHERE = ("refs/remotes/", "refs/sglpatch/")
+_KEPT_FOR_THE_USER = "refs/sglpatch/backup/"
+
+
+def work_only_in(target: Target) -> list[str]:
+    """Phrases naming what deleting the git checkout `target` would lose that sglpatch did not make there:
+    commits that no ref of sglpatch's or of a remote holds, stashes, linked worktrees, edits and untracked
+    files, an operation waiting for the user. Empty for a default base as sglpatch left it."""
+    git = target.git
+    state = read_state(target)
+    found = []
+    if isinstance(state, Foreign):
+        found.append(state.seen)
+    elif isinstance(state, RebaseInProgress) and state.stopped:
+        found.append(state.rebase.describe_stop())
+    found += _commits_only_here(git, _recorded_heads(target))
+    stashes = git.run("stash", "list").splitlines()
+    if stashes:
+        found.append(plural(len(stashes), "stash"))
+    listed = git.run("worktree", "list", "--porcelain").splitlines()
+    worktrees = [line[len("worktree ") :] for line in listed if line.startswith("worktree ")]
+    if len(worktrees) > 1:
+        found.append(f"{plural(len(worktrees) - 1, 'linked worktree')} ({_some(worktrees[1:])})")
+    return found + _uncommitted(git)
+
+
+def _recorded_heads(target: Target) -> list[str]:
+    """The last commits of the series sglpatch applied or rebased here, and of those they replaced."""
+    try:
+        record = read_record(target)
+    except CorruptState:
+        return []  # read_state has named it
+    return [each.head for each in record.stack if each.head] if record else []
+
+
+def _commits_only_here(git: Git, made: list[str]) -> list[str]:
+    refs = git.run("for-each-ref", "--format=%(refname)").split()
+    theirs = [ref for ref in refs if ref.startswith(_ELSEWHERE) and not ref.startswith(_KEPT_FOR_THE_USER)]
+    kept = [ref for ref in refs if ref not in theirs and ref != "refs/stash"]
+    head = ["HEAD"] if git.rev_parse("HEAD") else []
+    made = [commit for commit in made if git.rev_parse(commit)]  # a record may outlive its commit
+    listed = git.run("rev-list", "--format=%ce%x09%h %s", *head, *kept, "--not", *theirs, *made, "--")
+    commits = [line for line in listed.splitlines() if not line.startswith("commit ")]
+    # sglpatch's own identity commits only for it (a release laid out from a wheel, or a series where git has
+    # none): no user commits without one
+    yours = [line.split("\t", 1)[1] for line in commits if line.split("\t", 1)[0] != SGLPATCH_IDENTITY[1]]
+    if not yours:
+        return []
+    return [f"{plural(len(yours), 'commit')} not made by sglpatch, the last {yours[0]}"]

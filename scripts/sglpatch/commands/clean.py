@@ -1,0 +1,78 @@
+"""`sglpatch clean`: delete build/, where sglpatch keeps what it makes (each line's default base, reports, PR
+bodies, other Pythons' venvs), unless a git checkout there holds work of the user's that would go with it.
+
+The default bases are git repos a user may commit in (to export a patch from, or to try one): such commits,
+stashes, edits and untracked files are named, with the move that keeps each checkout, and nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import ExitStack
+from pathlib import Path
+
+from sglpatch import hints, project
+from sglpatch.errors import FatalError
+from sglpatch.git import GitFailed
+from sglpatch.output import plural, say, show_path
+from sglpatch.targets import Target, checkout_at, target_lock, work_only_in
+
+# build/ is renamed to this, then deleted: a run cut short (Ctrl-C, a kill) leaves no half-deleted checkout in
+# build/ for the next one to look at, only this, which the next one deletes first
+DELETING = "build.deleting"
+
+
+def add_arguments(parser) -> None:
+    pass
+
+
+def run(args) -> int:
+    build = project.PROJECT_ROOT / "build"
+    doomed = build.with_name(DELETING)
+    if doomed.exists():
+        say(f"deleting {show_path(doomed)}, left by a clean cut short (its checkouts were looked at then)")
+        shutil.rmtree(doomed)
+    if build.is_symlink():  # as `rm -rf build` would: the link goes, what it points to stays
+        build.unlink()
+        say(f"removed the link {show_path(build)}; the folder it named is left as it is")
+        return 0
+    if not build.exists():
+        say(f"nothing to clean: {show_path(build)} does not exist")
+        return 0
+    checkouts = [checkout_at(root) for root in _checkouts_under(build)]
+    with ExitStack() as held:
+        for checkout in checkouts:  # no sglpatch run works on one while it is looked at
+            held.enter_context(target_lock(checkout))
+        _refuse_work_of_the_user(checkouts)
+        build.rename(doomed)  # at once: a clean cut short leaves build/ whole, or none of it
+    say(f"removing {show_path(build)} ({plural(len(checkouts), 'git checkout')} of sglpatch's, and the rest)")
+    shutil.rmtree(doomed)
+    return 0
+
+
+def _checkouts_under(build: Path) -> list[Path]:
+    """The git checkouts under `build` (a folder with a .git), not looking inside one or through a link."""
+    found = []
+    for folder, subfolders, _ in os.walk(build):
+        if os.path.lexists(os.path.join(folder, ".git")):
+            found.append(Path(folder))
+            subfolders.clear()
+    return sorted(found)
+
+
+def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
+    held = []
+    for checkout in checkouts:
+        try:
+            work = work_only_in(checkout)
+        except GitFailed as exc:
+            work = [f"a git repository git cannot read here ({exc})"]
+        if work:
+            where = checkout.root
+            held.append(f"{show_path(where)} holds {'; '.join(work)} ({hints.move_aside(where)} keeps it)")
+    if held:
+        raise FatalError(
+            f"{' and '.join(held)}; nothing was deleted: move {'it' if len(held) == 1 else 'each'} out of build/ as "
+            f"shown, then {hints.clean()} deletes the rest"
+        )
