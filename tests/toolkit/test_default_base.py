@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from sglpatch.git import Git
+from sglpatch.git import Git, init_repo
 from sglpatch.targets import checkout_at, target_lock
 from sglpatch.wheels import cache_dir
 from testing.sglang_trees import SECOND, TESTER_IDENTITY, as_tester
@@ -172,6 +172,10 @@ def test_clean_deletes_build_as_sglpatch_left_it(sglpatch, project, monkeypatch,
     assert sglpatch("apply")[0] == 0
     (project / "build" / "drift" / "v0.5.14").mkdir(parents=True)
     (project / "build" / "drift" / "v0.5.14" / "drift.md").write_text("a report\n")
+    partial = project / "build" / "sglang-v0.5.23.partial"  # a layout cut short: a repo of untracked files
+    init_repo(partial)
+    (partial / "python").mkdir()
+    (partial / "python" / "laid_out.py").write_text("half\n")
     code, out, err = sglpatch("clean")
     assert code == 0, err
     assert not (project / "build").exists() and "removing" in out
@@ -244,3 +248,13 @@ def test_clean_waits_for_no_run_and_leaves_a_link_where_it_points(sglpatch, proj
     elsewhere.rename(project / "build.deleting")  # a clean killed after it looked and renamed, before it deleted
     code, out, err = sglpatch("clean")
     assert code == 0 and "left by a clean cut short" in out and not (project / "build.deleting").exists(), err
+
+
+def test_clean_names_a_repository_of_yours_with_no_commit_yet(sglpatch, project):
+    """A `git init` of the user's in build/ holding files it never committed: git has no revision to list there."""
+    mine = project / "build" / "mine"
+    init_repo(mine)
+    (mine / "notes.txt").write_text("mine\n")
+    code, out, err = sglpatch("clean")
+    assert code == 2 and "build/mine holds untracked notes.txt" in err and "cannot read" not in err, err
+    assert (mine / "notes.txt").read_text() == "mine\n"

@@ -21,6 +21,7 @@ from sglpatch.targets import Target, checkout_at, target_lock, work_only_in
 # build/ is renamed to this, then deleted: a run cut short (Ctrl-C, a kill) leaves no half-deleted checkout in
 # build/ for the next one to look at, only this, which the next one deletes first
 DELETING = "build.deleting"
+PARTIAL = ".partial"  # rebase/default_base.py and git_releases.py lay a base out in NAME.partial, then rename it
 
 
 def add_arguments(parser) -> None:
@@ -52,10 +53,13 @@ def run(args) -> int:
 
 
 def _checkouts_under(build: Path) -> list[Path]:
-    """The git checkouts under `build` (a folder with a .git), not looking inside one or through a link."""
+    """The git checkouts under `build` (a folder with a .git), not looking inside one or through a link; not a
+    base's `NAME.partial`, the layout a cut-short apply left, which the next apply deletes unread too."""
     found = []
     for folder, subfolders, _ in os.walk(build):
-        if os.path.lexists(os.path.join(folder, ".git")):
+        if Path(folder).parent == build and folder.endswith(PARTIAL):
+            subfolders.clear()
+        elif os.path.lexists(os.path.join(folder, ".git")):
             found.append(Path(folder))
             subfolders.clear()
     return sorted(found)

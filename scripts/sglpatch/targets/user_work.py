@@ -120,6 +120,8 @@ def _commits_only_here(git: Git, made: list[str]) -> list[str]:
     theirs = [ref for ref in refs if ref.startswith(_ELSEWHERE) and not ref.startswith(_KEPT_FOR_THE_USER)]
     kept = [ref for ref in refs if ref not in theirs and ref != "refs/stash"]
     head = ["HEAD"] if git.rev_parse("HEAD") else []
+    if not head and not kept:  # a repository with no commit yet
+        return []
     made = [commit for commit in made if git.rev_parse(commit)]  # a record may outlive its commit
     listed = git.run("rev-list", "--format=%ce%x09%h %s", *head, *kept, "--not", *theirs, *made, "--")
     commits = [line for line in listed.splitlines() if not line.startswith("commit ")]
