@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tarfile
@@ -182,6 +183,52 @@ def host_speed_draws(results: list[dict], labels: tuple = LABELS) -> dict | None
         "pristine_runs": len(spread.get("all", [])),
         "pristine_step_interval_sd": {k: statistics.pstdev(v) for k, v in spread.items() if len(v) > 1},
     }
+
+
+def speed_by_vcpu(results: list[dict], labels: tuple = LABELS, shuffles: int = 2000) -> dict | None:
+    """Whether the vCPU a run's scheduler thread ran on sets its host speed (``--pin-cpus`` deals the core
+    groups round the engines, so runs land on many vCPUs): over the timed runs that ran on one vCPU, the
+    share of their draft loop host time's variance (each relative to its engine's mean in its case) that
+    lies between vCPUs, and how often the same runs dealt to the same vCPUs at random show as large a
+    share (a permutation test: with few runs per vCPU the share is large by chance alone)."""
+    runs = [
+        (run["cpus"][0], draft)
+        for result in results
+        for label in labels
+        for run, draft, _ in relative_runs(result, label)
+        if len(run.get("cpus", [])) == 1
+    ]
+    vcpus = [vcpu for vcpu, _ in runs]
+    if len(runs) < 4 or len(set(vcpus)) < 2:
+        return None
+    speeds = [draft for _, draft in runs]
+    share = _between_share(vcpus, speeds)
+    rng = random.Random(0)
+    dealt = [_between_share(vcpus, rng.sample(speeds, len(speeds))) for _ in range(shuffles)]
+    groups: dict[int, list[float]] = {}
+    for vcpu, draft in runs:
+        groups.setdefault(vcpu, []).append(draft)
+    busiest = max(groups, key=lambda v: len(groups[v]))
+    return {
+        "runs": len(runs),
+        "vcpus": len(groups),
+        "between_share": share,
+        "p_value": sum(d >= share for d in dealt) / shuffles,
+        "busiest_vcpu": busiest,
+        "busiest_spread": [min(groups[busiest]), max(groups[busiest])],
+        "busiest_runs": len(groups[busiest]),
+    }
+
+
+def _between_share(keys: list, values: list[float]) -> float:
+    """The share of the values' sum of squares that lies between the groups ``keys`` make (eta squared)."""
+    mean = statistics.fmean(values)
+    total = sum((v - mean) ** 2 for v in values)
+    groups: dict = {}
+    for key, value in zip(keys, values, strict=True):
+        groups.setdefault(key, []).append(value)
+    between = sum(len(g) * (statistics.fmean(g) - mean) ** 2 for g in groups.values())
+    return between / total if total else 0.0
 
 
 def is_fast(run: dict, fast_below: float) -> bool:
@@ -447,6 +494,15 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{sd[str(k)]:.3f} over its first {k} timed steps" for k in SHORT_RUNS if str(k) in sd)
             + f" and {sd.get('all', float('nan')):.3f} over all ({draws['pristine_runs']} runs, standard deviation of "
             "the mean in its case)"
+        )
+    vcpu = speed_by_vcpu(results)
+    if vcpu:
+        print(
+            f"by vCPU, over {vcpu['runs']} timed runs that each ran on one ({vcpu['vcpus']} vCPUs): the vCPU holds "
+            f"{vcpu['between_share']:.2f} of the variance of the draft loop host time (relative to its engine's "
+            f"mean); the same runs dealt to the same vCPUs at random hold as much in {vcpu['p_value']:.2f} of "
+            f"shuffles; vCPU {vcpu['busiest_vcpu']}'s {vcpu['busiest_runs']} runs spread "
+            f"{vcpu['busiest_spread'][0]:.2f}-{vcpu['busiest_spread'][1]:.2f}x"
         )
     causes = host_causes(args.host_runs) if args.host_runs else None
     if causes:

@@ -205,3 +205,28 @@ def test_a_slow_run_is_told_from_steal_and_from_waiting_by_the_rows_host_runs(tm
     path.write_text(json.dumps({"rows": rows}))
     causes = host_modes.host_causes(str(path))
     assert causes["correlation_with_canary"] > 0.99 and causes["canary_spread"][1] > 1.1
+
+
+def test_whether_the_vcpu_a_run_ran_on_sets_its_speed(tmp_path):
+    def run(t0, speed, vcpu):
+        records = []
+        for i in range(24):
+            t = t0 + i * 0.007 * speed
+            step = {"t": t, "part": "step", "batch_size": 16, "host_ms": 5.0 * speed, "gpu_ms": 6.0}
+            records.append({**step, "cpu_ms": 4.9 * speed, "cpu": vcpu})
+            records.append({"t": t, "part": "draft", "batch_size": 16, "host_ms": 1.0 * speed, "gpu_ms": 1.8})
+        return records
+
+    def by_vcpu(tmp, speed_of):
+        """Eight runs of one engine on vCPUs 0-3 in turn, each at the speed ``speed_of(k, vcpu)``."""
+        tmp.mkdir()
+        records = [r for k in range(8) for r in run(2.0 * k, speed_of(k, k % 4), k % 4)]
+        (result,) = host_modes.study(_archive(tmp, {"pristine": records}), 16, 2, 20, 2.0, reps=8)
+        return host_modes.speed_by_vcpu([result])
+
+    slow_cores = by_vcpu(tmp_path / "cores", lambda k, vcpu: (0.8, 1.0, 1.2, 1.0)[vcpu])
+    assert slow_cores["between_share"] == pytest.approx(1.0) and slow_cores["p_value"] < 0.05
+    assert slow_cores["runs"] == 8 and slow_cores["vcpus"] == 4
+    drawn = by_vcpu(tmp_path / "drawn", lambda k, vcpu: (0.8, 1.2, 1.0, 1.1, 1.2, 0.8, 1.1, 1.0)[k])
+    assert drawn["between_share"] < 0.5 and drawn["p_value"] > 0.3
+    assert drawn["busiest_spread"] == pytest.approx([0.8 / 1.025, 1.2 / 1.025])
