@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -231,6 +232,53 @@ def _between_share(keys: list, values: list[float]) -> float:
     return between / total if total else 0.0
 
 
+def host_adjusted_floors(results: list[dict], labels: tuple = ("pristine", "pristine_b")) -> list[dict]:
+    """How much of each case's two-process floor the runs' host speeds account for: the ratio of the two
+    pristine processes' mean log step interval, raw and with each run moved to the case's mean host speed
+    (its log step interval less ``slope`` x its log draft loop host time's distance from the case's mean).
+    The slope is fitted on the other calls' cases (every engine's runs around their own means), so that no
+    case's own runs set how far they are moved; a call alone has none."""
+    out = []
+    for result in results:
+        others = [r for r in results if r.get("archive") != result.get("archive")]
+        slope = _host_slope(others)
+        runs = {label: _logs(result, label) for label in labels}
+        if slope is None or any(len(v) < 2 for v in runs.values()):
+            continue
+        mean_x = statistics.fmean(x for v in runs.values() for x, _ in v)
+        raw = [statistics.fmean(y for _, y in v) for v in runs.values()]
+        moved = [statistics.fmean(y - slope * (x - mean_x) for x, y in v) for v in runs.values()]
+        out.append(
+            {
+                "case": result["case"],
+                "slope": slope,
+                "raw": math.exp(raw[0] - raw[1]),
+                "adjusted": math.exp(moved[0] - moved[1]),
+            }
+        )
+    return out
+
+
+def _logs(result: dict, label: str) -> list[tuple[float, float]]:
+    runs = result["engines"].get(label, {}).get("runs", [])
+    return [(math.log(r["draft_host_ms"]), math.log(r["step_interval_ms"])) for r in runs]
+
+
+def _host_slope(results: list[dict]) -> float | None:
+    """The least-squares slope of log step interval on log draft loop host time, every engine's runs in
+    every case taken around their own means."""
+    pairs = []
+    for result in results:
+        for label in result["engines"]:
+            runs = _logs(result, label)
+            if len(runs) < 2:
+                continue
+            mean_x, mean_y = statistics.fmean(x for x, _ in runs), statistics.fmean(y for _, y in runs)
+            pairs += [(x - mean_x, y - mean_y) for x, y in runs]
+    spread = sum(x * x for x, _ in pairs)
+    return sum(x * y for x, y in pairs) / spread if spread else None
+
+
 def is_fast(run: dict, fast_below: float) -> bool:
     return run["draft_gpu_ms"] < fast_below
 
@@ -258,11 +306,14 @@ def study(
         if label in engines
     }
     return [
-        case_result(
-            f"{archive} (case {k + 1} at {batch_size} requests)",
-            {label: cases[k] for label, cases in per_case.items() if k < len(cases)},
-            fast_below,
-        )
+        {
+            **case_result(
+                f"{archive} (case {k + 1} at {batch_size} requests)",
+                {label: cases[k] for label, cases in per_case.items() if k < len(cases)},
+                fast_below,
+            ),
+            "archive": archive,
+        }
         for k in range(max((len(cases) for cases in per_case.values()), default=0))
     ]
 
@@ -494,6 +545,20 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{sd[str(k)]:.3f} over its first {k} timed steps" for k in SHORT_RUNS if str(k) in sd)
             + f" and {sd.get('all', float('nan')):.3f} over all ({draws['pristine_runs']} runs, standard deviation of "
             "the mean in its case)"
+        )
+    floors = host_adjusted_floors(results)
+    if floors:
+        for floor in floors:
+            print(
+                f"{floor['case']}: two-process step interval {floor['raw']:.3f}x, at one host speed "
+                f"{floor['adjusted']:.3f}x (slope {floor['slope']:.2f}, fitted on the other calls)"
+            )
+        raw, moved = [f["raw"] for f in floors], [f["adjusted"] for f in floors]
+        print(
+            f"host-adjusted floors, over {len(floors)} cases: the two pristine processes' step interval ratio "
+            f"{min(raw):.3f}-{max(raw):.3f}x raw ({sum(abs(r - 1) <= 0.03 for r in raw)} within 3%), "
+            f"{min(moved):.3f}-{max(moved):.3f}x with each run moved to its case's mean host speed "
+            f"({sum(abs(r - 1) <= 0.03 for r in moved)} within 3%)"
         )
     vcpu = speed_by_vcpu(results)
     if vcpu:

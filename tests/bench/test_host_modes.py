@@ -230,3 +230,30 @@ def test_whether_the_vcpu_a_run_ran_on_sets_its_speed(tmp_path):
     drawn = by_vcpu(tmp_path / "drawn", lambda k, vcpu: (0.8, 1.2, 1.0, 1.1, 1.2, 0.8, 1.1, 1.0)[k])
     assert drawn["between_share"] < 0.5 and drawn["p_value"] > 0.3
     assert drawn["busiest_spread"] == pytest.approx([0.8 / 1.025, 1.2 / 1.025])
+
+
+def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path):
+    def run(t0, speed):
+        """A run whose host speed scales its draft loop and its step interval alike."""
+        records = []
+        for i in range(24):
+            t = t0 + i * 0.007 * speed
+            records.append({"t": t, "part": "step", "batch_size": 16, "host_ms": 5.0 * speed, "gpu_ms": 6.0})
+            records.append({"t": t, "part": "draft", "batch_size": 16, "host_ms": 1.0 * speed, "gpu_ms": 1.8})
+        return records
+
+    def call(name, speeds_a, speeds_b):
+        (tmp_path / name).mkdir()
+        engines = {
+            "pristine": [r for k, v in enumerate(speeds_a) for r in run(2.0 * k, v)],
+            "pristine_b": [r for k, v in enumerate(speeds_b) for r in run(2.0 * k + 1.0, v)],
+        }
+        return host_modes.study(_archive(tmp_path / name, engines), 16, 2, 20, 2.0, reps=3)
+
+    # the same engine in two processes, whose runs drew other host speeds: raw floors off, none at one speed
+    results = call("one", [1.0, 1.3, 1.2], [0.8, 0.9, 1.0]) + call("two", [0.9, 0.8, 1.0], [1.2, 1.3, 1.1])
+    assert host_modes.host_adjusted_floors(results[:1]) == []  # one call: no other to fit the slope on
+    floors = host_modes.host_adjusted_floors(results)
+    assert [f["slope"] for f in floors] == pytest.approx([1.0, 1.0])
+    assert floors[0]["raw"] == pytest.approx((1.0 * 1.3 * 1.2 / (0.8 * 0.9 * 1.0)) ** (1 / 3))
+    assert [f["adjusted"] for f in floors] == pytest.approx([1.0, 1.0])
