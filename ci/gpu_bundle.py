@@ -351,6 +351,7 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
     NN- prefix so two series that both start at 0001- cannot collide; a single source keeps
     its names."""
     dest = out / "patches"
+    refuse_foreign_patches(out)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -378,6 +379,33 @@ def stage_patches(sources: list[str], out: Path) -> list[str]:
     return names
 
 
+def refuse_foreign_patches(out: Path) -> None:
+    """OUT/patches is replaced only as stage_patches left it: `series` and the files it lists, nothing else (an
+    --out naming a project of the user's must not lose its own patches/ folder)."""
+    dest = out / "patches"
+    if not (dest.exists() or dest.is_symlink()) or _staged_here(dest):
+        return
+    raise SystemExit(
+        f"{dest} is not a patches folder this script staged (it holds more than a series and the files it lists); "
+        "move it away or choose another --out, then run this again; nothing was changed"
+    )
+
+
+def _staged_here(dest: Path) -> bool:
+    if dest.is_symlink() or not dest.is_dir():
+        return False
+    entries = list(dest.iterdir())
+    if not entries:
+        return True
+    if any(e.is_symlink() or not e.is_file() for e in entries):
+        return False
+    try:
+        listed = parse_series_text((dest / SERIES_FILE).read_text(), str(dest / SERIES_FILE))
+    except (OSError, UnicodeDecodeError, FatalError):
+        return False
+    return {e.name for e in entries} == {SERIES_FILE, *listed}
+
+
 def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = False, first: int | None = None) -> int:
     """OUT/deep_gemm/: the DeepGEMM source with the line applied, its third-party headers (ci/deep_gemm_bundle.py)."""
     import deep_gemm_bundle  # noqa: PLC0415 - beside this script; only this part needs it
@@ -403,6 +431,8 @@ def build(args) -> int:
     if args.patches_only:
         stage_patches(args.patches, Path(args.out))
         return 0
+    if args.patches and not args.verify_only:
+        refuse_foreign_patches(Path(args.out))  # before the archives: a refusal changes nothing
     entries = fetch_all(Path(args.cache), args.update_hashes)
     if args.verify_only:
         return 0
