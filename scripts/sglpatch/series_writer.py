@@ -8,7 +8,8 @@ is then replaced atomically. A kill between two renames can leave old and new
 files side by side (`sha256sum -c SHA256SUMS` shows it); a rebase marks the
 folder first (series.REWRITE_MARKER) so that such a kill is detected and
 finished by `recover`. Only the patches the folder's `series` listed before are
-replaced or removed: any other `*.patch` there is the user's, and stays.
+replaced or removed: any other `*.patch` there is the user's, and stays; `export` replaces or removes a listed
+one only while it holds what SHA256SUMS records (else it is the user's edit).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from sglpatch.git import Git
 from sglpatch.pin import PIN_FILE, Pin
 from sglpatch.safety.durable import write_durably
 from sglpatch.safety.interrupts import fault_point
-from sglpatch.series import SERIES_FILE, SUMS_FILE, parse_patch, parse_series_text, render_sums
+from sglpatch.series import (
+    SERIES_FILE,
+    SUMS_FILE,
+    parse_patch,
+    parse_series_text,
+    parse_sums_text,
+    render_sums,
+    sha256_hex,
+)
 
 SERIES_HEADER = """\
 # The patch series, in order, against the sglang release named in pin.json.
@@ -94,6 +103,30 @@ def refuse_unlisted_in_the_way(
                 f"{path} is not in the series {out_dir / SERIES_FILE} lists, and the new series writes a patch of "
                 f"that name; move that file away (or list it in the series), then {then}"
             )
+
+
+def refuse_changed_listed(out_dir: Path, files: dict[str, bytes], listed: list[str]) -> None:
+    """A listed patch the write would replace with other bytes, or remove, whose bytes are not what the folder's
+    SHA256SUMS records: an edit made in the file, or a patch listed by hand, which the commits do not hold."""
+    sums = _recorded_sums(out_dir)
+    for name in listed:
+        path = out_dir / name
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        if data != files.get(name) and sha256_hex(data) != sums.get(name):
+            raise FatalError(
+                f"{path} is not what {SUMS_FILE} records (an edit of yours, or a patch you listed by hand), and "
+                f"the commits would {'replace' if name in files else 'remove'} it; carry it into the commits or "
+                "move it away, then export again; nothing was written"
+            )
+
+
+def _recorded_sums(out_dir: Path) -> dict[str, str]:
+    try:
+        return parse_sums_text((out_dir / SUMS_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, FatalError):
+        return {}
 
 
 def write_series_files(out_dir: Path, files: dict[str, bytes], replacing: list[str]) -> None:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sglpatch.git import Git
+from sglpatch.series import load_series
+from testing.sglang_trees import SECOND, as_tester, one_patch_series
 from testing.tree_bytes import tree_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,3 +52,60 @@ def test_gpu_bundle_restages_its_own_patches_folder(tmp_path):
         assert run.returncode == 0, run.stderr
     staged = sorted(p.name for p in (out / "patches").iterdir())
     assert staged == sorted(["series", *(out / "patches" / "series").read_text().split()])
+
+
+EXPORTED = (
+    "[Spec] Mark the global config for an export\n\nWhy: an export to check.\n\nWhat: one comment.\n\n"
+    "Drop when: never; a test.\n\nUpstream-PR: 1\nPatch-Group: export-test\nDrop-When: never\n"
+)
+
+
+@pytest.fixture
+def exported(tmp_path, base_repo, project_pin):
+    """A one-patch series folder as export wrote it, and its commits (the clone `dev` beside it)."""
+    return one_patch_series(
+        base_repo,
+        project_pin,
+        tmp_path / "patches",
+        EXPORTED,
+        (SECOND, "class GlobalConfig:", "# x\nclass GlobalConfig:"),
+    )
+
+
+def _hand_edited(folder: Path) -> None:
+    patch = next(folder.glob("0001-*.patch"))
+    patch.write_bytes(patch.read_bytes().replace(b"an export to check", b"a reason I wrote in the patch file"))
+
+
+def _added_and_listed(folder: Path) -> None:
+    """The user's own patch beside the exported one, listed in `series` (SHA256SUMS left as export wrote it)."""
+    first = next(folder.glob("0001-*.patch"))
+    (folder / "0002-mine.patch").write_bytes(first.read_bytes().replace(b"Mark the global config", b"My own"))
+    with (folder / "series").open("a") as series:
+        series.write("0002-mine.patch\n")
+
+
+@pytest.mark.parametrize("change", [_hand_edited, _added_and_listed])
+def test_export_does_not_write_over_or_remove_a_patch_file_the_user_changed(sglpatch, tmp_path, exported, change):
+    """Before: export replaced every patch its folder's `series` listed and removed the listed ones its commits
+    no longer hold, whatever their bytes: an edit made in the patch file, or a patch the user added to the
+    series by hand (neither in the commits), was gone, exit 0. Now a listed patch whose bytes are not what
+    SHA256SUMS records (what export or a rebase wrote) is refused in one line, before anything is written."""
+    change(exported)
+    before = tree_state(exported)
+    code, out, err = sglpatch("export", "--from", tmp_path / "dev", "--line", "v0.5.14", "--patches", exported)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "is not what SHA256SUMS records" in err and "nothing was written" in err, err
+    assert tree_state(exported) == before
+
+
+def test_export_replaces_the_patches_it_wrote(sglpatch, tmp_path, exported):
+    """The guard above leaves export's own patches to it: a reworded commit replaces the patch file of the
+    old name, and a patch file already holding the new bytes is no edit."""
+    dev = as_tester(Git(tmp_path / "dev"))
+    old = [p.name for p in load_series(exported).patches]
+    dev.run("commit", "-q", "--amend", "-m", EXPORTED.replace("[Spec] Mark", "[Spec] Now mark"))
+    for _ in range(2):
+        code, out, err = sglpatch("export", "--from", dev.workdir, "--line", "v0.5.14", "--patches", exported)
+        assert code == 0, err
+    assert not (exported / old[0]).exists() and len(load_series(exported).patches) == 1

@@ -16,7 +16,13 @@ from sglpatch.output import plural, say
 from sglpatch.pin import PIN_FILE, load_pin
 from sglpatch.project import default_patch_dir
 from sglpatch.series import SUMS_FILE, parse_patch, refuse_half_rewritten
-from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, render_series, write_series_files
+from sglpatch.series_writer import (
+    listed_patches,
+    refuse_changed_listed,
+    refuse_unlisted_in_the_way,
+    render_series,
+    write_series_files,
+)
 
 
 def add_arguments(parser) -> None:
@@ -57,6 +63,7 @@ def run(args) -> int:
     _refuse_incomplete_messages(repo, base, args.head, files, pin.project)
     listed = listed_patches(out_dir)
     refuse_unlisted_in_the_way(out_dir, files, listed)
+    refuse_changed_listed(out_dir, files, listed)
     write_series_files(out_dir, files, listed)
     say(f"wrote {len(files) - 3} patches, series, {SUMS_FILE} and {PIN_FILE} to {out_dir}")
     return 0
