@@ -13,7 +13,7 @@ import pytest
 from sglpatch.git import Git
 from sglpatch.series import load_series
 from testing.sglang_trees import SECOND, as_tester, one_patch_series
-from testing.tree_bytes import tree_state
+from testing.tree_bytes import refused, tree_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,3 +109,40 @@ def test_export_replaces_the_patches_it_wrote(sglpatch, tmp_path, exported):
         code, out, err = sglpatch("export", "--from", dev.workdir, "--line", "v0.5.14", "--patches", exported)
         assert code == 0, err
     assert not (exported / old[0]).exists() and len(load_series(exported).patches) == 1
+
+
+@pytest.fixture
+def immutable(checkout):
+    """`chattr +i` on files of the checkout (root cannot write them either), lifted after the test."""
+    made = []
+
+    def set_flag(path: str) -> None:
+        subprocess.run(["chattr", "+i", checkout / path], check=True)
+        made.append(checkout / path)
+
+    yield set_flag
+    for path in made:
+        subprocess.run(["chattr", "-i", path], check=True)
+
+
+@pytest.mark.parametrize("locked", ["a file only upstream changes", "a file the series changes"])
+def test_a_rebase_does_not_go_on_from_a_checkout_of_onto_git_could_not_write(
+    sglpatch, checkout, patches, tmp_path, immutable, locked
+):
+    """An immutable file (`chattr +i`) that ONTO changes: git's `checkout --detach ONTO` says "unable to unlink
+    old" and exits 0, the file left as it was. Before: the rebase went on from there. With a file only upstream
+    changes it said "rebased onto up", exit 0, the work tree holding a reversal of upstream's change (git status
+    " M", and `revert` blamed "your local changes"); with a file of the series, it stopped at that patch, and
+    --abort called the file an edit of the user's. Now the checkout is checked: refused in one line, rolled
+    back, the tree as it was."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "up")
+    version = checkout / "python/sglang/version.py"
+    version.write_text(version.read_text() + "# upstream\n")
+    git.run("commit", "-q", "-am", "upstream edits a file no patch touches")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    immutable("python/sglang/version.py" if locked == "a file only upstream changes" else SECOND)
+    rebase = ["--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "up"]
+    err = refused(sglpatch, checkout, *rebase, command="rebase")
+    assert "could not check out up" in err and "the rebase was rolled back" in err, err

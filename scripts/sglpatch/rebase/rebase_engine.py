@@ -233,6 +233,11 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             status, _, err = git.try_run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "--detach", onto)
             if status != 0:
                 raise FatalError(f"could not check out {request.onto} ({git_reason(err)})")
+            if unwritten := git.run("diff", "--name-only").splitlines():  # "unable to unlink old" still exits 0
+                raise FatalError(
+                    f"could not check out {request.onto} (git left {', '.join(unwritten)} not as committed: a file "
+                    "it could not write, or a filter's change)"
+                )
             fault_point("rebase: ONTO checked out")
         with (
             _rolled_back_on_disk_full(target, folder),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import NO_HOOKS, Git, blob_id
+from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.safety.durable import fsync_dir, write_durably
 from sglpatch.safety.interrupts import fault_point, write_phase
@@ -75,7 +75,11 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
             with orig_head_kept(git):
                 git.try_run(*git.sparse_as_it_is(), "cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
-        git.run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "-f", state.original)
+        try:
+            git.run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "-f", state.original)
+        except GitFailed:
+            if not _back_on(git, state.original):  # a file git could not unlink but that holds the branch's bytes
+                raise
         fault_point("rebase rollback: back on the original branch")
         _remove_files_a_cut_switch_left(git, state)
         made = [SERIES_REF] + ([state.backup] if state.backup_made else [])
@@ -86,6 +90,12 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
                 fault_point(f"rebase rollback: {ref} deleted")
         _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def _back_on(git: Git, original: str) -> bool:
+    """HEAD on `original` (a branch, or the commit a detached HEAD was at), every tracked file as it has it."""
+    at = git.current_branch() or git.rev_parse("HEAD")
+    return at == original and not git.run("status", "--porcelain", "--untracked-files=no")
 
 
 def tag_names(git: Git) -> set[str]:
