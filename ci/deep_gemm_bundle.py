@@ -70,9 +70,17 @@ def applied_source(line_name: str) -> tuple[Git, str]:
     return git, branch
 
 
-def series_prefix(git: Git, branch: str, patches: list, first: int | None) -> tuple[str, list]:
-    """The commit holding only the first FIRST patches of the applied BRANCH (one commit per patch), and those
-    patches; BRANCH and all of them when FIRST is None."""
+def series_prefix(git: Git, branch: str, patches: list, first: int | None, base: str) -> tuple[str, list]:
+    """The commit holding only the first FIRST patches of the applied BRANCH (one commit per patch on BASE, the
+    pin), and those patches; BRANCH and all of them when FIRST is None."""
+    past = int(git.run("rev-list", "--count", f"{base}..{branch}")) - len(patches)
+    if past > 0:  # apply says "already applied" over them; the bundle is the line's alone
+        raise SystemExit(
+            f"{git.workdir}: {branch} holds {past} commit{'s' if past > 1 else ''} past the line's {len(patches)} "
+            f"patches, and the bundle packs the line alone: keep them on a branch of your own (`git -C "
+            f"{git.workdir} branch my-work {branch}`), take them off {branch} (with it checked out: `git -C "
+            f"{git.workdir} reset --keep {branch}~{past}`), then run this again; nothing was written"
+        )
     if first is None:
         return branch, patches
     if not 0 <= first <= len(patches):
@@ -120,7 +128,7 @@ def build(
         stand_in = fetch_wheel(pin.wheel.filename.split("-")[1], pin.wheel, pin.project)
     except FatalError as exc:
         raise SystemExit(str(exc)) from None
-    branch, patches = series_prefix(git, branch, list(series.patches), first)
+    branch, patches = series_prefix(git, branch, list(series.patches), first, pin.commit)
     cache.mkdir(parents=True, exist_ok=True)
     fmt = [e for e in download(REQUIREMENTS, "3.11", cache, update_hashes) if e["name"] == "cmeel-fmt"][0]
     dest = out / "deep_gemm"

@@ -41,6 +41,10 @@ def _series_branch(path: Path) -> Git:
     return Git(path)
 
 
+def _pin(git: Git) -> str:
+    return git.run("rev-list", "--max-parents=0", "main")
+
+
 def _content_at(git: Git, rev: str) -> str:
     return git.run("show", f"{rev}:kernel.cuh")
 
@@ -48,14 +52,14 @@ def _content_at(git: Git, rev: str) -> str:
 def test_the_first_n_patches_are_packed(tmp_path):
     git = _series_branch(tmp_path / "dg")
     patches = ["0001-build.patch", "0002-kernel.patch"]
-    assert deep_gemm_bundle.series_prefix(git, "main", patches, None) == ("main", patches)
-    rev, kept = deep_gemm_bundle.series_prefix(git, "main", patches, 1)
+    assert deep_gemm_bundle.series_prefix(git, "main", patches, None, _pin(git)) == ("main", patches)
+    rev, kept = deep_gemm_bundle.series_prefix(git, "main", patches, 1, _pin(git))
     assert (_content_at(git, rev), kept) == ("build patch", patches[:1])
-    rev, kept = deep_gemm_bundle.series_prefix(git, "main", patches, 0)
+    rev, kept = deep_gemm_bundle.series_prefix(git, "main", patches, 0, _pin(git))
     assert (_content_at(git, rev), kept) == ("pin", [])
 
 
 def test_more_patches_than_the_line_has_is_refused(tmp_path):
     git = _series_branch(tmp_path / "dg")
     with pytest.raises(SystemExit, match="takes 0 to 2"):
-        deep_gemm_bundle.series_prefix(git, "main", ["a", "b"], 3)
+        deep_gemm_bundle.series_prefix(git, "main", ["a", "b"], 3, _pin(git))

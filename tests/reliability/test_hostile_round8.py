@@ -4,6 +4,7 @@ folder, `ci/gpu_bundle.py --out`), and what round 7 left untried (docs/reliabili
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,35 @@ def test_a_rebase_does_not_go_on_from_a_checkout_of_onto_git_could_not_write(
     rebase = ["--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "up"]
     err = refused(sglpatch, checkout, *rebase, command="rebase")
     assert "could not check out up" in err and "the rebase was rolled back" in err, err
+
+
+def _deep_gemm_bundle():
+    """ci/deep_gemm_bundle.py, loaded by path (it imports its neighbours from ci/)."""
+    sys.path.insert(0, str(ROOT / "ci"))
+    try:
+        spec = importlib.util.spec_from_file_location("_ci_deep_gemm_bundle_r8", ROOT / "ci" / "deep_gemm_bundle.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "ci"))
+
+
+@pytest.mark.parametrize("first", [None, 1])
+def test_the_deep_gemm_bundle_does_not_pack_a_commit_of_the_users_as_the_line(tmp_path, first):
+    """A commit of the user's on the series branch of the DeepGEMM base (`build/deep_gemm-*`, where apply says
+    "already applied"). Before: the bundle packed the branch's tip, the user's commit with it, as the line
+    (its manifest listing the line's patches alone), and `--deep-gemm-patches N` counted back from that tip: N=1
+    (the pinned kernel code, a benchmark's baseline) packed the line's kernel patch too. Now refused."""
+    repo = tmp_path / "dg"
+    subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True)
+    for text in ("pin", "build patch", "kernel patch", "a tweak of the user's"):
+        (repo / "kernel.cuh").write_text(text + "\n")
+        subprocess.run(["git", "-C", repo, "add", "-A"], check=True)
+        subprocess.run(
+            ["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", text], check=True
+        )
+    git = Git(repo)
+    pin = git.run("rev-list", "--max-parents=0", "HEAD")
+    with pytest.raises(SystemExit, match="holds 1 commit past the line's 2 patches"):
+        _deep_gemm_bundle().series_prefix(git, "main", ["0001-build.patch", "0002-kernel.patch"], first, pin)
