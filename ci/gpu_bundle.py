@@ -421,7 +421,36 @@ def build_deep_gemm(line: str, out: Path, cache: Path, update_hashes: bool = Fal
     return 0
 
 
+def refuse_foreign_manifest(folder: Path) -> None:
+    """FOLDER/MANIFEST.json is replaced only where a run of this script wrote it (a file of that name in a folder
+    of the user's, which --out may name, is theirs)."""
+    manifest = folder / "MANIFEST.json"
+    if not (manifest.exists() or manifest.is_symlink()):
+        return
+    try:
+        made_by = json.loads(manifest.read_text()).get("made_by", "")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        made_by = ""
+    if not str(made_by).startswith("ci/gpu_bundle.py"):
+        raise SystemExit(
+            f"{manifest} is not a manifest this script wrote; move it away or choose another --out, then run this "
+            "again; nothing was changed"
+        )
+
+
+def _manifest_folders(args) -> list[Path]:
+    """The folders whose MANIFEST.json this run writes."""
+    out = Path(args.out)
+    if args.deep_gemm:
+        return [out / "deep_gemm"]
+    if args.line:
+        return [out / line for line in args.line]
+    return [] if args.patches_only or args.verify_only else [out]
+
+
 def build(args) -> int:
+    for folder in _manifest_folders(args):  # before any download or write: a refusal changes nothing
+        refuse_foreign_manifest(folder)
     if args.deep_gemm:
         return build_deep_gemm(
             args.deep_gemm, Path(args.out), Path(args.cache), args.update_hashes, args.deep_gemm_patches

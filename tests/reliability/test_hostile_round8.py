@@ -5,6 +5,7 @@ folder, `ci/gpu_bundle.py --out`), and what round 7 left untried (docs/reliabili
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,23 @@ def test_the_deep_gemm_bundle_does_not_pack_a_commit_of_the_users_as_the_line(tm
     pin = git.run("rev-list", "--max-parents=0", "HEAD")
     with pytest.raises(SystemExit, match="holds 1 commit past the line's 2 patches"):
         _deep_gemm_bundle().series_prefix(git, "main", ["0001-build.patch", "0002-kernel.patch"], first, pin)
+
+
+@pytest.mark.parametrize("part", [[], ["--line", "v0.5.23"], ["--deep-gemm"]])
+def test_gpu_bundle_does_not_replace_a_manifest_of_the_users_at_out(tmp_path, part):
+    """A MANIFEST.json of the user's where the run writes its own (OUT, OUT/<line>, OUT/deep_gemm). Before: the
+    whole bundle's run deleted it once the wheels were in, and every part wrote its own over it. Now refused in
+    one line before any download or write (pip's index is off here: a run that went on would fail in pip)."""
+    folder = tmp_path / "mine" / {"--line": "v0.5.23", "--deep-gemm": "deep_gemm"}.get(part[0] if part else "", "")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "MANIFEST.json").write_text('{"project": "my own"}\n')
+    before = tree_state(tmp_path / "mine")
+    run = subprocess.run(
+        [sys.executable, ROOT / "ci" / "gpu_bundle.py", "--out", tmp_path / "mine", "--cache", tmp_path / "c", *part],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PIP_NO_INDEX": "1", "SGLPATCH_CACHE": str(tmp_path / "sglpatch-cache")},
+    )
+    assert run.returncode != 0 and f"{folder / 'MANIFEST.json'} is not a manifest" in run.stderr, run.stderr
+    assert tree_state(tmp_path / "mine") == before and not (tmp_path / "c").exists()
