@@ -136,9 +136,12 @@ def write_model(folder: Path, num_hidden_layers: int = 4, index_share: bool = Fa
     """Write the model folder (config.json only) and return it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    config = dsa_config(num_hidden_layers, index_share)
-    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (folder / "config.json").write_text(config_text(num_hidden_layers, index_share))
     return folder
+
+
+def config_text(num_hidden_layers: int, index_share: bool) -> str:
+    return json.dumps(dsa_config(num_hidden_layers, index_share), indent=2, sort_keys=True) + "\n"
 
 
 def main(argv=None) -> int:
@@ -147,6 +150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
     ap.add_argument("--index-share", action="store_true", help="GLM-5's index_share_for_mtp_iteration")
     args = ap.parse_args(argv)
+    config = Path(args.out) / "config.json"
+    if config.exists() and config.read_text(errors="replace") != config_text(args.layers, args.index_share):
+        raise SystemExit(f"{config} is not the config this script writes; choose another --out; nothing was changed")
     print(write_model(Path(args.out), args.layers, args.index_share))
     return 0
 

@@ -200,3 +200,20 @@ def test_gpu_bundle_does_not_replace_a_manifest_of_the_users_at_out(tmp_path, pa
     )
     assert run.returncode != 0 and f"{folder / 'MANIFEST.json'} is not a manifest" in run.stderr, run.stderr
     assert tree_state(tmp_path / "mine") == before and not (tmp_path / "c").exists()
+
+
+def test_the_engine_model_script_does_not_write_over_a_models_config(tmp_path):
+    """`bench/engine_model.py --out DIR` with DIR a real model's folder (its config.json, its weights). Before:
+    the dummy DSA config was written over the model's config.json, exit 0. Now refused; its own folder (the
+    same config again) is written as before."""
+    model = tmp_path / "DeepSeek-V3.2"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["DeepseekV32ForCausalLM"], "mine": true}\n')
+    before = tree_state(model)
+    script = [sys.executable, ROOT / "bench" / "engine_model.py", "--out"]
+    run = subprocess.run([*script, model], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and run.stderr.count("\n") == 1, run.stderr
+    assert "is not the config this script writes" in run.stderr and "nothing was changed" in run.stderr
+    assert tree_state(model) == before
+    for _ in range(2):
+        assert subprocess.run([*script, tmp_path / "dummy"], capture_output=True, timeout=60).returncode == 0
