@@ -26,6 +26,7 @@ box_defaults() {
 # An unknown option is refused (exit 2).
 box_options() {
   BOX_REST=()
+  BOX_WORK_DEFAULT="${WORK:-}"
   local pair matched
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -47,6 +48,19 @@ box_options() {
     done
     [ "$matched" = 1 ] || { echo "unknown argument: $1" >&2; exit 2; }
   done
+}
+
+# fresh_work DIR [DEFAULT]: DIR emptied for this run's scratch, and marked (.sglpatch-work). Only a folder a runner
+# marked, an empty one or the runner's own DEFAULT (BOX_WORK_DEFAULT) is removed: --work naming a folder of the
+# user's is refused, exit 2, nothing removed.
+fresh_work() {
+  local dir="$1" default="${2:-${BOX_WORK_DEFAULT:-}}"
+  if [ "$dir" != "$default" ] && [ ! -e "$dir/.sglpatch-work" ] && [ -n "$(ls -A "$dir" 2>/dev/null)" ]; then
+    echo "$dir is not a work folder a runner made (no .sglpatch-work in it): name a new or empty one with" \
+      "--work; nothing was changed" >&2
+    exit 2
+  fi
+  rm -rf "$dir" && mkdir -p "$dir" && : >"$dir/.sglpatch-work"
 }
 
 # box_start NAME: the output folder, a clock and `say` (lines prefixed [NAME +Ns]), the box's GPU and
@@ -208,7 +222,7 @@ unpack_line_sglang() {
 # series did not apply, or the patched tree lacks MARK.
 make_line_trees() {
   local bundle="$1" work="$2" line="$3" series="$4" record="$5" mark="${6:-}"
-  rm -rf "$work" && mkdir -p "$work/trees/pristine" "$work/trees/patched"
+  fresh_work "$work" && mkdir -p "$work/trees/pristine" "$work/trees/patched"
   unpack_bundle "$bundle" "$work"
   unpack_line_sglang "$bundle" "$work" "$line" "$work/trees/pristine/sglang"
   cp -a "$work/trees/pristine/sglang" "$work/trees/patched/sglang"

@@ -43,7 +43,7 @@ say "git: $(command -v git || echo none); patch: $(command -v patch || echo none
 say "nvcc: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -1 || echo missing)"
 
 # 1. unpack the bundle ------------------------------------------------------------------
-rm -rf "$WORK" && mkdir -p "$WORK"
+fresh_work "$WORK"
 unpack_bundle "$BUNDLE" "$WORK"
 unpack_line_sglang "$BUNDLE" "$WORK" "$LINE" "$WORK/pkgs/sglang"
 say "unpacked bundle into $WORK, sglang of line $LINE ($(du -sh "$WORK" | cut -f1))"

@@ -68,7 +68,8 @@ done
 case "$BUDGET" in ''|*[!0-9]*) echo "--budget takes whole seconds, got '$BUDGET'" >&2; exit 2 ;; esac
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(cd "$OUTDIR" && pwd)
-rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
+. "$REPO/ci/gpu_box.sh"
+fresh_work "$WORK" /tmp/sglpatch-layouts || exit 2
 exec > >(tee -a "$OUTDIR/run.log") 2>&1
 
 T0=$(date +%s)
@@ -77,7 +78,6 @@ PARTS="$WORK/parts.tsv"
 : >"$PARTS"
 say() { echo "[gpu-layouts +$(( $(date +%s) - T0 ))s] $*"; }
 left() { echo $(( DEADLINE - $(date +%s) )); }
-. "$REPO/ci/gpu_box.sh"
 read -r -a LINES <<<"$LINE_ARG"
 for line in "${LINES[@]}"; do
   case "$line" in v0.5.14|v0.5.23) ;; *) echo "--lines takes v0.5.14 and v0.5.23, got '$line'" >&2; exit 2 ;; esac

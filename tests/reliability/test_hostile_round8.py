@@ -217,3 +217,32 @@ def test_the_engine_model_script_does_not_write_over_a_models_config(tmp_path):
     assert tree_state(model) == before
     for _ in range(2):
         assert subprocess.run([*script, tmp_path / "dummy"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.mark.parametrize("runner", ["run_gpu_layouts.sh", "run_dsa_kit.sh", "run_engine_gpu.sh", "run_indexer_gpu.sh"])
+def test_a_gpu_runner_does_not_delete_a_folder_of_the_users_named_by_work(tmp_path, runner):
+    """`--work DIR` of the GPU runners (scratch for the unpacked trees). Before: each began with `rm -rf DIR`
+    (run_gpu_layouts.sh and run_dsa_kit.sh themselves, the others through gpu_box.sh's make_line_trees), so a
+    folder of the user's named there was deleted with all it held. Now only a folder a runner made (its
+    .sglpatch-work mark), an empty one, or the runner's own default is emptied; another is refused, exit 2.
+    (No bundle here: a runner that went on stops at unpacking it.)"""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes\n")
+    before = tree_state(mine)
+    run = subprocess.run(
+        ["bash", ROOT / "ci" / runner, "--out", tmp_path / "out", "--work", mine, "--bundle", tmp_path / "none"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2 and f"{mine} is not a work folder a runner made" in run.stdout + run.stderr, run
+    assert tree_state(mine) == before
+    (mine / "notes.txt").unlink()  # an empty folder is scratch: the runner goes on (and stops at the bundle)
+    run = subprocess.run(
+        ["bash", ROOT / "ci" / runner, "--out", tmp_path / "out", "--work", mine, "--bundle", tmp_path / "none"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "is not a work folder" not in run.stdout + run.stderr and (mine / ".sglpatch-work").exists()
