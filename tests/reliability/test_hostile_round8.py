@@ -8,13 +8,14 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from sglpatch.git import Git
 from sglpatch.series import load_series
-from testing.sglang_trees import SECOND, as_tester, one_patch_series
+from testing.sglang_trees import SECOND, as_tester, one_patch_series, upstream_branches
 from testing.tree_bytes import refused, tree_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,3 +247,22 @@ def test_a_gpu_runner_does_not_delete_a_folder_of_the_users_named_by_work(tmp_pa
         timeout=120,
     )
     assert "is not a work folder" not in run.stdout + run.stderr and (mine / ".sglpatch-work").exists()
+
+
+def test_a_rebase_under_a_clean_filter_that_changes_a_base_file_is_rolled_back(sglpatch, checkout, patches, tmp_path):
+    """Round 6's clean filter (a formatter: under it global_config.py is not as committed once git rewrites it).
+    Before the check above: the rebase onto a branch whose edit conflicts stopped at the conflict with that file
+    listed as changed beside it, and --abort refused, calling it an edit of the user's. Now rolled back at once,
+    byte for byte."""
+    upstream_branches(checkout)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    git = Git(checkout)
+    settled = time.time() - 60
+    os.utime(checkout / SECOND, (settled, settled))
+    git.run("update-index", "--refresh")
+    (checkout / ".git" / "info" / "attributes").write_text("*.py filter=tidy\n")
+    git.run("config", "filter.tidy.smudge", "cat")
+    git.run("config", "filter.tidy.clean", "sed 's/^class GlobalConfig/class  GlobalConfig/'")
+    rebase = ["--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer"]
+    err = refused(sglpatch, checkout, *rebase, command="rebase")
+    assert f"could not check out newer (git left {SECOND} not as committed" in err, err
