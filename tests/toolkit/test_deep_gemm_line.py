@@ -180,5 +180,15 @@ def test_a_prefix_compiles_the_shapes_its_patches_list(tmp_path):
     # a fifth number is the KV stages the host code asks for
     assert "3, 64, 128, 64, true, false, 3, 4, 128, 128, 512, float" in kernel_source(Shape(3, 64, 128, 512, 4))
     (tmp_path / SHAPES_FILE).write_text(json.dumps({"0002-b.patch": [[3, "x"]]}))
-    with pytest.raises(FatalError, match=r"\[next_n, heads, split_kv, math_threads\(, kv_stages\)\]"):
+    with pytest.raises(FatalError, match=r"\[next_n, heads, split_kv, math_threads\(, kv_stages\(, weights\)\)\]"):
         shapes_of(tmp_path, ["0002-b.patch"])
+
+
+def test_a_shape_may_name_bf16_weights_a_template_argument_after_the_logits(tmp_path):
+    (tmp_path / SHAPES_FILE).write_text(json.dumps({"0003-c.patch": [[4, 64, 128, 512, 3, "bf16"]]}))
+    assert shapes_of(tmp_path, ["0003-c.patch"]) == (*SHAPES, Shape(4, 64, 128, 512, 3, "bf16"))
+    assert "3, 3, 128, 128, 512, float, cutlass::bfloat16_t>" in kernel_source(Shape(4, 64, 128, 512, 3, "bf16"))
+    assert kernel_source(Shape(4, 64, 128, 512)).count("bfloat16") == 0
+    (tmp_path / SHAPES_FILE).write_text(json.dumps({"0003-c.patch": [[4, 64, 128, 512, 3, "fp16"]]}))
+    with pytest.raises(FatalError, match="weights 'fp16' not one of float, bf16"):
+        shapes_of(tmp_path, ["0003-c.patch"])

@@ -7,10 +7,10 @@ a DeepGEMM checkout has them only as its third-party/cutlass submodule.
 
 The kernel template is instantiated as DeepGEMM's host code asks its JIT for it
 (csrc/jit_kernels/impls/sm90_fp8_mqa_logits.hpp at 54e2261: head_dim 128, block_kv 64, 2-D context
-lengths, not varlen, 3 Q and 3 KV stages, split_kv 256, 128 TMA and 512 math threads, float logits), for
-each next_n and head count asked; a line's patch that makes the host code ask for other shapes (or KV
-stages) lists them in the line's SHAPES_FILE (`shapes_of`), and every prefix from that patch on compiles
-them too; and compiled with the flags of its JIT's nvcc (csrc/jit/compiler.hpp: C++20, its suppressed
+lengths, not varlen, 3 Q and 3 KV stages, split_kv 256, 128 TMA and 512 math threads, float logits and
+weights), for each next_n and head count asked; a line's patch that makes the host code ask for other shapes
+(KV stages, or bf16 weights: a last template argument) lists them in the line's SHAPES_FILE (`shapes_of`), and
+every prefix from that patch on compiles them too; and compiled with the flags of its JIT's nvcc (csrc/jit/compiler.hpp: C++20, its suppressed
 diagnostics, register-usage level 10, -O3, relaxed constexpr, extended lambdas) and ptxas's verbose report,
 from which registers, spills and local memory are read. A kernel whose WGMMAs ptxas serializes (it injects
 warpgroup.wait, note C7517) fails the check: it would run, without the overlap of tensor cores and epilogue.
@@ -55,8 +55,11 @@ class Shape:
     split_kv: int = 256
     math_threads: int = 512
     kv_stages: int = 3
+    weights: str = "float"  # or "bf16": the kernel's weights dtype, a template argument after the logits'
 
 
+# The weights dtypes a shape may name, as the host code spells them in the template's arguments
+WEIGHT_TYPES = {"float": "", "bf16": ", cutlass::bfloat16_t"}
 # The shapes DeepSeek-V3.2's indexer runs on SM90 at 54e2261 (the host code allows next_n 1 and 2)
 SHAPES = (Shape(1, 64), Shape(2, 64))
 NVCC_FLAGS = (
@@ -83,9 +86,12 @@ class KernelBuild:
     spill_stores: int | None = None
     spill_loads: int | None = None
     error: str = ""
+    weights: str = "float"
 
     def describe(self) -> str:
-        shape = f"next_n {self.next_n}, {self.heads} heads"
+        shape = f"next_n {self.next_n}, {self.heads} heads" + (
+            "" if self.weights == "float" else f", {self.weights} weights"
+        )
         if not self.ok:
             return f"{shape}: does not compile ({self.error})"
         spills = f"{self.spill_stores} B spill stores, {self.spill_loads} B spill loads"
@@ -96,6 +102,7 @@ def kernel_source(shape: Shape) -> str:
     """A translation unit that makes nvcc build the kernel for `shape`, as DeepGEMM's JIT does."""
     n, h, split, math = shape.next_n, shape.heads, shape.split_kv, shape.math_threads
     arguments = f"{n}, {h}, 128, 64, true, false, 3, {shape.kv_stages}, {split}, 128, {math}, float"
+    arguments += WEIGHT_TYPES[shape.weights]
     return (
         f"#include <{HEADER}>\n\n"
         "static void instantiate() {\n"
@@ -174,10 +181,12 @@ def compile_kernel(include: Path, cutlass: Path, cuda: Path, shape: Shape) -> Ke
     output = result.stdout + result.stderr
     if result.returncode != 0:
         errors = [line.strip() for line in output.splitlines() if "error" in line.lower()]
-        return KernelBuild(next_n, heads, False, seconds, error=(errors or [f"nvcc exit {result.returncode}"])[0])
+        error = (errors or [f"nvcc exit {result.returncode}"])[0]
+        return KernelBuild(next_n, heads, False, seconds, error=error, weights=shape.weights)
     if WGMMA_SERIALIZED in output:
         # ptxas waits for every WGMMA before its accumulators are touched: it compiles, but the overlap is gone
-        return KernelBuild(next_n, heads, False, seconds, error=f"ptxas serializes its WGMMAs ({WGMMA_SERIALIZED})")
+        error = f"ptxas serializes its WGMMAs ({WGMMA_SERIALIZED})"
+        return KernelBuild(next_n, heads, False, seconds, error=error, weights=shape.weights)
     registers = re.search(r"Used (\d+) registers", output)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", output)
     return KernelBuild(
@@ -188,6 +197,7 @@ def compile_kernel(include: Path, cutlass: Path, cuda: Path, shape: Shape) -> Ke
         int(registers.group(1)) if registers else None,
         int(spills.group(1)) if spills else None,
         int(spills.group(2)) if spills else None,
+        weights=shape.weights,
     )
 
 
@@ -203,13 +213,21 @@ def compile_tree(tree: Path, pin: Pin, shapes=SHAPES) -> list[KernelBuild]:
 
 def shapes_of(line_dir: Path, patch_names: list[str]) -> tuple[Shape, ...]:
     """SHAPES and those the line's SHAPES_FILE lists for any of `patch_names` (a prefix's patches): a JSON object
-    from a patch's file name to a list of [next_n, heads, split_kv, math_threads]."""
+    from a patch's file name to a list of [next_n, heads, split_kv, math_threads(, kv_stages(, weights))]."""
     path = line_dir / SHAPES_FILE
     listed = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     try:
-        added = [Shape(*map(int, shape)) for name in patch_names for shape in listed.get(name, [])]
+        added = [_shape(shape) for name in patch_names for shape in listed.get(name, [])]
     except (TypeError, ValueError) as exc:
         raise FatalError(
-            f"{path}: each shape is [next_n, heads, split_kv, math_threads(, kv_stages)] ({exc})"
+            f"{path}: each shape is [next_n, heads, split_kv, math_threads(, kv_stages(, weights))] ({exc})"
         ) from None
     return tuple(dict.fromkeys([*SHAPES, *added]))
+
+
+def _shape(listed: list) -> Shape:
+    """A SHAPES_FILE entry: four or five numbers, then optionally a weights dtype of WEIGHT_TYPES."""
+    numbers, weights = (listed[:-1], listed[-1]) if len(listed) == 6 else (listed, "float")
+    if weights not in WEIGHT_TYPES:
+        raise ValueError(f"weights {weights!r} not one of {', '.join(WEIGHT_TYPES)}")
+    return Shape(*map(int, numbers), weights=weights)
