@@ -22,6 +22,7 @@ the graph.  Run once per DeepGEMM build (``--label``), each in its own process: 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -196,10 +197,34 @@ def run(args, save) -> dict:
     return result
 
 
+def weights_dtype_for(label: str, specs) -> str:
+    """The head weights' dtype of the run labelled ``label``: the last of ``specs`` that is a plain dtype or
+    ``LABEL=dtype`` for this label (grid arguments go to every build's run; bf16 weights only to the build that
+    takes them on SM90); float32 when none."""
+    chosen = "float32"
+    for spec in specs:
+        name, _, dtype = spec.rpartition("=")
+        if name in ("", label):
+            chosen = dtype
+    if chosen not in ("float32", "bfloat16"):
+        raise ValueError(f"--weights-dtype: {chosen!r} is not float32 or bfloat16")
+    return chosen
+
+
+def with_weights_dtype(batch, dtype: str):
+    """``batch`` with its head weights cast (the float64 reference then takes the cast weights too)."""
+    import torch
+
+    return dataclasses.replace(batch, weights=batch.weights.to(getattr(torch, dtype)).contiguous())
+
+
 def run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args) -> dict:
     n, b, c, d, heads = case
     batches = make_batches(case, plans, max_pages, rng, gen, device, heads, args.pages)
+    dtype = weights_dtype_for(args.label, args.weights_dtype)
+    batches = [with_weights_dtype(batch, dtype) for batch in batches]
     row = {"heads": heads, "next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
+    row["weights_dtype"] = dtype
     row["seq_lens_sum"] = sum(batches[0].seq_lens)
     row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len)
     if "native" in args.layouts:
@@ -241,6 +266,7 @@ def profile(args) -> None:
     plans, max_pages = plan_pool([case], argparse.Namespace(min_calls=1, max_calls=1), 0)
     kv_pool = make_kv_pool(max_pages, device)
     (batch,) = make_batches(case, plans, max_pages, random.Random(99), gen, device, args.heads)
+    batch = with_weights_dtype(batch, weights_dtype_for("", args.weights_dtype))
     schedule = layout_schedule(deep_gemm, batch, args.layout)
     for _ in range(args.calls):
         run_layout(deep_gemm, kv_pool, batch, args.layout, schedule)
@@ -374,6 +400,8 @@ def main(argv=None) -> None:
         choices=["random", "contiguous"],
         help="each rotation's pages scattered over the pool, or each request's in one run (as sglang's engine holds them)",
     )
+    weights_help = "the head weights' dtype: float32 (default), bfloat16, or LABEL=dtype for the run of that --label"
+    grid.add_argument("--weights-dtype", nargs="+", default=[], help=weights_help)
     prof = sub.add_parser("profile", help="call one case's layout a few times, for ncu (GPU)")
     prof.add_argument("--layout", default="native", choices=LAYOUTS)
     prof.add_argument("--heads", type=int, default=64)
@@ -382,6 +410,7 @@ def main(argv=None) -> None:
     prof.add_argument("--ctx", type=int, default=65536)
     prof.add_argument("--lengths", default="uniform", choices=["uniform", "ragged"])
     prof.add_argument("--calls", type=int, default=3)
+    prof.add_argument("--weights-dtype", nargs=1, default=[], choices=["float32", "bfloat16"])
     rep = sub.add_parser("report", help="join the runs into one JSON and table (no GPU)")
     rep.add_argument("runs", nargs="+")
     rep.add_argument("--line-label", default="line")

@@ -231,3 +231,26 @@ def test_contiguous_pages_give_each_request_one_run_and_each_rotation_its_own_pa
     ]
     scattered = make_batches(case, plans, 24, random.Random(0), gen, "cpu", 64)
     assert sorted(sum((b.block_table[:: case[0]].flatten().tolist() for b in scattered), [])) == list(range(24))
+
+
+def test_weights_dtype_is_chosen_per_label_and_float32_unless_named():
+    assert ro.weights_dtype_for("line", []) == "float32"
+    assert ro.weights_dtype_for("stock", ["bfloat16"]) == "bfloat16"
+    specs = ["line=bfloat16", "smoke=bfloat16"]
+    assert [ro.weights_dtype_for(label, specs) for label in ("line", "smoke", "base", "stock")] == [
+        "bfloat16",
+        "bfloat16",
+        "float32",
+        "float32",
+    ]
+    with pytest.raises(ValueError, match="float16"):
+        ro.weights_dtype_for("line", ["line=float16"])
+
+
+def test_bf16_weights_reach_the_kernel_and_the_reference_alike():
+    pool, batch = batch_of(4, 64, 5)
+    cast = ro.with_weights_dtype(batch, "bfloat16")
+    assert cast.weights.dtype == torch.bfloat16 and batch.weights.dtype == torch.float32
+    got = ro.check_case(StandInDeepGEMM(pool), pool, cast, 64, args())
+    assert got["logits_bit_identical"] is True
+    assert got["fp64_max_rel_err"] < 1e-5  # the reference takes the same bf16 weights
