@@ -167,14 +167,16 @@ fi
 [ $base_ok = 1 ] && { say "base grid (request rows)"; grid base "${BASE_GRID_S:-120}" --layouts native --fp64-max-tokens 0 "$@"; }
 say "stock grid"
 grid stock "${STOCK_GRID_S:-200}" --fp64-max-tokens 0 "$@"
-# PROFILE="BUILD:LAYOUT:NEXT_N:B ...": one ncu report each (the third call of that case, after two warm-ups)
+# PROFILE="BUILD:LAYOUT:NEXT_N:B[:WEIGHTS] ...": one ncu report each (the third call of that case, after two
+# warm-ups); WEIGHTS float32 (default) or bfloat16, the head weights' dtype
 for spec in ${PROFILE:-}; do
-  IFS=: read -r build layout n b <<<"$spec"
-  say "ncu: $build $layout next_n $n, $b requests x 64k"
+  IFS=: read -r build layout n b weights <<<"$spec"
+  say "ncu: $build $layout next_n $n, $b requests x 64k${weights:+, $weights weights}"
   in_build "$build" timeout 120 ncu --clock-control none \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section SchedulerStats -k regex:sm90_fp8_paged_mqa_logits --launch-skip 2 --launch-count 1 \
-      $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" >>"$OUTDIR/ncu.txt" 2>&1 \
+      $PY bench/paged_mqa_read_once.py profile --layout "$layout" --next-n "$n" --batch-size "$b" \
+      ${weights:+--weights-dtype "$weights"} >>"$OUTDIR/ncu.txt" 2>&1 \
     || say "ncu exit $?"
 done
 [ "$SAVE_BUILDS" = 1 ] && ( cd "$WORK" && tar czf "$OUTDIR/jit.tgz" -C "$DG_JIT_CACHE_DIR" . )
