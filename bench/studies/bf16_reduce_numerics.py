@@ -12,6 +12,9 @@ project's indexer fixture does). The WGMMA's accumulator is taken as the exact f
   fp32-bw the same with the weights rounded to bf16 (what a caller passing bf16 weights changes by itself);
   bf16    the candidate: ReLU and pack to bf16 (RNE), bf16x2 FMAs with bf16 weights (one rounding each, HMUL2
           first), the pair's two bf16 sums added in FP32, times the KV scale, the same butterfly;
+  mma     route (B), not built: the same bf16 ReLU and weights, the sum over heads on the tensor core
+          (mma.m16n8k16, FP32 accumulate), approximated as each 16-head k-step's exact sum added to the FP32
+          accumulator with one rounding (the tensor core's internal order and rounding are not modelled);
   fp64    the reference: float64 from the same fp8 bytes and the float weights.
 
 Near-ties: a top-k set difference is counted as one when the reference logit of the position lies within 2 x D of
@@ -104,6 +107,16 @@ def bf16_reduce(acc: torch.Tensor, w: torch.Tensor, kv_scale: torch.Tensor) -> t
     return butterfly(per_lane)
 
 
+def mma_reduce(acc: torch.Tensor, w: torch.Tensor, kv_scale: torch.Tensor) -> torch.Tensor:
+    """Route (B), approximated: bf16 products summed 16 heads a k-step, each step rounded once to FP32."""
+    products = round_bf16(acc.clamp(min=0)) * round_bf16(w.double()).unsqueeze(-1)  # exact in float64
+    steps = products.reshape(acc.shape[0], acc.shape[1] // 16, 16, acc.shape[2]).sum(2)
+    total = torch.zeros_like(steps[:, 0])
+    for k in range(steps.shape[1]):
+        total = round_fp32(total + steps[:, k])
+    return round_fp32(total * kv_scale)
+
+
 def kernel_logits(acc: torch.Tensor, w: torch.Tensor, kv_scale: torch.Tensor) -> torch.Tensor:
     """What the candidate kernel computes for weights of w's dtype: float keeps today's epilogue."""
     if w.dtype == torch.bfloat16:
@@ -151,7 +164,7 @@ def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def study_ctx(gen, ctx: int, args) -> dict:
-    rows = {name: [] for name in ("fp32", "fp32-bw", "bf16", "fp64", "mag")}
+    rows = {name: [] for name in ("fp32", "fp32-bw", "bf16", "mma", "fp64", "mag")}
     for _ in range(args.requests):
         q8, kv8, kv_scale, w = make_request(gen, args.next_n, args.heads, ctx)
         exact = torch.einsum("thd,nd->thn", q8, kv8)
@@ -159,6 +172,7 @@ def study_ctx(gen, ctx: int, args) -> dict:
         rows["fp32"].append(kernel_logits(acc, w, kv_scale))
         rows["fp32-bw"].append(fp32_epilogue(acc, w.to(torch.bfloat16).float(), kv_scale))
         rows["bf16"].append(kernel_logits(acc, w.to(torch.bfloat16), kv_scale))
+        rows["mma"].append(mma_reduce(acc, w, kv_scale))
         rows["fp64"].append(reference(exact, w, kv_scale))
         rows["mag"].append(magnitude(exact, w, kv_scale))
     return {name: torch.cat(parts) for name, parts in rows.items()}
@@ -167,7 +181,7 @@ def study_ctx(gen, ctx: int, args) -> dict:
 def describe(ctx: int, r: dict, k: int) -> list[str]:
     b16, b32 = bound("bf16", r["mag"]), bound("fp32", r["mag"])
     lines = [f"ctx {ctx}: {r['fp64'].shape[0]} rows"]
-    for name, slack in (("fp32", 2 * b32), ("fp32-bw", 2 * b16), ("bf16", 2 * b16)):
+    for name, slack in (("fp32", 2 * b32), ("fp32-bw", 2 * b16), ("bf16", 2 * b16), ("mma", 2 * b16)):
         lines.append(_line(name, "fp64", r[name], r["fp64"], slack, k))
     lines.append(_line("bf16", "fp32", r["bf16"], r["fp32"], 2 * (b16 + b32), k))
     rel_bound = float((b16 / r["fp64"].abs().amax(-1)).max())

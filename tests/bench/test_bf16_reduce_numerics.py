@@ -44,8 +44,13 @@ def test_each_path_lies_within_its_bound_of_float64():
     acc, w, kv_scale = _request()
     ref = study.reference(acc, w, kv_scale)  # acc already FP32: the bound's first term is not needed here
     mag = study.magnitude(acc, w, kv_scale)
-    for path, got in (("fp32", study.fp32_epilogue(acc, w, kv_scale)), ("bf16", study.bf16_reduce(acc, w, kv_scale))):
-        assert ((got - ref).abs().amax(-1) <= study.bound(path, mag)).all(), path
+    paths = {
+        "fp32": study.fp32_epilogue(acc, w, kv_scale),
+        "bf16": study.bf16_reduce(acc, w, kv_scale),
+        "mma": study.mma_reduce(acc, w, kv_scale),
+    }
+    for path, got in paths.items():
+        assert ((got - ref).abs().amax(-1) <= study.bound("fp32" if path == "fp32" else "bf16", mag)).all(), path
 
 
 def test_the_lane_layout_follows_the_wgmma_fragment():
