@@ -117,17 +117,31 @@ def _recorded_heads(target: Target) -> list[str]:
 
 def _commits_only_here(git: Git, made: list[str]) -> list[str]:
     refs = git.run("for-each-ref", "--format=%(refname)").split()
-    theirs = [ref for ref in refs if ref.startswith(_ELSEWHERE) and not ref.startswith(_KEPT_FOR_THE_USER)]
+    theirs = {ref for ref in refs if ref.startswith(_ELSEWHERE) and not ref.startswith(_KEPT_FOR_THE_USER)}
     kept = [ref for ref in refs if ref not in theirs and ref != "refs/stash"]
     head = ["HEAD"] if git.rev_parse("HEAD") else []
     if not head and not kept:  # a repository with no commit yet
         return []
     made = [commit for commit in made if git.rev_parse(commit)]  # a record may outlive its commit
-    listed = git.run("rev-list", "--format=%ce%x09%h %s", *head, *kept, "--not", *theirs, *made, "--")
-    commits = [line for line in listed.splitlines() if not line.startswith("commit ")]
+    known = [f"^{rev}" for rev in (*sorted(theirs), *made)]
     # sglpatch's own identity commits only for it (a release laid out from a wheel, or a series where git has
-    # none): no user commits without one
-    yours = [line.split("\t", 1)[1] for line in commits if line.split("\t", 1)[0] != SGLPATCH_IDENTITY[1]]
+    # none): no user commits without one; but under backup/ it keeps the user's, which it commits where git has
+    # none (a resolution: the patch's author, sglpatch's committer)
+    backed = {row[0] for row in _listed(git, [ref for ref in kept if ref.startswith(_KEPT_FOR_THE_USER)], known)}
+    ours = SGLPATCH_IDENTITY[1]
+    commits = _listed(git, [*head, *kept], known)
+    yours = [subject for sha, by, to, subject in commits if to != ours or sha in backed and by != ours]
     if not yours:
         return []
     return [f"{plural(len(yours), 'commit')} not made by sglpatch, the last {yours[0]}"]
+
+
+def _listed(git: Git, revs: list[str], known: list[str]) -> list[tuple[str, ...]]:
+    """(id, author email, committer email, short id and subject) of each commit of `revs` that no rev of
+    `known` (^REV) has."""
+    if not revs:
+        return []
+    # on stdin: a clone that fetched every pull request's ref holds more than one command line takes
+    wanted = "".join(f"{rev}\n" for rev in (*revs, *known)).encode()
+    listed = git.run("rev-list", "--stdin", "--format=%H%x09%ae%x09%ce%x09%h %s", stdin=wanted)
+    return [tuple(line.split("\t", 3)) for line in listed.splitlines() if not line.startswith("commit ")]

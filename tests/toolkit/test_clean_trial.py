@@ -1,0 +1,81 @@
+"""`make clean` (`sglpatch clean`) on the cases a hostile trial found: work of the user's it deleted, a base of
+sglpatch's it could not look at, a leftover it could never settle."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from sglpatch.git import Git
+from testing.sglang_trees import OVERLAP, changed_line, one_patch_series
+from testing.tree_bytes import tree_state
+
+
+@pytest.fixture
+def project(tmp_path, series_dir, monkeypatch):
+    root = tmp_path / "project"
+    shutil.copytree(series_dir, root / "patches" / "v0.5.14")
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
+    return root
+
+
+def _refused(sglpatch, project, base, said: str) -> None:
+    """clean refuses in one line naming `said`, the tree as it was; the `mv` it prints keeps every byte."""
+    before = tree_state(base)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    assert said in err and "nothing was deleted" in err, err
+    assert tree_state(base) == before
+    moves = re.findall(r"`(mv [^`]+)`", err)
+    assert len(moves) == 1, err
+    subprocess.run(moves[0], shell=True, check=True, cwd=project.parent)
+    assert sglpatch("clean")[0] == 0 and not (project / "build").exists()
+    assert tree_state(project.parent / f"project-{base.name}-mine") == before
+
+
+@pytest.mark.network  # release 0.5.15 from PyPI, unless cached
+def test_clean_keeps_a_resolution_the_rebase_kept_for_a_user_with_no_git_identity(
+    sglpatch, tmp_path, monkeypatch, base_repo, project_pin, release_chain
+):
+    """With no git identity, the rebase commits the user's resolution as sglpatch; a `--continue` cut short
+    rolled back and kept it under refs/sglpatch/backup/resolved-*, saying so, and clean took sglpatch's
+    identity for sglpatch's work and deleted it."""
+    project = tmp_path / "project"
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", project)
+    line = changed_line(release_chain, OVERLAP)
+    message = "[Spec] One patch for the line\n\nWhy: a line of one patch.\n\nUpstream-PR: 1\n"
+    one_patch_series(base_repo, project_pin, project / "patches" / "v0.5.14", message, (OVERLAP, line, line + "  #"))
+    assert sglpatch("apply")[0] == 0
+    assert sglpatch("rebase", "--onto", "0.5.15", "--report-dir", project / "report")[0] == 1
+    base = project / "build" / "sglang"
+    git = Git(base)
+    git.run("checkout", "--theirs", "--", OVERLAP)
+    git.run("add", OVERLAP)
+    killed = subprocess.run(
+        [sys.executable, "-m", "sglpatch", "rebase", "--continue", "--report-dir", str(project / "report")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SGLPATCH_PROJECT": str(project), "SGLPATCH_FAULT_AT": "1", "SGLPATCH_FAULT_SIGNAL": "TERM"},
+    )
+    assert killed.returncode == 143 and "refs/sglpatch/backup/resolved-" in killed.stderr, killed.stderr
+    kept = git.run("for-each-ref", "--format=%(refname)", "refs/sglpatch/backup/resolved-*")
+    assert git.run("log", "-1", "--format=%ce", kept) == "sglpatch@localhost"
+    _refused(sglpatch, project, base, "1 commit not made by sglpatch")
+
+
+def test_clean_looks_at_a_checkout_with_many_refs_in_time(sglpatch, project):
+    """A base where the user fetched every pull request's ref (refs/remotes/): the look compared each ref with
+    every one of sglpatch's (17 s for 60,000), then passed them all on one command line, past what the system
+    takes ("Argument list too long"): refused."""
+    assert sglpatch("apply")[0] == 0
+    git = Git(project / "build" / "sglang")
+    head = git.rev_parse("HEAD")
+    refs = sorted(f"refs/remotes/origin/pull/{n}/head" for n in range(70_000))
+    (git.git_dir() / "packed-refs").write_text("".join(f"{head} {ref}\n" for ref in refs))
+    code, out, err = sglpatch("clean")
+    assert code == 0 and not (project / "build").exists(), err
