@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from sglpatch.git import Git
-from testing.sglang_trees import OVERLAP, changed_line, one_patch_series
+from testing.sglang_trees import OVERLAP, as_tester, changed_line, one_patch_series
 from testing.tree_bytes import tree_state
 
 
@@ -66,6 +66,25 @@ def test_clean_keeps_a_resolution_the_rebase_kept_for_a_user_with_no_git_identit
     kept = git.run("for-each-ref", "--format=%(refname)", "refs/sglpatch/backup/resolved-*")
     assert git.run("log", "-1", "--format=%ce", kept) == "sglpatch@localhost"
     _refused(sglpatch, project, base, "1 commit not made by sglpatch")
+
+
+def test_clean_looks_at_a_repo_inside_a_checkout(sglpatch, project):
+    """Only the outer checkout was looked at: a repo of the user's inside it, in a folder git ignores there,
+    went with it, commits and all."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    (base / ".git" / "info" / "exclude").write_text("scratch/\n")
+    inner = as_tester(Git(base / "scratch" / "tool"))
+    (base / "scratch" / "tool").mkdir(parents=True)
+    inner.run("init", "-q")
+    (base / "scratch" / "tool" / "notes.txt").write_text("mine\n")
+    inner.run("add", "notes.txt")
+    inner.run("commit", "-q", "-m", "My own tool")
+    assert not Git(base).run("status", "--porcelain")
+    before = tree_state(base)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "My own tool" in err, (out, err)
+    assert "build/sglang/scratch/tool holds" in err and tree_state(base) == before
 
 
 def test_clean_looks_at_a_checkout_with_many_refs_in_time(sglpatch, project):

@@ -53,15 +53,18 @@ def run(args) -> int:
 
 
 def _checkouts_under(build: Path) -> list[Path]:
-    """The git checkouts under `build` (a folder with a .git), not looking inside one or through a link; not a
-    base's `NAME.partial`, the layout a cut-short apply left, which the next apply deletes unread too."""
+    """The git checkouts under `build` (a folder with a .git), and those inside one (a repo of the user's in a
+    folder the outer one ignores, a submodule), not looking inside a .git or through a link; not a base's
+    `NAME.partial`, the layout a cut-short apply left, which the next apply deletes unread too."""
     found = []
     for folder, subfolders, _ in os.walk(build):
         if Path(folder).parent == build and folder.endswith(PARTIAL):
             subfolders.clear()
-        elif os.path.lexists(os.path.join(folder, ".git")):
+            continue
+        if os.path.lexists(os.path.join(folder, ".git")):
             found.append(Path(folder))
-            subfolders.clear()
+        if ".git" in subfolders:
+            subfolders.remove(".git")
     return sorted(found)
 
 
