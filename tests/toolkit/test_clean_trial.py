@@ -98,3 +98,25 @@ def test_clean_looks_at_a_checkout_with_many_refs_in_time(sglpatch, project):
     (git.git_dir() / "packed-refs").write_text("".join(f"{head} {ref}\n" for ref in refs))
     code, out, err = sglpatch("clean")
     assert code == 0 and not (project / "build").exists(), err
+
+
+@pytest.mark.parametrize("what", ["file", "link", "dangling link"])
+def test_clean_names_what_is_in_the_way_of_its_rename(sglpatch, project, tmp_path, what):
+    """A file or link named build.deleting is nothing clean left: it said "left by a clean cut short", then
+    failed on it ("Not a directory", "Cannot call rmtree on a symbolic link") at every run."""
+    assert sglpatch("apply")[0] == 0
+    doomed = project / "build.deleting"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine.txt").write_text("mine\n")
+    if what == "file":
+        doomed.write_text("mine\n")
+    else:
+        doomed.symlink_to(elsewhere if what == "link" else tmp_path / "gone")
+    before = tree_state(project)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    assert "build.deleting" in err and "nothing was deleted" in err and "cut short" not in out, (out, err)
+    assert tree_state(project) == before and (elsewhere / "mine.txt").read_text() == "mine\n"
+    doomed.rename(tmp_path / "moved")
+    assert sglpatch("clean")[0] == 0 and not (project / "build").exists()

@@ -31,6 +31,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     build = project.PROJECT_ROOT / "build"
     doomed = build.with_name(DELETING)
+    if doomed.is_symlink() or doomed.exists() and not doomed.is_dir():
+        raise FatalError(
+            f"{show_path(doomed)}, the name clean gives build/ while it deletes it, is a "
+            f"{'link' if doomed.is_symlink() else 'file'} clean did not make; nothing was deleted: move it "
+            f"elsewhere, then {hints.clean()} deletes build/"
+        )
     if doomed.exists():
         say(f"deleting {show_path(doomed)}, left by a clean cut short (its checkouts were looked at then)")
         shutil.rmtree(doomed)
