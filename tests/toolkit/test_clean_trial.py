@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from sglpatch.git import Git
-from testing.sglang_trees import OVERLAP, as_tester, changed_line, one_patch_series
+from testing.sglang_trees import OVERLAP, TESTER_IDENTITY, as_tester, changed_line, one_patch_series
 from testing.tree_bytes import tree_state
 
 
@@ -120,3 +120,26 @@ def test_clean_names_what_is_in_the_way_of_its_rename(sglpatch, project, tmp_pat
     assert tree_state(project) == before and (elsewhere / "mine.txt").read_text() == "mine\n"
     doomed.rename(tmp_path / "moved")
     assert sglpatch("clean")[0] == 0 and not (project / "build").exists()
+
+
+def test_clean_deletes_the_pr_branches_make_pr_built_on_the_default_base(
+    sglpatch, line_project, pr_project, tmp_path, monkeypatch
+):
+    """`make pr` without SGLANG builds each group's branch on the line's default base, its commits made with
+    the user's identity: clean called them "2 commits not made by sglpatch" and refused. A commit of the user's
+    on a PR branch is still theirs."""
+    for key, value in TESTER_IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    project = line_project.parents[1]
+    assert sglpatch("pr", "--out", tmp_path / "bodies")[0] == 0
+    code, out, err = sglpatch("clean")
+    assert code == 0 and not (project / "build").exists(), err
+    assert sglpatch("pr", "--out", tmp_path / "bodies")[0] == 0
+    base = project / "build" / "sglang"
+    git = Git(base)
+    git.run("checkout", "-q", "sglpatch-pr/test-first-group")
+    (base / "review_fix.py").write_text("FIX = 1\n")
+    git.run("add", "review_fix.py")
+    git.run("commit", "-q", "-m", "A review fix of mine")
+    git.run("checkout", "-q", "--detach", "HEAD~1")
+    _refused(sglpatch, project, base, "1 commit not made by sglpatch, the last")

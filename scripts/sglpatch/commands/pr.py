@@ -44,13 +44,14 @@ from sglpatch.safety.durable import write_durably
 from sglpatch.safety.interrupts import fault_point
 from sglpatch.series import Patch
 from sglpatch.targets import open_target
+from sglpatch.targets.user_work import PR_RECORDS
 from sglpatch.upstream.hygiene import check_hygiene
 from sglpatch.upstream.pr_body import Group, render_body
 from sglpatch.upstream.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
 from sglpatch.upstream.pr_groups import load_groups
 from sglpatch.upstream.rerun import rerun_comment_lines
 
-RECORD_FILE = "sglpatch-prs.json"
+RECORD_FILE = PR_RECORDS
 BRANCH_PREFIX = "sglpatch-pr/"
 PUSHED_PREFIX = "refs/sglpatch/pushed/"
 _BUILD_REF = "refs/sglpatch/pr-build/"

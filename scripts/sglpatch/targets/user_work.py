@@ -7,6 +7,9 @@ phrase, for the refusal.
 
 from __future__ import annotations
 
+import json
+import re
+
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import SGLPATCH_IDENTITY, Git
 from sglpatch.output import plural
@@ -82,6 +85,8 @@ def refuse_commits_past_the_series(target: Target, record: CheckoutRecord | None
 # made while one waited), and refs/stash is counted as stashes.
 _ELSEWHERE = ("refs/remotes/", "refs/sglpatch/")
 _KEPT_FOR_THE_USER = "refs/sglpatch/backup/"
+# make pr's record (commands/pr.py) of the branches it built, in the common git dir: they hold the commits it made
+PR_RECORDS = "sglpatch-prs.json"
 
 
 def work_only_in(target: Target) -> list[str]:
@@ -95,7 +100,7 @@ def work_only_in(target: Target) -> list[str]:
         found.append(state.seen)
     elif isinstance(state, RebaseInProgress) and state.stopped:
         found.append(state.rebase.describe_stop())
-    found += _commits_only_here(git, _recorded_heads(target))
+    found += _commits_only_here(git, _recorded_heads(target) + _pr_tips(git))
     stashes = git.run("stash", "list").splitlines()
     if stashes:
         found.append(plural(len(stashes), "stash"))
@@ -113,6 +118,18 @@ def _recorded_heads(target: Target) -> list[str]:
     except CorruptState:
         return []  # read_state has named it
     return [each.head for each in record.stack if each.head] if record else []
+
+
+def _pr_tips(git: Git) -> list[str]:
+    """The tips make pr built or pushed here (a PR branch of a line's default base): its commits, made with the
+    user's identity where git has one. None where its record is missing or corrupt: they count as the user's."""
+    try:
+        records = json.loads((git.common_dir() / PR_RECORDS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    records = records.values() if isinstance(records, dict) else []
+    tips = [each.get(key) for each in records if isinstance(each, dict) for key in ("built", "built_before", "head")]
+    return [tip for tip in tips if isinstance(tip, str) and re.fullmatch("[0-9a-f]{40}", tip)]
 
 
 def _commits_only_here(git: Git, made: list[str]) -> list[str]:
