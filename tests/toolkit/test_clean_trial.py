@@ -143,3 +143,33 @@ def test_clean_deletes_the_pr_branches_make_pr_built_on_the_default_base(
     git.run("commit", "-q", "-m", "A review fix of mine")
     git.run("checkout", "-q", "--detach", "HEAD~1")
     _refused(sglpatch, project, base, "1 commit not made by sglpatch, the last")
+
+
+@pytest.fixture
+def undeletable(tmp_path):
+    """Makes a folder this user cannot delete from: read-only, or immutable where the tests run as root."""
+
+    def make(folder):
+        if os.geteuid() != 0:
+            folder.chmod(0o555)
+        elif subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("root deletes from any folder, and chattr +i is not allowed here")
+
+    yield make
+    undo = ["chmod", "-R", "u+w"] if os.geteuid() != 0 else ["chattr", "-R", "-i"]
+    subprocess.run([*undo, str(tmp_path)], capture_output=True)  # wherever the folder went
+
+
+def test_clean_deletes_nothing_where_a_folder_cannot_be_deleted_from(sglpatch, project, undeletable):
+    """A folder of root's under build/ (a GPU run in a container) stopped the delete part-way: build/ was
+    renamed and half gone, the error named a bare file name, and every clean after it failed the same way."""
+    assert sglpatch("apply")[0] == 0
+    jit = project / "build" / "engine" / "jit"
+    jit.mkdir(parents=True)
+    (jit / "kernel.so").write_bytes(b"built\n")
+    undeletable(jit)
+    before = tree_state(project)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    assert f"{jit} is a folder of" in err and "nothing was deleted" in err and "chown -R" in err, err
+    assert tree_state(project) == before

@@ -8,6 +8,8 @@ stashes, edits and untracked files are named, with the move that keeps each chec
 from __future__ import annotations
 
 import os
+import pwd
+import shlex
 import shutil
 from contextlib import ExitStack
 from pathlib import Path
@@ -38,6 +40,7 @@ def run(args) -> int:
             f"elsewhere, then {hints.clean()} deletes build/"
         )
     if doomed.exists():
+        _refuse_what_cannot_go(doomed)
         say(f"deleting {show_path(doomed)}, left by a clean cut short (its checkouts were looked at then)")
         shutil.rmtree(doomed)
     if build.is_symlink():  # as `rm -rf build` would: the link goes, what it points to stays
@@ -52,6 +55,7 @@ def run(args) -> int:
         for checkout in checkouts:  # no sglpatch run works on one while it is looked at
             held.enter_context(target_lock(checkout))
         _refuse_work_of_the_user(checkouts)
+        _refuse_what_cannot_go(build)
         build.rename(doomed)  # at once: a clean cut short leaves build/ whole, or none of it
     say(f"removing {show_path(build)} ({plural(len(checkouts), 'git checkout')} of sglpatch's, and the rest)")
     shutil.rmtree(doomed)
@@ -72,6 +76,30 @@ def _checkouts_under(build: Path) -> list[Path]:
         if ".git" in subfolders:
             subfolders.remove(".git")
     return sorted(found)
+
+
+def _refuse_what_cannot_go(folder: Path) -> None:
+    """A folder this user cannot delete from (another user's, or root's from a run in a container) stops
+    `shutil.rmtree` part-way, and every clean after it: it is found first, and nothing goes."""
+    for inner, _, _ in os.walk(folder, onerror=_raise):
+        if not os.access(inner, os.W_OK | os.X_OK):
+            owner, me, top = _user(os.stat(inner).st_uid), _user(os.geteuid()), shlex.quote(str(folder))
+            raise FatalError(
+                f"{show_path(inner)} is a folder of {owner}'s this user cannot delete from; nothing was deleted: "
+                f"make it yours and writable (`sudo chown -R {me} {top} && chmod -R u+w {top}`), then "
+                f"{hints.clean()} deletes it"
+            )
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
