@@ -173,3 +173,22 @@ def test_clean_deletes_nothing_where_a_folder_cannot_be_deleted_from(sglpatch, p
     assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
     assert f"{jit} is a folder of" in err and "nothing was deleted" in err and "chown -R" in err, err
     assert tree_state(project) == before
+
+
+@pytest.mark.parametrize("tag", ["annotated", "of a file"])
+def test_clean_keeps_a_tag_of_the_users_on_what_sglpatch_made(sglpatch, project, tag):
+    """Only commits were looked for: an annotated tag on the series' last commit (its message the user's
+    notes), or a tag of a file of the user's, went with build/."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    git = as_tester(Git(base))
+    if tag == "annotated":
+        git.run("tag", "-a", "-m", "Measured on H200: 1.4x", "h200-run", "HEAD")
+    else:
+        git.run("tag", "my-notes", git.run("hash-object", "-w", "--stdin", stdin=b"my notes\n"))
+    _refused(
+        sglpatch,
+        project,
+        base,
+        f"1 tag of a message, tree or file of yours ({'h200-run' if tag == 'annotated' else 'my-notes'})",
+    )

@@ -133,8 +133,12 @@ def _pr_tips(git: Git) -> list[str]:
 
 
 def _commits_only_here(git: Git, made: list[str]) -> list[str]:
-    refs = git.run("for-each-ref", "--format=%(refname)").split()
+    rows = [line.split(" ", 1) for line in git.run("for-each-ref", "--format=%(objecttype) %(refname)").splitlines()]
+    refs = [ref for _, ref in rows]
     theirs = {ref for ref in refs if ref.startswith(_ELSEWHERE) and not ref.startswith(_KEPT_FOR_THE_USER)}
+    # sglpatch tags commits only, and fetches no tags: a tag object (its message), a tree or a blob is the user's
+    tags = [ref.removeprefix("refs/tags/") for kind, ref in rows if kind != "commit" and ref not in theirs]
+    found = [f"{plural(len(tags), 'tag')} of a message, tree or file of yours ({_some(tags)})"] if tags else []
     kept = [ref for ref in refs if ref not in theirs and ref != "refs/stash"]
     head = ["HEAD"] if git.rev_parse("HEAD") else []
     if not head and not kept:  # a repository with no commit yet
@@ -149,8 +153,8 @@ def _commits_only_here(git: Git, made: list[str]) -> list[str]:
     commits = _listed(git, [*head, *kept], known)
     yours = [subject for sha, by, to, subject in commits if to != ours or sha in backed and by != ours]
     if not yours:
-        return []
-    return [f"{plural(len(yours), 'commit')} not made by sglpatch, the last {yours[0]}"]
+        return found
+    return [f"{plural(len(yours), 'commit')} not made by sglpatch, the last {yours[0]}", *found]
 
 
 def _listed(git: Git, revs: list[str], known: list[str]) -> list[tuple[str, ...]]:
