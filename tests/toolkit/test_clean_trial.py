@@ -192,3 +192,25 @@ def test_clean_keeps_a_tag_of_the_users_on_what_sglpatch_made(sglpatch, project,
         base,
         f"1 tag of a message, tree or file of yours ({'h200-run' if tag == 'annotated' else 'my-notes'})",
     )
+
+
+def test_clean_passes_the_worktrees_of_a_killed_check_whose_folders_are_gone(sglpatch, project, tmp_path):
+    """check-patches killed (-9, or out of memory) leaves its prefix worktrees registered; once their temporary
+    folder is gone (a reboot, a new container) git calls them prunable, and clean refused "3 linked worktrees"
+    at every run. A commit of the user's that only such a worktree's HEAD holds is still looked for."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    git = as_tester(Git(base))
+    scratch = tmp_path / "sglpatch-check-x"
+    for k in range(3):
+        git.run("worktree", "add", "-q", "--detach", str(scratch / f"prefix-{k}"), f"HEAD~{k}")
+    shutil.rmtree(scratch)
+    code, out, err = sglpatch("clean")
+    assert code == 0 and not (project / "build").exists(), err
+    assert sglpatch("apply")[0] == 0
+    git.run("worktree", "add", "-q", "--detach", str(scratch / "mine"), "HEAD")
+    (scratch / "mine" / "notes.txt").write_text("mine\n")
+    Git(scratch / "mine").with_env(**TESTER_IDENTITY).run("add", "notes.txt")
+    Git(scratch / "mine").with_env(**TESTER_IDENTITY).run("commit", "-q", "-m", "Only in a worktree")
+    shutil.rmtree(scratch)
+    _refused(sglpatch, project, base, "1 commit not made by sglpatch, the last")

@@ -100,15 +100,27 @@ def work_only_in(target: Target) -> list[str]:
         found.append(state.seen)
     elif isinstance(state, RebaseInProgress) and state.stopped:
         found.append(state.rebase.describe_stop())
-    found += _commits_only_here(git, _recorded_heads(target) + _pr_tips(git))
+    linked, heads = _linked_worktrees(git)
+    found += _commits_only_here(git, _recorded_heads(target) + _pr_tips(git), heads)
     stashes = git.run("stash", "list").splitlines()
     if stashes:
         found.append(plural(len(stashes), "stash"))
-    listed = git.run("worktree", "list", "--porcelain").splitlines()
-    worktrees = [line[len("worktree ") :] for line in listed if line.startswith("worktree ")]
-    if len(worktrees) > 1:
-        found.append(f"{plural(len(worktrees) - 1, 'linked worktree')} ({_some(worktrees[1:])})")
+    if linked:
+        found.append(f"{plural(len(linked), 'linked worktree')} ({_some(linked)})")
     return found + _uncommitted(git)
+
+
+def _linked_worktrees(git: Git) -> tuple[list[str], list[str]]:
+    """The folders of the linked worktrees but those git calls prunable, their folder gone (a check-patches
+    killed, its temporary folder deleted since: nothing there to lose); and the HEAD of each, which goes with
+    the repository."""
+    listed = git.run("worktree", "list", "--porcelain", "-z", strip=False).split("\0\0")[1:]  # the first: HEAD's
+    linked, heads = [], []
+    for lines in (block.split("\0") for block in listed if block):
+        if not any(line.startswith("prunable") for line in lines):
+            linked.append(lines[0].removeprefix("worktree "))
+        heads += [line.removeprefix("HEAD ") for line in lines if line.startswith("HEAD ")]
+    return linked, [head for head in heads if git.rev_parse(head)]
 
 
 def _recorded_heads(target: Target) -> list[str]:
@@ -132,7 +144,7 @@ def _pr_tips(git: Git) -> list[str]:
     return [tip for tip in tips if isinstance(tip, str) and re.fullmatch("[0-9a-f]{40}", tip)]
 
 
-def _commits_only_here(git: Git, made: list[str]) -> list[str]:
+def _commits_only_here(git: Git, made: list[str], heads: list[str]) -> list[str]:
     rows = [line.split(" ", 1) for line in git.run("for-each-ref", "--format=%(objecttype) %(refname)").splitlines()]
     refs = [ref for _, ref in rows]
     theirs = {ref for ref in refs if ref.startswith(_ELSEWHERE) and not ref.startswith(_KEPT_FOR_THE_USER)}
@@ -150,7 +162,7 @@ def _commits_only_here(git: Git, made: list[str]) -> list[str]:
     # none (a resolution: the patch's author, sglpatch's committer)
     backed = {row[0] for row in _listed(git, [ref for ref in kept if ref.startswith(_KEPT_FOR_THE_USER)], known)}
     ours = SGLPATCH_IDENTITY[1]
-    commits = _listed(git, [*head, *kept], known)
+    commits = _listed(git, [*head, *heads, *kept], known)
     yours = [subject for sha, by, to, subject in commits if to != ours or sha in backed and by != ours]
     if not yours:
         return found
