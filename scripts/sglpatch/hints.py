@@ -78,12 +78,15 @@ def clean() -> str:
     return _command("make clean", "sglpatch clean")
 
 
-def move_aside(folder: Path) -> str:
+def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
     """`mv -n FOLDER PLACE`: a folder under build/ holding the user's work, moved beside the project, where
-    `make clean` (which deletes build/) does not reach; PLACE is a name not yet taken, so nothing is written over."""
+    `make clean` (which deletes build/) does not reach; PLACE is a name not yet taken, nor in `advised` (the
+    places a message names already, to which it is added), so nothing is written over or moved into another."""
     root = project.PROJECT_ROOT
     place = root.parent / f"{root.name}-{folder.name}-mine"
     number = 2
-    while place.exists() or place.is_symlink():
+    while place.exists() or place.is_symlink() or place in (advised or ()):
         place, number = root.parent / f"{root.name}-{folder.name}-mine-{number}", number + 1
+    if advised is not None:
+        advised.add(place)
     return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(place))}`"

@@ -214,3 +214,23 @@ def test_clean_passes_the_worktrees_of_a_killed_check_whose_folders_are_gone(sgl
     Git(scratch / "mine").with_env(**TESTER_IDENTITY).run("commit", "-q", "-m", "Only in a worktree")
     shutil.rmtree(scratch)
     _refused(sglpatch, project, base, "1 commit not made by sglpatch, the last")
+
+
+def test_clean_advises_a_place_of_its_own_for_each_checkout_it_keeps(sglpatch, project):
+    """Two checkouts of one name under build/ (build/sglang, build/old/sglang) were both advised
+    `mv -n … project-sglang-mine`: the second `mv` put the one checkout inside the other's work tree."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    (base / "mine.txt").write_text("mine\n")
+    old = project / "build" / "old" / "sglang"
+    shutil.copytree(base, old, symlinks=True)
+    before = {base: tree_state(base), old: tree_state(old)}
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    moves = re.findall(r"`(mv [^`]+)`", err)
+    assert len(moves) == 2, err
+    for move in moves:
+        subprocess.run(move, shell=True, check=True, cwd=project.parent)
+    assert sglpatch("clean")[0] == 0 and not (project / "build").exists()
+    kept = [tree_state(place) for place in sorted(project.parent.glob("project-sglang-mine*"))]
+    assert len(kept) == 2 and all(each in before.values() for each in kept)

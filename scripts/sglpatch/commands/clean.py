@@ -103,7 +103,7 @@ def _user(uid: int) -> str:
 
 
 def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
-    held = []
+    held, advised = [], set()
     for checkout in checkouts:
         try:
             work = work_only_in(checkout)
@@ -111,7 +111,7 @@ def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
             work = [f"a git repository git cannot read here ({exc})"]
         if work:
             where = checkout.root
-            held.append(f"{show_path(where)} holds {'; '.join(work)} ({hints.move_aside(where)} keeps it)")
+            held.append(f"{show_path(where)} holds {'; '.join(work)} ({hints.move_aside(where, advised)} keeps it)")
     if held:
         raise FatalError(
             f"{' and '.join(held)}; nothing was deleted: move {'it' if len(held) == 1 else 'each'} out of build/ as "
