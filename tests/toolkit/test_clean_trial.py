@@ -234,3 +234,17 @@ def test_clean_advises_a_place_of_its_own_for_each_checkout_it_keeps(sglpatch, p
     assert sglpatch("clean")[0] == 0 and not (project / "build").exists()
     kept = [tree_state(place) for place in sorted(project.parent.glob("project-sglang-mine*"))]
     assert len(kept) == 2 and all(each in before.values() for each in kept)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a checkout of another user's is made with chown, as root")
+def test_clean_names_a_checkout_of_another_users_as_such(sglpatch, project):
+    """Root cleaning a project of a host user's (a container): git will not read the checkouts, and clean said
+    only that `git rev-parse` failed, `sglpatch -v` showing why."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    subprocess.run(["chown", "-R", "65534", str(base)], check=True)
+    before = tree_state(base)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+    assert "another user's, which git will not read" in err and "safe.directory" in err and "-v" not in err, err
+    assert tree_state(base) == before

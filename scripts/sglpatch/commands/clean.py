@@ -102,13 +102,23 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
+def _unreadable(checkout: Target, exc: GitFailed) -> str:
+    if "dubious ownership" in exc.stderr:
+        where = shlex.quote(str(checkout.root))
+        return (
+            "a git repository of another user's, which git will not read (if you trust it, `git config --global "
+            f"--add safe.directory {where}` lets clean look at it)"
+        )
+    return f"a git repository git cannot read here ({exc})"
+
+
 def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
     held, advised = [], set()
     for checkout in checkouts:
         try:
             work = work_only_in(checkout)
         except GitFailed as exc:
-            work = [f"a git repository git cannot read here ({exc})"]
+            work = [_unreadable(checkout, exc)]
         if work:
             where = checkout.root
             held.append(f"{show_path(where)} holds {'; '.join(work)} ({hints.move_aside(where, advised)} keeps it)")
