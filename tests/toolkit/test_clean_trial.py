@@ -248,3 +248,22 @@ def test_clean_names_a_checkout_of_another_users_as_such(sglpatch, project):
     assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
     assert "another user's, which git will not read" in err and "safe.directory" in err and "-v" not in err, err
     assert tree_state(base) == before
+
+
+def test_clean_keeps_a_repository_with_no_work_tree(sglpatch, project):
+    """A bare repository has no .git: clean did not see it. The user's branch pushed there from the default
+    base, its commit held in the base only by a remote's ref (`elsewhere`), went with both."""
+    assert sglpatch("apply")[0] == 0
+    base = project / "build" / "sglang"
+    backup = project / "build" / "backup.git"
+    git = as_tester(Git(base))
+    git.run("init", "-q", "--bare", str(backup))
+    git.run("checkout", "-q", "-b", "mine")
+    (base / "notes.txt").write_text("mine\n")
+    git.run("add", "notes.txt")
+    git.run("commit", "-q", "-m", "My own work")
+    git.run("push", "-q", str(backup), "mine")
+    git.run("fetch", "-q", str(backup), "+refs/heads/*:refs/remotes/backup/*")
+    git.run("checkout", "-q", "sglpatch/v0.5.14")
+    git.run("branch", "-q", "-D", "mine")
+    _refused(sglpatch, project, backup, "a git repository with no work tree")

@@ -67,15 +67,21 @@ def _checkouts_under(build: Path) -> list[Path]:
     folder the outer one ignores, a submodule), not looking inside a .git or through a link; not a base's
     `NAME.partial`, the layout a cut-short apply left, which the next apply deletes unread too."""
     found = []
-    for folder, subfolders, _ in os.walk(build):
+    for folder, subfolders, files in os.walk(build):
         if Path(folder).parent == build and folder.endswith(PARTIAL):
             subfolders.clear()
             continue
-        if os.path.lexists(os.path.join(folder, ".git")):
+        if os.path.lexists(os.path.join(folder, ".git")) or _bare(subfolders, files):
             found.append(Path(folder))
         if ".git" in subfolders:
             subfolders.remove(".git")
     return sorted(found)
+
+
+def _bare(subfolders: list[str], files: list[str]) -> bool:
+    """A git repository with no work tree (`git init --bare`, a `--separate-git-dir`): HEAD, objects/, refs/, as
+    git itself tells one. sglpatch makes none under build/ (its own are in the cache): one is the user's."""
+    return "HEAD" in files and {"objects", "refs"} <= set(subfolders)
 
 
 def _refuse_what_cannot_go(folder: Path) -> None:
@@ -102,6 +108,15 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
+def _work_in(checkout: Target) -> list[str]:
+    if not os.path.lexists(checkout.root / ".git"):  # a repository with no work tree (_bare)
+        return ["a git repository with no work tree (sglpatch makes none under build/)"]
+    try:
+        return work_only_in(checkout)
+    except GitFailed as exc:
+        return [_unreadable(checkout, exc)]
+
+
 def _unreadable(checkout: Target, exc: GitFailed) -> str:
     if "dubious ownership" in exc.stderr:
         where = shlex.quote(str(checkout.root))
@@ -115,10 +130,7 @@ def _unreadable(checkout: Target, exc: GitFailed) -> str:
 def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
     held, advised = [], set()
     for checkout in checkouts:
-        try:
-            work = work_only_in(checkout)
-        except GitFailed as exc:
-            work = [_unreadable(checkout, exc)]
+        work = _work_in(checkout)
         if work:
             where = checkout.root
             held.append(f"{show_path(where)} holds {'; '.join(work)} ({hints.move_aside(where, advised)} keeps it)")
