@@ -43,8 +43,7 @@ from sglpatch.rebase.replay import history_between, upstream_reason
 from sglpatch.safety.durable import write_durably
 from sglpatch.safety.interrupts import fault_point
 from sglpatch.series import Patch
-from sglpatch.targets import open_target
-from sglpatch.targets.user_work import PR_RECORDS
+from sglpatch.targets import PR_RECORDS, open_target
 from sglpatch.upstream.hygiene import check_hygiene
 from sglpatch.upstream.pr_body import Group, render_body
 from sglpatch.upstream.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
