@@ -41,6 +41,7 @@ __all__ = [
     "checkout",
     "package",
     "patches",
+    "series_project",
     "sglpatch",
     "release_chain",
     "chain",
@@ -227,6 +228,15 @@ def copy_package(base_repo: Path, dest: Path) -> Path:
 @pytest.fixture
 def package(tmp_path, base_repo) -> Path:
     return copy_package(base_repo, tmp_path / "site-packages" / "sglang")
+
+
+@pytest.fixture
+def series_project(tmp_path, series_dir, monkeypatch) -> Path:
+    """A project whose default line is the test series, its build/ (the default bases) under tmp_path."""
+    root = tmp_path / "project"
+    shutil.copytree(series_dir, root / "patches" / "v0.5.14")
+    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
+    return root
 
 
 @pytest.fixture

@@ -85,24 +85,23 @@ def butterfly(v: torch.Tensor) -> torch.Tensor:
 
 def fp32_epilogue(acc: torch.Tensor, w: torch.Tensor, kv_scale: torch.Tensor) -> torch.Tensor:
     """Today's kernel: max, then FMUL for the first head group and FFMA (one rounding) for the others."""
-    heads = acc.shape[1]
-    relu = lanes(acc.clamp(min=0), heads)
-    weight = lanes(w.double(), heads).unsqueeze(-1)
-    chain = round_fp32(relu[:, 0] * weight[:, 0])
-    for g in range(1, heads // 8):
-        chain = round_fp32(relu[:, g] * weight[:, g] + chain)
-    per_lane = round_fp32(round_fp32(chain[:, :, 0] + chain[:, :, 1]) * kv_scale)
-    return butterfly(per_lane)
+    return _chained(acc, w, kv_scale, lambda x: x, round_fp32)
 
 
 def bf16_reduce(acc: torch.Tensor, w: torch.Tensor, kv_scale: torch.Tensor) -> torch.Tensor:
     """The candidate: cvt.rn.relu.bf16x2.f32, HMUL2 then HFMA2 (each lane one rounding to bf16), FP32 tail."""
+    return _chained(acc, w, kv_scale, round_bf16, round_bf16)
+
+
+def _chained(acc, w, kv_scale, round_inputs, round_step) -> torch.Tensor:
+    """ReLU(acc) times the weights summed over head groups in one chain a lane (its inputs and each step rounded
+    as given), then the two halves, the KV scale and the cross-lane sum in FP32."""
     heads = acc.shape[1]
-    relu = lanes(round_bf16(acc.clamp(min=0)), heads)
-    weight = lanes(round_bf16(w.double()), heads).unsqueeze(-1)
-    chain = round_bf16(relu[:, 0] * weight[:, 0])
+    relu = lanes(round_inputs(acc.clamp(min=0)), heads)
+    weight = lanes(round_inputs(w.double()), heads).unsqueeze(-1)
+    chain = round_step(relu[:, 0] * weight[:, 0])
     for g in range(1, heads // 8):
-        chain = round_bf16(relu[:, g] * weight[:, g] + chain)
+        chain = round_step(relu[:, g] * weight[:, g] + chain)
     per_lane = round_fp32(round_fp32(chain[:, :, 0] + chain[:, :, 1]) * kv_scale)
     return butterfly(per_lane)
 

@@ -17,11 +17,8 @@ from testing.tree_bytes import tree_state
 
 
 @pytest.fixture
-def project(tmp_path, series_dir, monkeypatch):
-    root = tmp_path / "project"
-    shutil.copytree(series_dir, root / "patches" / "v0.5.14")
-    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
-    return root
+def project(series_project):
+    return series_project
 
 
 def _refused(sglpatch, project, base, said: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -18,11 +17,8 @@ from testing.tree_bytes import tree_state
 
 
 @pytest.fixture
-def project(tmp_path, series_dir, monkeypatch):
-    root = tmp_path / "project"
-    shutil.copytree(series_dir, root / "patches" / "v0.5.14")
-    monkeypatch.setattr("sglpatch.project.PROJECT_ROOT", root)
-    return root
+def project(series_project):
+    return series_project
 
 
 def test_first_run_builds_the_base_then_applies(sglpatch, project, project_pin):
