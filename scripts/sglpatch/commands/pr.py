@@ -43,7 +43,7 @@ from sglpatch.rebase.replay import history_between, upstream_reason
 from sglpatch.safety.durable import write_durably
 from sglpatch.safety.interrupts import fault_point
 from sglpatch.series import Patch
-from sglpatch.targets import PR_RECORDS, open_target
+from sglpatch.targets import PR_OWN_TIPS, PR_RECORDS, open_target
 from sglpatch.upstream.hygiene import check_hygiene
 from sglpatch.upstream.pr_body import Group, render_body
 from sglpatch.upstream.pr_branch import PrBase, ReleaseCommits, imported_note, refuse_imported, resolve_base
@@ -243,7 +243,7 @@ def _refuse_moving_the_users_branches(git: Git, prepared: list[Prepared], record
                 "--detach`), then run make pr again"
             )
         record = records.get(pr.group.id, {})
-        own = {record.get(key) for key in ("built", "built_before", "head")} | {
+        own = {record.get(key) for key in PR_OWN_TIPS} | {
             git.rev_parse(PUSHED_PREFIX + pr.group.branch)
         }
         if now not in own:

@@ -42,6 +42,7 @@ from sglpatch.targets.target_state import (
 )
 from sglpatch.targets.target_state import read as read_state
 from sglpatch.targets.user_work import (
+    PR_OWN_TIPS,
     PR_RECORDS,
     commits_past_the_series,
     refuse_commits_past_the_series,
@@ -85,6 +86,7 @@ __all__ = [
     "work_of_the_user",
     "work_only_in",
     "PR_RECORDS",
+    "PR_OWN_TIPS",
     "commits_past_the_series",
     "tree_blobs",
     # what the rebase builds on: it writes a checkout's record and keeps room to switch back, as apply does

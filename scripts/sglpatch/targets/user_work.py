@@ -8,12 +8,11 @@ phrase, for the refusal.
 from __future__ import annotations
 
 import json
-import re
 
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import SGLPATCH_IDENTITY, Git
 from sglpatch.output import plural
-from sglpatch.targets.checkout_record import CheckoutRecord, read_record
+from sglpatch.targets.checkout_record import OBJECT_ID, CheckoutRecord, read_record
 from sglpatch.targets.target import Target
 from sglpatch.targets.target_state import Foreign, RebaseInProgress
 from sglpatch.targets.target_state import read as read_state
@@ -85,8 +84,10 @@ def refuse_commits_past_the_series(target: Target, record: CheckoutRecord | None
 # made while one waited), and refs/stash is counted as stashes.
 _ELSEWHERE = ("refs/remotes/", "refs/sglpatch/")
 _KEPT_FOR_THE_USER = "refs/sglpatch/backup/"
-# make pr's record (commands/pr.py) of the branches it built, in the common git dir: they hold the commits it made
+# make pr's record (commands/pr.py) of the branches it built, in the common git dir: they hold the commits it made;
+# each group's entry names the tips it left (built, the one before a move, pushed)
 PR_RECORDS = "sglpatch-prs.json"
+PR_OWN_TIPS = ("built", "built_before", "head")
 
 
 def work_only_in(target: Target) -> list[str]:
@@ -140,8 +141,8 @@ def _pr_tips(git: Git) -> list[str]:
     except (OSError, ValueError):
         return []
     records = records.values() if isinstance(records, dict) else []
-    tips = [each.get(key) for each in records if isinstance(each, dict) for key in ("built", "built_before", "head")]
-    return [tip for tip in tips if isinstance(tip, str) and re.fullmatch("[0-9a-f]{40}", tip)]
+    tips = [each.get(key) for each in records if isinstance(each, dict) for key in PR_OWN_TIPS]
+    return [tip for tip in tips if isinstance(tip, str) and OBJECT_ID.fullmatch(tip)]
 
 
 def _commits_only_here(git: Git, made: list[str], heads: list[str]) -> list[str]:
