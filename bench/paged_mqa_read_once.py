@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import re
 import shlex
 import signal
 import sys
@@ -48,9 +49,14 @@ from bench.paged_mqa import (  # noqa: E402
     time_layout,
 )
 
-# The H200's limits the fraction is taken of (vendor figures): HBM bandwidth and dense FP8 tensor rate.
-HBM_BYTES_PER_S = 4.8e12
-FP8_FLOP_PER_S = 1979e12
+# The limits the fraction is taken of (vendor figures: HBM bandwidth and dense FP8 tensor rate), by the
+# device's name as torch gives it; a device not listed gets no fraction rather than another chip's.
+DEVICE_LIMITS = {
+    "NVIDIA H200": {"tag": "h200", "hbm_bytes_per_s": 4.8e12, "fp8_flop_per_s": 1979e12},
+    "NVIDIA H100 80GB HBM3": {"tag": "h100", "hbm_bytes_per_s": 3.35e12, "fp8_flop_per_s": 1979e12},
+}
+HBM_BYTES_PER_S = DEVICE_LIMITS["NVIDIA H200"]["hbm_bytes_per_s"]
+FP8_FLOP_PER_S = DEVICE_LIMITS["NVIDIA H200"]["fp8_flop_per_s"]
 LAYOUTS = ("per_token", "paired", "native")
 
 
@@ -59,14 +65,21 @@ def layouts_for(next_n: int, wanted) -> list[str]:
     return [lay for lay in wanted if lay != "paired" or (next_n >= 4 and next_n % 2 == 0)]
 
 
-def limit_us(next_n: int, heads: int, seq_lens, logits_width: int) -> float:
-    """The fewest microseconds the H200 allows: KV read once (132 bytes a token), q and weights read, the logits
-    row of every token written (float32, the kernel's width), against next_n * heads * 2 * DIM FLOP a KV token."""
+def device_limits(name: str):
+    """The limits of the device torch names ``name`` (its entry of DEVICE_LIMITS), or None for one not listed."""
+    return DEVICE_LIMITS.get(name)
+
+
+def limit_us(next_n: int, heads: int, seq_lens, logits_width: int, limits=None) -> float:
+    """The fewest microseconds the device allows (``limits``, the H200's when None): KV read once (132 bytes a
+    token), q and weights read, the logits row of every token written (float32, the kernel's width), against
+    next_n * heads * 2 * DIM FLOP a KV token."""
+    limits = limits or DEVICE_LIMITS["NVIDIA H200"]
     kv_tokens = sum(math.ceil(n / PAGE) * PAGE for n in seq_lens)
     tokens = len(seq_lens) * next_n
     moved = kv_tokens * (PAGE_BYTES // PAGE) + tokens * heads * (DIM + 4) + tokens * logits_width * 4
     flops = kv_tokens * next_n * heads * 2 * DIM
-    return max(moved / HBM_BYTES_PER_S, flops / FP8_FLOP_PER_S) * 1e6
+    return max(moved / limits["hbm_bytes_per_s"], flops / limits["fp8_flop_per_s"]) * 1e6
 
 
 def reference_logits(kv_pool, batch, heads: int):
@@ -172,9 +185,11 @@ def run(args, save) -> dict:
     print(f"[{args.label}] {len(configs)} cases; KV pool {max_pages * PAGE_BYTES / 2**30:.2f} GiB", flush=True)
     kv_pool = make_kv_pool(max_pages, device)
     rows = []
+    limits = device_limits(torch.cuda.get_device_name(device))
     result = {
         "label": args.label,
         "device": torch.cuda.get_device_name(device),
+        "limit": limits,
         "num_sms": deep_gemm.get_num_sms(),
         "torch": torch.__version__,
         "reps": args.reps,
@@ -186,7 +201,7 @@ def run(args, save) -> dict:
     try:
         with clocks:
             for case in configs:
-                rows.append(run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args))
+                rows.append(run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args, limits))
                 print(f"[{args.label}] " + line(rows[-1]), flush=True)
                 save(result)
                 torch.cuda.empty_cache()
@@ -218,7 +233,7 @@ def with_weights_dtype(batch, dtype: str):
     return dataclasses.replace(batch, weights=batch.weights.to(getattr(torch, dtype)).contiguous())
 
 
-def run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args) -> dict:
+def run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args, limits) -> dict:
     n, b, c, d, heads = case
     batches = make_batches(case, plans, max_pages, rng, gen, device, heads, args.pages)
     dtype = weights_dtype_for(args.label, args.weights_dtype)
@@ -226,7 +241,8 @@ def run_case(deep_gemm, kv_pool, case, plans, max_pages, rng, gen, device, args)
     row = {"heads": heads, "next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
     row["weights_dtype"] = dtype
     row["seq_lens_sum"] = sum(batches[0].seq_lens)
-    row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len)
+    if limits:
+        row["limit_us"] = limit_us(n, heads, batches[0].seq_lens, batches[0].max_context_len, limits)
     if "native" in args.layouts:
         row.update(check_case(deep_gemm, kv_pool, batches[0], heads, args))
     for layout in layouts_for(n, args.layouts):
@@ -277,6 +293,19 @@ def profile(args) -> None:
 # ---------------------------------------------------------------- report (no GPU)
 
 
+def run_limits(run_: dict):
+    """The limits a run's fractions were taken of: its own record, or (a run from before runs kept one, all of
+    them timed with the H200's figures) the H200's."""
+    return run_["limit"] if "limit" in run_ else DEVICE_LIMITS["NVIDIA H200"]
+
+
+def report_name(run_: dict) -> str:
+    """paged_mqa_read_once_h200 / _h100 / the device's name in letters and digits: a report names its chip."""
+    limits = device_limits(run_.get("device", ""))
+    tag = limits["tag"] if limits else re.sub(r"[^a-z0-9]+", "_", run_.get("device", "unknown").lower()).strip("_")
+    return f"paged_mqa_read_once_{tag}"
+
+
 def join(line_run: dict, stock_run: dict | None, base_run: dict | None = None) -> list[dict]:
     """The line's rows with their speedups: over per-token and paired of the same build, over the best
     layout stock DeepGEMM has (per-token, paired, or its own next_n <= 2 row) measured in the stock run, and,
@@ -293,7 +322,8 @@ def join(line_run: dict, stock_run: dict | None, base_run: dict | None = None) -
             row["speedup_vs_per_token"] = r["per_token_us"] / us
             if "paired_us" in r:
                 row["speedup_vs_paired"] = r["paired_us"] / us
-            row["fraction_of_limit"] = r["limit_us"] / us
+            if "limit_us" in r:
+                row["fraction_of_limit"] = r["limit_us"] / us
             today = stock.get(_key(r))
             if today:
                 best = min(today[f"{lay}_us"] for lay in LAYOUTS if f"{lay}_us" in today)
@@ -357,7 +387,7 @@ def report(args) -> None:
         "torch": line_run["torch"],
         "reps": line_run["reps"],
         "cuda_graph": True,
-        "limit": {"hbm_bytes_per_s": HBM_BYTES_PER_S, "fp8_flop_per_s": FP8_FLOP_PER_S},
+        "limit": run_limits(line_run),
         "deep_gemm": facts,
         "runs": {label: {k: v for k, v in r.items() if k != "rows"} for label, r in runs.items()},
         "stock_rows": (stock_run or {}).get("rows", []),
@@ -366,11 +396,12 @@ def report(args) -> None:
     }
     if os.environ.get("BENCH_DEVICE_COMMAND"):
         result["commands"]["device"] = os.environ["BENCH_DEVICE_COMMAND"]
+    name = args.name or report_name(line_run)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump(result, f, indent=1)
     text = table(rows)
-    with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
+    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
         f.write(text + "\n")
     print(text)
 
@@ -418,7 +449,7 @@ def main(argv=None) -> None:
     rep.add_argument("--base-label", default="base", help="a third build's run, the line without the patch on trial")
     rep.add_argument("--deep-gemm-facts", help="the build's facts JSON (source, commit, line, versions, hashes)")
     rep.add_argument("--out", default=os.environ.get("OUT", "."))
-    rep.add_argument("--name", default="paged_mqa_read_once_h200")
+    rep.add_argument("--name", help="the report's file name, .json and .md (default: paged_mqa_read_once_DEVICE)")
     args = parser.parse_args(argv)
     if args.verb in ("report", "profile"):
         (report if args.verb == "report" else profile)(args)

@@ -158,6 +158,25 @@ def test_the_limit_is_the_larger_of_bytes_and_flops():
     assert ro.limit_us(1, 64, [65536] * 64, 65536) > 64 * 65536 * 132 / ro.HBM_BYTES_PER_S * 1e6
 
 
+def test_each_chip_has_its_own_limit_and_report_name(tmp_path):
+    case = (4, 64, [65536] * 64, 65536)
+    h100 = ro.device_limits("NVIDIA H100 80GB HBM3")
+    assert ro.limit_us(*case, h100) > ro.limit_us(*case, ro.device_limits("NVIDIA H200"))  # less bandwidth
+    assert ro.device_limits("NVIDIA H100 PCIe") is None  # another part: no fraction rather than a wrong one
+    key = {"heads": 64, "next_n": 4, "batch_size": 32, "ctx": 65536, "lengths": "uniform"}
+    run_ = {"label": "line", "device": "NVIDIA H100 PCIe", "torch": "2.11", "reps": 1, "limit": None}
+    path = tmp_path / "line.json"
+    path.write_text(json.dumps({**run_, "rows": [{**key, "per_token_us": 400.0, "native_us": 160.0}]}))
+    ro.main(["report", str(path), "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "paged_mqa_read_once_nvidia_h100_pcie.json").read_text())
+    assert report["limit"] is None and "fraction_of_limit" not in report["rows"][0]
+    old = {**run_, "device": "NVIDIA H100 80GB HBM3"}
+    del old["limit"]  # a run from before runs recorded their limits was timed against the H200's figures
+    path.write_text(json.dumps({**old, "rows": []}))
+    ro.main(["report", str(path), "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "paged_mqa_read_once_h100.json").read_text())["limit"]["hbm_bytes_per_s"] == 4.8e12
+
+
 def test_cases_put_extra_cases_after_the_grid_once():
     a = argparse.Namespace(
         heads=[64],
