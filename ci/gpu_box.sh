@@ -74,6 +74,16 @@ box_start() {
   export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 }
 
+# card_tag: the box's GPU as result files name it (h200, h100; gpu for another card or none): a call that asks for
+# an H200 may be given an H100, and a file named for the wrong card is a wrong row.
+card_tag() {
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H200*) echo h200 ;;
+    *H100*) echo h100 ;;
+    *) echo gpu ;;
+  esac
+}
+
 # extract_archive ARCHIVE DEST: a bundle archive (tar.xz, members site/... or pkgs/...) into DEST, with
 # tarfile's "data" rules (no absolute paths, links out of DEST or device files), on any Python 3.11 (ci/untar.py:
 # the filter itself came in 3.11.4); fails if it cannot.

@@ -7,8 +7,8 @@
 #                             [-- ENGINE_AB ARGS]   (e.g. -- --next-n 2,4 --grid full)
 #
 # Builds WORK/trees/{pristine,patched} for the line (ci/gpu_box.sh make_line_trees), then runs
-# bench/engine_ab.py with both trees; writes OUT/engine_h200[_LINE].json and the engines' logs
-# (OUT/engine_logs.tar.gz), and with --save-jit-cache OUT/jit-cache.tar.gz (restored on a later
+# bench/engine_ab.py with both trees; writes OUT/engine_CARD[_LINE].json (CARD h200 or h100: ci/gpu_box.sh
+# card_tag) and the engines' logs (OUT/engine_logs.tar.gz), and with --save-jit-cache OUT/jit-cache.tar.gz (restored on a later
 # run from BUNDLE/jit-cache.tar.gz). With --sglang-tests GLOB it first runs the series' tests in
 # sglang's tree whose file names match GLOB ('test_*.py': all of them) on the patched tree (pytest,
 # at most --sglang-tests-s seconds, default 240; junit in OUT/sglang_test[_LINE].xml), and then the
@@ -58,7 +58,7 @@ trap 'say "stopped from outside: saving the engine logs"; save_engine_logs; exit
 "$PY" "$REPO/bench/engine_ab.py" --line "$LINE" \
   --pristine "$WORK/trees/pristine" --patched "$WORK/trees/patched" \
   --extra-path "${DEEP_GEMM_PATH:+$DEEP_GEMM_PATH:}$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
-  --workdir "$WORK/engine" --out "$OUTDIR/engine_h200$SUFFIX.json" --series-record "$OUTDIR/applied_series$SUFFIX.json" \
+  --workdir "$WORK/engine" --out "$OUTDIR/engine_$(card_tag)$SUFFIX.json" --series-record "$OUTDIR/applied_series$SUFFIX.json" \
   --command "$SGLPATCH_RUN_COMMAND" "$@" &
 wait $!
 rc=$?

@@ -427,6 +427,19 @@ def _box(tmp_path: Path, commands: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", script], cwd=CI.parent, capture_output=True, text=True)
 
 
+@pytest.mark.parametrize(
+    ("name", "tag"), [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA B200", "gpu"), ("", "gpu")]
+)
+def test_result_files_are_named_after_the_card_the_box_has(tmp_path, name, tag):
+    """A call for an H200 may run on an H100 (5 Dec 2026): the engine runner's JSON was engine_h200.json there."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text(f"#!/bin/sh\n[ -n '{name}' ] && echo '{name}'\n")
+    (bin_ / "nvidia-smi").chmod(0o755)
+    run = _box(tmp_path, f"PATH={bin_}:$PATH; card_tag")
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == tag, run.stdout + run.stderr
+
+
 def test_the_series_tests_in_sglangs_tree_are_found_and_can_import_test_utils(tmp_path):
     root = tmp_path / "patched"
     for name in ("attention/unittests/dsa/test_b.py", "attention/unittests/dsa/test_a.py", "kits/helper.py"):
