@@ -301,6 +301,12 @@ def build_summary(*, leg, command, env, sglang, kind, import_root, series, appli
     return summary
 
 
+def _beside(stem: Path, suffix: str) -> Path:
+    """STEM.json, STEM.xml: the stem's whole name and the suffix (`with_suffix` would take `.run2` of `h100.run2`
+    for a suffix and write `h100.json`, another file than the one `--out` names)."""
+    return stem.with_name(stem.name + suffix)
+
+
 def run_leg(args, command: str, run_command) -> int:
     """The leg, for `sglpatch gpu-leg` (its options in `args`); `run_command` runs `sglpatch apply`."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -367,13 +373,14 @@ def run_leg(args, command: str, run_command) -> int:
         problems.insert(0, apply_problem)
     summary["check"] = {"ok": not problems, "problems": problems}
     # every part's junit is PARTS/<name>.xml (the kit driver is told so by --junit)
-    ci_summary.merge_junit([(p.name, parts_dir / f"{p.name}.xml") for p in parts], stem.with_suffix(".xml"))
-    stem.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary_path, junit_path = _beside(stem, ".json"), _beside(stem, ".xml")
+    ci_summary.merge_junit([(p.name, parts_dir / f"{p.name}.xml") for p in parts], junit_path)
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
     c = summary["counts"]
     print(
         f"[gpu-leg] {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
-        f"-> {stem.with_suffix('.json')}, {stem.with_suffix('.xml')}",
+        f"-> {summary_path}, {junit_path}",
         flush=True,
     )
     for problem in problems:
