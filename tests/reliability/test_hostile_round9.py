@@ -5,13 +5,17 @@ write outside a target, and what round 8 left untried (docs/reliability.md, roun
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from testing.tree_bytes import tree_state
+from sglpatch.git import Git
+from testing.sglang_trees import stopped_at_a_conflict
+from testing.tree_bytes import refused, tree_state
 
 ROOT = Path(__file__).resolve().parents[2]
+BINARY = "python/sglang/srt/grpc/_core.cpython-311-x86_64-linux-gnu.so"  # a compiled module sglang tracks
 
 
 def test_gpu_leg_writes_its_summary_at_the_stem_given_even_with_a_dot_in_it(tmp_path):
@@ -42,3 +46,23 @@ def test_gpu_leg_writes_its_summary_at_the_stem_given_even_with_a_dot_in_it(tmp_
     assert {k: v for k, v in after.items() if k in before} == before
     assert (out / "h100.run2.json").is_file() and (out / "h100.run2.xml").is_file()
     assert f"-> {out / 'h100.run2.json'}, {out / 'h100.run2.xml'}" in run.stdout
+
+
+def test_the_advice_to_save_an_edit_beside_a_stopped_rebase_keeps_a_binary_file(sglpatch, checkout, patches, tmp_path):
+    """While a rebase waits at a conflict the user rebuilds a compiled module sglang tracks (its `.so`). --abort
+    refuses and says how to save the edit; before, it said `git diff HEAD -- FILE > my-changes.patch`, which writes
+    "Binary files ... differ" and not the bytes, then `git checkout HEAD -- FILE`: the rebuilt module was gone,
+    the saved patch empty of it. Now the saved patch holds it (`--binary`) and applies back."""
+    stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
+    mine = os.urandom(4096) + b"\0my build\n"
+    (checkout / BINARY).write_bytes(mine)
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--abort", command="rebase")
+    save, put_back = re.findall(r"`([^`]+)`", err)[:2]
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    assert subprocess.run(["bash", "-c", f"{save} && {put_back}"], cwd=saved).returncode == 0
+    assert (checkout / BINARY).read_bytes() != mine
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 0, err
+    Git(checkout).run("apply", str(saved / "my-changes.patch"))
+    assert (checkout / BINARY).read_bytes() == mine

@@ -627,6 +627,9 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
     return 0
 
 
+_WHOLE_PATCH = "--binary --no-ext-diff --no-textconv --no-color"  # every byte, whatever the user's diff config
+
+
 def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -> None:
     """While a rebase waits, the files of the patch it stopped at are the user's to resolve, and `option` throws
     that away (`git checkout -f`, `git reset --hard`); a change to any other file is work of the user's."""
@@ -644,9 +647,9 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
         raise FatalError(
             f"{', '.join(beside[:5])} changed while the rebase waited, and {stopped.patch} does not touch "
             f"{'it' if len(beside) == 1 else 'them'}: {option} would throw that away; nothing was changed: save "
-            f"the changes (`(set -C; git -C {root} diff HEAD -- {files} > my-changes.patch)`; git stashes nothing "
-            f"while a pick conflicts), put the files back as HEAD has them (`git -C {root} checkout HEAD -- {files}`), "
-            "then run this again"
+            f"the changes (`(set -C; git -C {root} diff {_WHOLE_PATCH} HEAD -- {files} > my-changes.patch)`; git "
+            f"stashes nothing while a pick conflicts), put the files back as HEAD has them "
+            f"(`git -C {root} checkout HEAD -- {files}`), then run this again"
         )
 
 
