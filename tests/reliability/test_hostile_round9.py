@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from sglpatch.git import Git
-from testing.sglang_trees import stopped_at_a_conflict
+from testing.sglang_trees import as_tester, stopped_at_a_conflict
 from testing.tree_bytes import refused, tree_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +66,72 @@ def test_the_advice_to_save_an_edit_beside_a_stopped_rebase_keeps_a_binary_file(
     assert code == 0, err
     Git(checkout).run("apply", str(saved / "my-changes.patch"))
     assert (checkout / BINARY).read_bytes() == mine
+
+
+def test_clean_cut_short_then_run_again_keeps_a_commit_made_in_the_folder_it_left(sglpatch, series_project):
+    """A clean killed after it looked at build/ and renamed it to build.deleting, before it deleted: a shell still in
+    build/sglang is in build.deleting/sglang, and the user commits there. Then `make apply` (a new build/sglang) and
+    `make clean`: before, build.deleting went first without a look ("its checkouts were looked at then"), the commit
+    with it. Now a file changed since that look is refused, with the `mv -n` that keeps the folder."""
+    from sglpatch.commands import clean
+
+    assert sglpatch("apply")[0] == 0
+    real_rmtree = clean.shutil.rmtree
+
+    def killed(path, *args, **kwargs):
+        raise KeyboardInterrupt  # stands in for the kill: nothing deleted past the rename
+
+    clean.shutil.rmtree = killed
+    try:
+        try:
+            sglpatch("clean")
+        except KeyboardInterrupt:
+            pass
+    finally:
+        clean.shutil.rmtree = real_rmtree
+    left = series_project / "build.deleting" / "sglang"
+    assert (left / ".git").is_dir() and not (series_project / "build").exists()
+    mine = as_tester(Git(left))
+    (left / "NOTES.md").write_text("my notes\n")
+    mine.run("add", "NOTES.md")
+    mine.run("commit", "-q", "-m", "My notes")
+    before = tree_state(series_project / "build.deleting")
+    assert sglpatch("apply")[0] == 0
+    code, out, err = sglpatch("clean")
+    assert code == 2 and err.count("\n") == 1 and "nothing was deleted" in err, (out, err)
+    assert tree_state(series_project / "build.deleting") == before
+    move = re.findall(r"`(mv -n [^`]+)`", err)[0]
+    subprocess.run(move, shell=True, check=True, cwd=series_project.parent)
+    assert sglpatch("clean")[0] == 0 and not (series_project / "build").exists()
+    kept = series_project.parent / "project-build.deleting-mine" / "sglang"
+    assert Git(kept).run("log", "-1", "--format=%s") == "My notes"
+
+
+def test_clean_cut_short_with_nothing_changed_since_is_finished_by_the_next(sglpatch, series_project):
+    """The guard above leaves a clean cut short to the next one when nothing changed since its look, however far
+    its delete had gone (one folder at a time, the mark of the look last)."""
+    from sglpatch.commands import clean
+
+    for folder in ("pr", "drift"):
+        (series_project / "build" / folder).mkdir(parents=True)
+        (series_project / "build" / folder / "report.md").write_text("made by sglpatch\n")
+    real_rmtree, calls = clean.shutil.rmtree, []
+
+    def cut_after_one(path, *args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(path)
+        real_rmtree(path, *args, **kwargs)
+
+    clean.shutil.rmtree = cut_after_one
+    try:
+        try:
+            sglpatch("clean")
+        except KeyboardInterrupt:
+            pass
+    finally:
+        clean.shutil.rmtree = real_rmtree
+    assert (series_project / "build.deleting").is_dir()
+    code, out, err = sglpatch("clean")
+    assert code == 0 and "left by a clean cut short" in out, err
+    assert not (series_project / "build.deleting").exists()

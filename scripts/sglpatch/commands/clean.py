@@ -23,6 +23,8 @@ from sglpatch.targets import Target, checkout_at, target_lock, work_only_in
 # build/ is renamed to this, then deleted: a run cut short (Ctrl-C, a kill) leaves no half-deleted checkout in
 # build/ for the next one to look at, only this, which the next one deletes first
 DELETING = "build.deleting"
+# written in build/ just before its rename, deleted last: when the checkouts a clean cut short deleted were looked at
+LOOKED = ".sglpatch-clean-looked"
 PARTIAL = ".partial"  # rebase/default_base.py and git_releases.py lay a base out in NAME.partial, then rename it
 
 
@@ -41,8 +43,9 @@ def run(args) -> int:
         )
     if doomed.exists():
         _refuse_what_cannot_go(doomed)
+        _refuse_changed_since_looked(doomed)
         say(f"deleting {show_path(doomed)}, left by a clean cut short (its checkouts were looked at then)")
-        shutil.rmtree(doomed)
+        _delete(doomed)
     if build.is_symlink():  # as `rm -rf build` would: the link goes, what it points to stays
         build.unlink()
         say(f"removed the link {show_path(build)}; the folder it named is left as it is")
@@ -56,10 +59,42 @@ def run(args) -> int:
             held.enter_context(target_lock(checkout))
         _refuse_work_of_the_user(checkouts)
         _refuse_what_cannot_go(build)
+        (build / LOOKED).write_bytes(b"")
         build.rename(doomed)  # at once: a clean cut short leaves build/ whole, or none of it
     say(f"removing {show_path(build)} ({plural(len(checkouts), 'git checkout')} of sglpatch's, and the rest)")
-    shutil.rmtree(doomed)
+    _delete(doomed)
     return 0
+
+
+def _delete(doomed: Path) -> None:
+    """Everything but the mark of when it was looked at, then the rest: a clean cut short leaves the mark."""
+    for entry in os.scandir(doomed):
+        if entry.name == LOOKED:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    shutil.rmtree(doomed)
+
+
+def _refuse_changed_since_looked(doomed: Path) -> None:
+    """A file under `doomed` changed after the clean cut short looked at it (a commit or an edit from a shell or an
+    editor still in a checkout there) is not what was looked at. Without the mark (a clean before this one, or a
+    folder of that name) its checkouts are looked at as build/'s are."""
+    mark = doomed / LOOKED
+    if not mark.is_file():
+        _refuse_work_of_the_user([checkout_at(root) for root in _checkouts_under(doomed)])
+        return
+    looked = mark.stat().st_ctime_ns
+    for folder, _, files in os.walk(doomed):
+        for path in (os.path.join(folder, name) for name in files):
+            if os.lstat(path).st_ctime_ns > looked:
+                raise FatalError(
+                    f"{show_path(path)} changed after the clean cut short looked at {show_path(doomed)}, so it may "
+                    f"hold work of yours; nothing was deleted: {hints.move_aside(doomed)} keeps it all, then "
+                    f"{hints.clean()} deletes build/"
+                )
 
 
 def _checkouts_under(build: Path) -> list[Path]:
