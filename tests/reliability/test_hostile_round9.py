@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,25 @@ def test_clean_cut_short_with_nothing_changed_since_is_finished_by_the_next(sglp
     code, out, err = sglpatch("clean")
     assert code == 0 and "left by a clean cut short" in out, err
     assert not (series_project / "build.deleting").exists()
+
+
+def test_recovers_advice_for_an_edited_patched_package_keeps_the_edit_and_names_the_package(
+    sglpatch, package, patches, tmp_path
+):
+    """A package folder the series is applied to, one of its patched files edited since (a debug line), then
+    `recover`. Before: "`sglpatch revert --force` puts back the original bytes": followed as printed it reverted
+    the default base, not this folder (no --sglang), and, pointed here, threw the edit away without a word. Now
+    the advice first keeps a copy of each edited file beside it (never over a file of that name), and names the
+    folder."""
+    assert sglpatch("apply", "--sglang", package, "--patches", patches)[0] == 0
+    edited = package / "global_config.py"
+    edited.write_text(edited.read_text() + "print('my debug line')\n")
+    mine = edited.read_bytes()
+    err = refused(sglpatch, package, "--sglang", package, command="recover")
+    commands = re.findall(r"`([^`]+)`", err)
+    assert len(commands) == 2 and commands[1].startswith("sglpatch revert --force --sglang "), err
+    assert subprocess.run(["bash", "-c", commands[0]], cwd=tmp_path).returncode == 0
+    assert subprocess.run(["bash", "-c", commands[0]], cwd=tmp_path).returncode != 0  # a copy is never written over
+    code, out, err = sglpatch(*shlex.split(commands[1])[1:])
+    assert code == 0, err
+    assert (package / "global_config.py.mine").read_bytes() == mine

@@ -7,6 +7,7 @@ back (apply) or named (revert, recover), never reported as done.
 from __future__ import annotations
 
 import errno
+import shlex
 
 from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
@@ -94,11 +95,18 @@ def settle_package(state: TargetState, force: bool) -> str:
     edited = journal.changed_files(root, record, expect="after")
     if edited:
         raise FatalError(
-            f"{root} is patched, but {', '.join(edited[:5])} changed since sglpatch wrote them; "
-            "`sglpatch revert --force` puts back the original bytes"
+            f"{root} is patched, but {', '.join(edited[:5])} changed since sglpatch wrote them; nothing was changed: "
+            f"`{_keep_copies(root, edited)}` keeps your edits beside them, then `sglpatch revert --force --sglang "
+            f"{shlex.quote(str(root))}` puts back the original bytes (throwing the edits there away)"
         )
     note = f"removed {removed} temporary files a killed run left; " if removed else "nothing to recover: "
     return f"{note}{root} is fully patched"
+
+
+def _keep_copies(root, paths: list[str]) -> str:
+    """A copy of each edited file as FILE.mine; `set -C`: never over a file of that name already there."""
+    files = [shlex.quote(str(root / path)) for path in paths]
+    return f"(set -C; {' && '.join(f'cat {file} > {file}.mine' for file in files)})"
 
 
 def journal_progress(state: Interrupted) -> str:
