@@ -90,3 +90,27 @@ def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
     if advised is not None:
         advised.add(place)
     return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(place))}`"
+
+
+def keep_copies(root: Path | str, paths: list[str]) -> str:
+    """`(set -C; cat F > F.mine && ...)`: a copy of each of `paths` there is, beside it (`set -C`: never over a file
+    of that name); "" when none is there."""
+    kept = [shlex.quote(str(Path(root) / path)) for path in paths if os.path.lexists(Path(root) / path)]
+    return f"`(set -C; {' && '.join(f'cat {f} > {f}.mine' for f in kept)})`" if kept else ""
+
+
+def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:
+    """Advice that puts files back as HEAD has them, after a copy of each as FILE.mine: `git checkout -- FILES`
+    alone would throw away the edits it is advised for."""
+    keep = keep_copies(root, paths)
+    keep = f"{keep} keeps a copy of each as FILE.mine, then " if keep else ""
+    where = shlex.quote(str(root))
+    return f"{keep}`git -C {where} checkout -- {' '.join(shlex.quote(p) for p in paths)}` puts them back as HEAD has them"
+
+
+def copy_aside(folder: Path) -> str:
+    """`cp -R FOLDER PLACE`: a copy beside it, PLACE a name not yet taken (cp -R into an existing folder nests)."""
+    place, number = folder.with_name(f"{folder.name}.mine"), 2
+    while place.exists() or place.is_symlink():
+        place, number = folder.with_name(f"{folder.name}.mine-{number}"), number + 1
+    return f"`cp -R {shlex.quote(str(folder))} {shlex.quote(str(place))}`"

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -159,6 +161,11 @@ def test_recover_refuses_to_call_a_mixed_checkout_as_it_was(labs, point_label):
     result = lab.sglpatch("recover", "--sglang", str(target))
     assert result.returncode == 2 and "left changes in" in result.stderr and record["touched"][0] in result.stderr
     assert run_state(tree) == before
+    # the advice, followed as printed, keeps the edit it puts back (it was `git checkout -- <files>` alone)
+    edit = half_switched.read_bytes()
+    keep, put_back = re.findall(r"`([^`]+)`", result.stderr)[:2]
+    subprocess.run(["bash", "-c", f"{keep} && {put_back}"], check=True)
+    assert Path(f"{half_switched}.mine").read_bytes() == edit and half_switched.read_bytes() != edit
 
 
 @NETWORK

@@ -151,3 +151,18 @@ def test_no_pr_for_a_patch_the_upstream_ref_already_has(sglpatch, checkout, tmp_
     assert "base-group: no PR:" in out and "already upstream at" in out and "reverse-applies" in out
     assert Git(checkout).run("for-each-ref", "refs/heads/sglpatch-pr/") == ""
     assert (Git(checkout).git_dir() / "index").read_bytes() == index  # the checkout's index is not used
+
+
+def test_a_body_edited_by_hand_is_not_written_over(sglpatch, checkout, tmp_path, base_repo, project_pin):
+    """`pr --out DIR` wrote DIR/<group>.md over whatever was there: a body edited by hand (or a file of the user's of
+    that name) was lost. A body pr wrote, as it was, is written again; another is refused before any branch moves."""
+    patches = pr_series(base_repo, tmp_path, project_pin, "series")
+    assert pr(sglpatch, checkout, patches, tmp_path)[0] == 0
+    assert pr(sglpatch, checkout, patches, tmp_path)[0] == 0  # its own bodies, unchanged: written again
+    body = tmp_path / "bodies" / "base-group.md"
+    body.write_text(body.read_text() + "\nA paragraph of mine.\n")
+    branches = Git(checkout).run("for-each-ref", "refs/heads")
+    code, _, err = pr(sglpatch, checkout, patches, tmp_path)
+    assert code == 2 and "base-group.md is not the body pr wrote" in err and "mv -n" in err, err
+    assert body.read_text().endswith("A paragraph of mine.\n")
+    assert Git(checkout).run("for-each-ref", "refs/heads") == branches

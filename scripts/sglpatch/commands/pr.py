@@ -21,6 +21,7 @@ from a wheel import shares no history with upstream: it renders the bodies, and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -36,7 +37,7 @@ from sglpatch.commands.common import NEWEST_LINE, add_series_options, add_target
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import Git, GitFailed, git_reason
 from sglpatch.lines import Line, line_named, newest_line
-from sglpatch.output import plural, say
+from sglpatch.output import plural, say, show_path
 from sglpatch.project import PROJECT_ROOT
 from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.replay import history_between, upstream_reason
@@ -122,6 +123,7 @@ def run(args) -> int:
     records = _with_existing(_load_records(git), args.existing)
     prepared = _prepare_all(git, groups, base, series.patches, pin, default_base, config, records)
     _refuse_moving_the_users_branches(git, prepared, records)
+    _refuse_writing_over_edited_bodies(prepared, records, args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     for pr in prepared:
         try:
@@ -129,6 +131,32 @@ def run(args) -> int:
         finally:  # what was pushed stays recorded, even when a later push fails
             _save_records(git, records)
     return 0
+
+
+def _refuse_writing_over_edited_bodies(prepared: list, records: dict, out: Path) -> None:
+    """A body file there that is neither the one pr wrote last (its digest in the records) nor the one it writes
+    now was edited by hand or is a file of the user's: writing the body over it would lose that; refused before
+    any branch moves."""
+    edited = []
+    for pr in prepared:
+        path = out / f"{pr.group.id}.md"
+        if not (path.exists() or path.is_symlink()):
+            continue
+        ours = {records.get(pr.group.id, {}).get("body_sha256"), _digest(pr.body.encode("utf-8"))}
+        if path.is_symlink() or not path.is_file() or _digest(path.read_bytes()) not in ours:
+            edited.append(path)
+    if edited:
+        advised: set[Path] = set()
+        moves = ", ".join(hints.move_aside(path, advised) for path in edited)
+        raise FatalError(
+            f"{', '.join(show_path(p) for p in edited)} {'is' if len(edited) == 1 else 'are'} not the body pr wrote "
+            f"(edited since, or a file of yours), and pr would write over {'it' if len(edited) == 1 else 'them'}; "
+            f"nothing was changed: {moves} keeps {'it' if len(edited) == 1 else 'them'}, then run pr again"
+        )
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _fork(git: Git, args) -> dict | None:
@@ -293,7 +321,8 @@ def _publish(git: Git, pr: Prepared, config: dict, records: dict, fork: dict | N
     group, record = pr.group, records.setdefault(pr.group.id, {})
     branch = BRANCH_PREFIX + group.branch
     body_path = args.out / f"{group.id}.md"
-    body_path.write_text(pr.body)
+    body_path.write_text(pr.body, encoding="utf-8")
+    record["body_sha256"] = _digest(pr.body.encode("utf-8"))
     # recorded before the move: a run killed between the two leaves the branch at the tip it had, which the
     # record still names as pr's own (built_before), so the next run rebuilds it instead of refusing it
     record.update(built=pr.tip, built_before=pr.branch_was)

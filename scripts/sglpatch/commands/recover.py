@@ -87,8 +87,8 @@ def _recover_checkout(state: TargetState) -> None:
         if unwritten:
             raise FatalError(
                 f"{target.root} is on {record.branch}, but {', '.join(unwritten[:5])} differ from it (a git checkout "
-                "that could not write, or an edit since); nothing was changed: make the files writable and "
-                "`git checkout -- <files>`, or commit the edit"
+                "that could not write, or an edit since); nothing was changed: commit the edit, or make the files "
+                f"writable and {hints.put_back_keeping_copies(target.root, unwritten)}"
             )
         say(f"nothing to recover: {target.root} is {PATCHED} (branch {record.branch})")
     elif state.on_branch:

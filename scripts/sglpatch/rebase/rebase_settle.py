@@ -271,8 +271,9 @@ def _refuse_changed_series(patch_dir: Path, expected: tuple[str, str | None]) ->
     unmarking it); anything else is someone's edit, which installing would overwrite."""
     if series_digest(patch_dir) not in expected:
         raise FatalError(
-            f"{patch_dir} changed since the rebase began, and installing the result would overwrite that; "
-            "put it back as it was (e.g. `git checkout -- patches/`) and run recover again"
+            f"{patch_dir} changed since the rebase began, and installing the result would overwrite that; nothing "
+            f"was changed: {hints.copy_aside(patch_dir)} keeps your edit, then put the folder back as it was "
+            "(e.g. `git checkout -- patches/`) and run recover again"
         )
 
 

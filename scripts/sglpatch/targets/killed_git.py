@@ -10,6 +10,7 @@ made since, and is refused, changing nothing.
 
 from __future__ import annotations
 
+from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.targets import rebase_store
@@ -33,7 +34,7 @@ def settle_checkout_switch(target: Target, record: CheckoutRecord, locks: tuple[
         raise FatalError(
             f"the interrupted {'apply' if record.state == WriteState.APPLYING else 'revert'} left changes in "
             f"{', '.join(edited[:5])} (HEAD is on {git.current_branch() or 'a detached commit'}); nothing was "
-            "changed: check them, then `git checkout -- <files>` and run recover again"
+            f"changed: check them; {hints.put_back_keeping_copies(target.root, edited)}; then run recover again"
         )
     remove_own(locks, target.root)
     return dirty
@@ -67,7 +68,7 @@ def _refuse_unexplained_changes(state: RebaseInProgress) -> None:
     if changed:
         raise FatalError(
             f"the interrupted rebase left changes in {', '.join(changed[:5])} (HEAD is detached); nothing was "
-            "changed: check them, then `git checkout -- <files>` and run recover again"
+            f"changed: check them; {hints.put_back_keeping_copies(state.target.root, changed)}; then run recover again"
         )
 
 

@@ -96,17 +96,16 @@ def settle_package(state: TargetState, force: bool) -> str:
     if edited:
         raise FatalError(
             f"{root} is patched, but {', '.join(edited[:5])} changed since sglpatch wrote them; nothing was changed: "
-            f"`{_keep_copies(root, edited)}` keeps your edits beside them, then `sglpatch revert --force --sglang "
+            f"{_kept(root, edited)}`sglpatch revert --force --sglang "
             f"{shlex.quote(str(root))}` puts back the original bytes (throwing the edits there away)"
         )
     note = f"removed {removed} temporary files a killed run left; " if removed else "nothing to recover: "
     return f"{note}{root} is fully patched"
 
 
-def _keep_copies(root, paths: list[str]) -> str:
-    """A copy of each edited file as FILE.mine; `set -C`: never over a file of that name already there."""
-    files = [shlex.quote(str(root / path)) for path in paths]
-    return f"(set -C; {' && '.join(f'cat {file} > {file}.mine' for file in files)})"
+def _kept(root, paths: list[str]) -> str:
+    keep = hints.keep_copies(root, paths)
+    return f"{keep} keeps your edits beside them, then " if keep else ""
 
 
 def journal_progress(state: Interrupted) -> str:
