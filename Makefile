@@ -7,6 +7,8 @@
 USER_VARIABLES := PYTHON SGLANG LINE ONTO BRANCH FROM BASE JOBS TORCH_INDEX PYTEST_ARGS PYTEST_TMP KEEP_TREES THREEWAY \
 	CONTINUE ABORT DROP DROP_UPSTREAMED CHECK_IMPORTS RELEASES DOCS FORK FORK_OWNER SUBMIT OUT LEG GPU_PYTHON V NEXT_N GRID SEED \
 	SGLANG_TESTS
+# a PYTEST_TMP the user names may be a folder of theirs, which pytest's --basetemp empties: checked before a run
+PYTEST_TMP_GIVEN := $(filter command line environment%,$(origin PYTEST_TMP))
 $(foreach v,$(USER_VARIABLES),$(if $(filter command line environment%,$(origin $(v))),$(eval override $(v) := $$(value $(v)))))
 
 PYTHON ?= python3
@@ -46,6 +48,12 @@ FREEING = trees=$(1); trap 'status=130; $(FREE_RAM_TREES); exit 130' INT TERM;
 # ... and exit with the run's status: what follows a main pytest command in a recipe
 FREE_RAM_TREES_AND_EXIT = status=$$?; $(FREE_RAM_TREES); exit $$status
 # The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
+# A PYTEST_TMP given on the command line that holds files and no mark of a test run (tests/conftest.py writes
+# .sglpatch-pytest in it) is a folder of the user's: refused, nothing deleted.
+CHECK_PYTEST_TMP = @if [ -n "$(PYTEST_TMP_GIVEN)" ] && [ -d $(call q,$(PYTEST_TMP)) ] \
+	&& [ -n "$$(ls -A $(call q,$(PYTEST_TMP)))" ] && [ ! -e $(call q,$(PYTEST_TMP))/.sglpatch-pytest ]; then \
+	echo "make: PYTEST_TMP=$(call q,$(PYTEST_TMP)) holds files no test run made, and a run empties its folder; nothing was deleted: name a new folder" >&2; \
+	exit 2; fi
 SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
 # A relative path is the caller's: `make -C PROJECT apply SGLANG=build/sglang` from another folder means that
@@ -118,6 +126,7 @@ recover: $(VENV)/.tool-stamp ## after an interrupted apply/revert/rebase of SGLA
 	$(SGLPATCH) recover $(TARGET_ARG)
 
 test-fault: $(VENV)/.tool-stamp ## full fault grid: apply/revert/rebase cut at every write point x SIGINT/TERM/KILL x checkout/package, and killed inside git
+	$(CHECK_PYTEST_TMP)
 	$(SET_TMP_ASIDE)
 	$(call FREEING,$(call q,$(PYTEST_TMP))) SGLPATCH_FAULT_GRID=full $(PYTEST) -n 2 --dist load -ra $(PYTEST_ARGS) tests/reliability; $(FREE_RAM_TREES_AND_EXIT)
 
@@ -132,6 +141,7 @@ TEST_LINES = lines=$$($(SGLPATCH) lines --test-folders) || exit 2; \
 	status=$$?; $(FREE_RAM_TREES); [ $$status = 0 ] || exit 1; done
 
 test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglang trees, patched sglang modules; each line's own tests in its own process)
+	$(CHECK_PYTEST_TMP)
 	$(SGLPATCH) apply --line $(DEFAULT_LINE)
 	@$(APPLY_LINES)
 	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
@@ -140,6 +150,7 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))
 
 test-offline: $(VENV)/.sglang-cpu-stamp ## the CPU suite without the network: pip indexes off, tests marked `network` left out (needs one online `make apply` first)
+	$(CHECK_PYTEST_TMP)
 	PIP_NO_INDEX=1 $(SGLPATCH) apply --line $(DEFAULT_LINE)
 	@export PIP_NO_INDEX=1; $(APPLY_LINES)
 	@echo "make: running the CPU suite without PyPI (pytest -m 'not network')"

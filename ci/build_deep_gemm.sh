@@ -63,7 +63,16 @@ for f in source.tar.xz third-party.tar.xz MANIFEST.json; do
 done
 CXX_PATH=$(command -v "$CXX") || { echo "no C++ compiler $CXX" >&2; exit 2; }
 mkdir -p "$OUTDIR" "$ROOT/builds" || exit 2
-rm -rf "$ROOT"/staging-*  # what a build cut short left; never ROOT/current nor ROOT/builds/*
+if [ -e "$ROOT/current" ] && [ ! -L "$ROOT/current" ]; then
+  echo "build_deep_gemm.sh: $ROOT/current is not the link this script keeps there, and switching builds would" \
+    "replace it; nothing was changed: move it, or name another --root" >&2
+  exit 2
+fi
+# What a build cut short left: a staging folder this script marked, whose process is gone. Not one a build still
+# running on the same ROOT holds, nor a folder of that name the script did not make.
+for old in "$ROOT"/staging-*; do
+  [ -f "$old/.sglpatch-staging" ] && ! kill -0 "${old##*/staging-}" 2>/dev/null && rm -rf "$old"
+done
 
 TORCH=$("$PY" -c 'import torch; print(torch.__version__)') || { echo "no torch in $PY" >&2; exit 2; }
 NVCC=$("$CUDA_HOME/bin/nvcc" --version | grep -o 'release [0-9.]*, V[0-9.]*' | head -1)
@@ -78,7 +87,7 @@ switch_to() {  # KEY: ROOT/current -> builds/KEY, in one rename
 
 build_into() {  # STAGING: unpack, build the extension in place, lay out the JIT's headers, record it
   local staging="$1" started
-  mkdir -p "$staging" || return 1
+  mkdir -p "$staging" && : >"$staging/.sglpatch-staging" || return 1
   tar -xJf "$PART/source.tar.xz" -C "$staging" && tar -xJf "$PART/third-party.tar.xz" -C "$staging" || return 1
   local src="$staging/DeepGEMM" tp="$staging/third-party"
   started=$(date +%s)

@@ -12,6 +12,8 @@ one worker); a file left off it only starts later.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 LONGEST_FIRST = (
     "tests/toolkit/test_rebase.py",
     "tests/bench/test_engine_bench.py",
@@ -44,3 +46,11 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # a stable sort
+
+
+def pytest_sessionstart(session):
+    """The mark of a test run in the folder `--basetemp` names (made now, as pytest makes it, emptied first): the
+    Makefile deletes a PYTEST_TMP the user names only where it holds this mark, or nothing."""
+    config = session.config
+    if config.option.basetemp and not hasattr(config, "workerinput"):
+        (Path(config._tmp_path_factory.getbasetemp()) / ".sglpatch-pytest").touch()

@@ -122,6 +122,28 @@ def test_a_build_cut_short_leaves_the_previous_one_in_place(tmp_path):
     assert (tmp_path / "out2" / "deep_gemm_build.log").is_file()
 
 
+def test_only_a_staging_folder_a_dead_build_left_is_removed(tmp_path):
+    """The script began with `rm -rf ROOT/staging-*`: a second build on the same ROOT (the default is shared)
+    removed the first's staging folder mid-build, and a `staging-` folder of the user's under --root went too.
+    A `current` that is not the script's link was replaced by one."""
+    env, root = _tools(tmp_path), tmp_path / "root"
+    (root / "staging-mine").mkdir(parents=True)
+    (root / "staging-mine" / "notes.txt").write_text("mine\n")
+    running = root / f"staging-{os.getpid()}"  # a build in progress: its process alive
+    running.mkdir()
+    (running / ".sglpatch-staging").write_text("")
+    dead = root / "staging-999999999"
+    dead.mkdir()
+    (dead / ".sglpatch-staging").write_text("")
+    assert _build(_bundle(tmp_path / "b"), root, tmp_path / "out", env).returncode == 0
+    assert (root / "staging-mine" / "notes.txt").read_text() == "mine\n" and running.is_dir() and not dead.exists()
+    other = tmp_path / "other"
+    (other / "current").mkdir(parents=True)
+    refused = _build(_bundle(tmp_path / "b2"), other, tmp_path / "out2", env)
+    assert refused.returncode == 2 and "is not the link this script keeps" in refused.stderr
+    assert (other / "current").is_dir() and not (other / "current").is_symlink()
+
+
 def test_headers_that_differ_from_the_wheels_are_recorded_as_not_identical(tmp_path):
     env = _tools(tmp_path)
     bundle = _bundle(tmp_path / "bundle", wheel_headers=b"// the wheel's own\n")

@@ -467,3 +467,16 @@ def test_make_help_lists_every_target_in_any_locale(tmp_path):
     targets = [line.split()[0] for line in in_c.stdout.splitlines()]
     assert "lint" in targets and "bench-engine" in targets and len(targets) > 20, in_c.stdout
     assert in_turkish.stdout == in_c.stdout, in_turkish.stdout
+
+
+def test_make_test_leaves_a_pytest_tmp_of_the_users_alone(tmp_path):
+    """`make test PYTEST_TMP=DIR` moved DIR aside and deleted it (pytest's --basetemp empties its folder too): a
+    folder of the user's named there went. One holding files and no mark of a test run is refused before anything
+    runs; tests/conftest.py marks the folders runs make."""
+    mine = tmp_path / "my results"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    before = tree_state(mine)
+    run = make("-o", ".venv/.sglang-cpu-stamp", "test", f"PYTEST_TMP={mine}")
+    assert run.returncode == 2 and "holds files no test run made" in run.stderr, run.stdout + run.stderr
+    assert tree_state(mine) == before
