@@ -49,11 +49,15 @@ FREEING = trees=$(1); trap 'status=130; $(FREE_RAM_TREES); exit 130' INT TERM;
 FREE_RAM_TREES_AND_EXIT = status=$$?; $(FREE_RAM_TREES); exit $$status
 # The last run's trees (several GB) are moved aside and deleted in the background, not before the first test.
 # A PYTEST_TMP given on the command line that holds files and no mark of a test run (tests/conftest.py writes
-# .sglpatch-pytest in it) is a folder of the user's: refused, nothing deleted.
-CHECK_PYTEST_TMP = @if [ -n "$(PYTEST_TMP_GIVEN)" ] && [ -d $(call q,$(PYTEST_TMP)) ] \
-	&& [ -n "$$(ls -A $(call q,$(PYTEST_TMP)))" ] && [ ! -e $(call q,$(PYTEST_TMP))/.sglpatch-pytest ]; then \
-	echo "make: PYTEST_TMP=$(call q,$(PYTEST_TMP)) holds files no test run made, and a run empties its folder; nothing was deleted: name a new folder" >&2; \
+# .sglpatch-pytest in it) is a folder of the user's: refused, nothing deleted. So is each PYTEST_TMP-<line> (and
+# PYTEST_TMP-python) that a run hands pytest as --basetemp for a line's own tests: a folder of the user's of
+# that name (PYTEST_TMP=/data/sglang beside /data/sglang-v0.5.23) was emptied with no look.
+REFUSE_USERS_TMP = if [ -d $(1) ] && [ -n "$$(ls -A $(1))" ] && [ ! -e $(1)/.sglpatch-pytest ]; then \
+	echo "make: "$(1)" holds files no test run made, and a run with PYTEST_TMP=$(call q,$(PYTEST_TMP)) empties it; nothing was deleted: name a new folder" >&2; \
 	exit 2; fi
+CHECK_PYTEST_TMP = @if [ -n "$(PYTEST_TMP_GIVEN)" ]; then $(call REFUSE_USERS_TMP,$(call q,$(PYTEST_TMP))); \
+	lines=$$($(SGLPATCH) lines --test-folders) || exit 2; echo "$$lines" | while read -r line folder; do \
+	[ -z "$$line" ] || { $(call REFUSE_USERS_TMP,$(call q,$(PYTEST_TMP))-"$$line"); } || exit 2; done || exit 2; fi
 SET_TMP_ASIDE = @if [ -d $(call q,$(PYTEST_TMP)) ]; then old=$(call q,$(PYTEST_TMP)).old.$$$$; \
 	mv $(call q,$(PYTEST_TMP)) "$$old" && (rm -rf "$$old" >/dev/null 2>&1 &); fi
 # A relative path is the caller's: `make -C PROJECT apply SGLANG=build/sglang` from another folder means that
@@ -167,6 +171,7 @@ OTHER_VENV = build/venv-$(shell $(call q,$(PYTHON)) -c 'import platform; print(p
 test-python: ## with PYTHON=/usr/bin/python3 (any 3.11+): the tests of what differs between Python releases, in a venv of its own under build/
 	@$(call q,$(PYTHON)) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 		echo "make: $(PYTHON) is not Python 3.11 or newer (sglpatch needs 3.11+); nothing was made" >&2; exit 2; }
+	@if [ -n "$(PYTEST_TMP_GIVEN)" ]; then $(call REFUSE_USERS_TMP,$(call q,$(PYTEST_TMP))-python); fi
 	$(call q,$(PYTHON)) -m venv $(OTHER_VENV)
 	$(OTHER_VENV)/bin/python -m pip install --progress-bar off -q -e '.[test]'
 	$(call FREEING,$(call q,$(PYTEST_TMP))-python) $(OTHER_VENV)/bin/python -m pytest -p no:cacheprovider -ra \

@@ -1,0 +1,69 @@
+"""The hostile trial of round 10: the code changed after round 9 (pr's guard over its bodies, recover's advice that
+keeps copies, the Makefile's check of a PYTEST_TMP named on the command line), tried as a user would meet it
+(docs/reliability.md, round 10).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testing.tree_bytes import tree_state
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKE = shutil.which("make")
+# stands in for sglpatch (the one line besides the default, as `sglpatch lines --test-folders` prints it)
+FAKE_SGLPATCH = """#!/bin/sh
+echo "sglpatch $*" >> "$(dirname "$0")/../calls"
+[ "$1 $2" = "lines --test-folders" ] && echo "v0.5.23 tests/patched_v0_5_23"
+exit 0
+"""
+# stands in for the venv's python: `-m pytest --basetemp=DIR` empties DIR as pytest does, and marks it as conftest
+FAKE_PYTHON = """#!/bin/sh
+echo "python $*" >> "$(dirname "$0")/../calls"
+for a in "$@"; do case "$a" in --basetemp=*) t="${a#--basetemp=}"; rm -rf "$t"; mkdir -p "$t" && : > "$t/.sglpatch-pytest";; esac; done
+exit 0
+"""
+
+
+def fake_project(tmp_path: Path) -> Path:
+    """This Makefile in a folder of its own, its venv's sglpatch and python stand-ins that say what they were run
+    with: make test runs its recipes, and nothing here or in /work is touched."""
+    project = tmp_path / "project"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "Makefile", project)
+    for name, text in (("sglpatch", FAKE_SGLPATCH), ("python", FAKE_PYTHON)):
+        (project / ".venv" / "bin" / name).write_text(text)
+        (project / ".venv" / "bin" / name).chmod(0o755)
+    return project
+
+
+def make(project: Path, *args: str) -> subprocess.CompletedProcess:
+    if MAKE is None:
+        pytest.skip("make is not installed")
+    return subprocess.run(
+        [MAKE, "--no-print-directory", "-C", str(project), "-o", ".venv/.sglang-cpu-stamp", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_make_test_leaves_a_folder_of_the_users_named_like_a_lines_trees_alone(tmp_path):
+    """`make test PYTEST_TMP=/data/sglang` hands each line's own tests `--basetemp=/data/sglang-<line>`, which
+    pytest empties first: a folder of the user's of that name (their checkout of sglang v0.5.23 beside the new
+    folder they named) was deleted after the main suite, exit 0; only PYTEST_TMP itself was looked at. Now each
+    such folder that holds files and no mark of a test run is refused before anything runs."""
+    project = fake_project(tmp_path)
+    theirs = tmp_path / "data" / "sglang-v0.5.23"
+    theirs.mkdir(parents=True)
+    (theirs / "notes.md").write_text("my checkout's notes\n")
+    before = tree_state(theirs)
+    run = make(project, "test", f"PYTEST_TMP={tmp_path / 'data' / 'sglang'}")
+    assert run.returncode == 2 and "holds files no test run made" in run.stderr, run.stdout + run.stderr
+    assert str(theirs) in run.stderr and run.stderr.count("make: ") == 1 + run.stderr.count("make: ***")
+    assert tree_state(theirs) == before
+    assert "pytest" not in (project / ".venv" / "calls").read_text() and "apply" not in run.stdout
