@@ -53,7 +53,7 @@ FREE_RAM_TREES_AND_EXIT = status=$$?; $(FREE_RAM_TREES); exit $$status
 # PYTEST_TMP-python) that a run hands pytest as --basetemp for a line's own tests: a folder of the user's of
 # that name (PYTEST_TMP=/data/sglang beside /data/sglang-v0.5.23) was emptied with no look.
 REFUSE_USERS_TMP = if [ -d $(1) ] && [ -n "$$(ls -A $(1))" ] && [ ! -e $(1)/.sglpatch-pytest ]; then \
-	echo "make: "$(1)" holds files no test run made, and a run with PYTEST_TMP=$(call q,$(PYTEST_TMP)) empties it; nothing was deleted: name a new folder" >&2; \
+	echo "make: "$(1)" holds files no test run made, and a run with PYTEST_TMP="$(call q,$(PYTEST_TMP))" empties it; nothing was deleted: name a new folder" >&2; \
 	exit 2; fi
 CHECK_PYTEST_TMP = @if [ -n "$(PYTEST_TMP_GIVEN)" ]; then $(call REFUSE_USERS_TMP,$(call q,$(PYTEST_TMP))); \
 	lines=$$($(SGLPATCH) lines --test-folders) || exit 2; echo "$$lines" | while read -r line folder; do \
@@ -148,7 +148,7 @@ test: $(VENV)/.sglang-cpu-stamp ## run the CPU test suite (toolkit on real sglan
 	$(CHECK_PYTEST_TMP)
 	$(SGLPATCH) apply --line $(DEFAULT_LINE)
 	@$(APPLY_LINES)
-	@echo "make: running the CPU suite on 2 workers, its trees under $(PYTEST_TMP) (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
+	@echo "make: running the CPU suite on 2 workers, its trees under "$(call q,$(PYTEST_TMP))" (README: how long it takes; make test-offline leaves out the tests that need PyPI)"
 	$(SET_TMP_ASIDE)
 	$(call FREEING,$(call q,$(PYTEST_TMP))) $(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder -ra -m 'not series_proof and not fault_grid' $(PYTEST_ARGS) --ignore=tests/gpu --ignore-glob='tests/patched_v*' tests; $(FREE_RAM_TREES_AND_EXIT)
 	@$(call TEST_LINES,-n 2 --dist loadfile -ra $(PYTEST_ARGS))

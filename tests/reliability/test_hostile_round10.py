@@ -67,3 +67,19 @@ def test_make_test_leaves_a_folder_of_the_users_named_like_a_lines_trees_alone(t
     assert str(theirs) in run.stderr and run.stderr.count("make: ") == 1 + run.stderr.count("make: ***")
     assert tree_state(theirs) == before
     assert "pytest" not in (project / ".venv" / "calls").read_text() and "apply" not in run.stdout
+
+
+def test_make_test_takes_a_pytest_tmp_with_a_dollar_as_text(tmp_path):
+    """The Makefile takes every value as written (a `$(...)` in it is text make never runs). `make test` printed
+    PYTEST_TMP inside double quotes, so the shell ran a `$(...)` in it (and the refusal of a folder of the user's
+    did too): `PYTEST_TMP='out$(touch RAN)'` ran `touch RAN`. Now it goes to the shell single-quoted."""
+    project = fake_project(tmp_path)
+    mine = project / "out$(touch RAN)"
+    mine.mkdir()
+    (mine / "f").write_text("mine\n")
+    run = make(project, "test", "PYTEST_TMP=out$(touch RAN)")
+    assert run.returncode == 2 and "out$(touch RAN)" in run.stderr, run.stdout + run.stderr
+    (mine / "f").unlink()  # empty: the run goes on, and says where its trees are
+    run = make(project, "test", "PYTEST_TMP=out$(touch RAN)")
+    assert run.returncode == 0 and "its trees under out$(touch RAN) (README" in run.stdout, run.stdout + run.stderr
+    assert not (project / "RAN").exists()
