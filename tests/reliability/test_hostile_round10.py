@@ -5,6 +5,7 @@ keeps copies, the Makefile's check of a PYTEST_TMP named on the command line), t
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -83,3 +84,37 @@ def test_make_test_takes_a_pytest_tmp_with_a_dollar_as_text(tmp_path):
     run = make(project, "test", "PYTEST_TMP=out$(touch RAN)")
     assert run.returncode == 0 and "its trees under out$(touch RAN) (README" in run.stdout, run.stdout + run.stderr
     assert not (project / "RAN").exists()
+
+
+def test_an_edit_in_a_file_whose_name_git_quotes_stops_the_roll_back_of_a_killed_rebase(tmp_path):
+    """A rebase killed inside its git (the lock it held left), then an edit in a file whose name git quotes
+    (`café.py`, a quote or a newline in it), then `recover`. The check that only the killed git's own writes are
+    there read `git diff --name-only HEAD`, which names that file `"caf\\303\\251.py"`, a path no file has: the
+    edit was taken for no change, and the roll back (`git checkout -f`) threw it away; with no lock of the run's
+    left, the refusal named the quoted path, and its advice kept no copy and put nothing back. Now the names are
+    read as they are: refused, and the advice, followed as printed, keeps the edit beside the file."""
+    from types import SimpleNamespace
+
+    from sglpatch.errors import FatalError
+    from sglpatch.git import init_repo
+    from sglpatch.targets import checkout_at
+    from sglpatch.targets.killed_git import _refuse_unexplained_changes
+    from testing.sglang_trees import as_tester
+
+    root = tmp_path / "my checkout"
+    git = as_tester(init_repo(root))
+    for name in ("café.py", 'say "hi".py'):
+        (root / name).write_text("x = 1\n")
+    git.run("add", "-A")
+    git.run("commit", "-q", "-m", "mine")
+    head = git.run("rev-parse", "HEAD")
+    (root / "café.py").write_text("x = 2  # my edit\n")
+    rebase = SimpleNamespace(phase="replaying", onto=head, original_head=head, commits=[], next=None)
+    for locks in ((SimpleNamespace(ours=True),), ()):  # killed inside its git, or between two of its steps
+        state = SimpleNamespace(target=checkout_at(root), rebase=rebase, locks=locks)
+        with pytest.raises(FatalError) as refusal:
+            _refuse_unexplained_changes(state)
+        assert "café.py" in str(refusal.value) and "\\303" not in str(refusal.value)
+    keep, put_back = re.findall(r"`([^`]+)`", str(refusal.value))[:2]
+    subprocess.run(["bash", "-c", f"{keep} && {put_back}"], check=True, cwd=tmp_path)
+    assert (root / "café.py.mine").read_text() == "x = 2  # my edit\n" and (root / "café.py").read_text() == "x = 1\n"
