@@ -93,19 +93,30 @@ def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
 
 
 def keep_copies(root: Path | str, paths: list[str]) -> str:
-    """`(set -C; cat F > F.mine && ...)`: a copy of each of `paths` there is, beside it (`set -C`: never over a file
-    of that name); "" when none is there."""
-    kept = [shlex.quote(str(Path(root) / path)) for path in paths if os.path.lexists(Path(root) / path)]
-    return f"`(set -C; {' && '.join(f'cat {f} > {f}.mine' for f in kept)})`" if kept else ""
+    """`(set -C; cat F > F.mine && ...)`: a copy of each of `paths` there is, beside it, at a name not yet taken
+    (F.mine, else F.mine-2, ...: a F.mine of the user's stopped the copies, and with them the advice); `set -C`:
+    never over a file of that name made since; "" when none is there."""
+    there = [Path(root) / path for path in paths if os.path.lexists(Path(root) / path)]
+    copies = [f"cat {shlex.quote(str(path))} > {_free_copy_name(path)}" for path in there]
+    return f"`(set -C; {' && '.join(copies)})`" if copies else ""
+
+
+def _free_copy_name(path: Path) -> str:
+    place, number = Path(f"{path}.mine"), 2
+    while os.path.lexists(place):
+        place, number = Path(f"{path}.mine-{number}"), number + 1
+    return shlex.quote(str(place))
 
 
 def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:
     """Advice that puts files back as HEAD has them, after a copy of each as FILE.mine: `git checkout -- FILES`
     alone would throw away the edits it is advised for."""
     keep = keep_copies(root, paths)
-    keep = f"{keep} keeps a copy of each as FILE.mine, then " if keep else ""
+    keep = f"{keep} keeps a copy of each as FILE.mine (or FILE.mine-N), then " if keep else ""
     where = shlex.quote(str(root))
-    return f"{keep}`git -C {where} checkout -- {' '.join(shlex.quote(p) for p in paths)}` puts them back as HEAD has them"
+    return (
+        f"{keep}`git -C {where} checkout -- {' '.join(shlex.quote(p) for p in paths)}` puts them back as HEAD has them"
+    )
 
 
 def copy_aside(folder: Path) -> str:

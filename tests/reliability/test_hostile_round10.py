@@ -118,3 +118,25 @@ def test_an_edit_in_a_file_whose_name_git_quotes_stops_the_roll_back_of_a_killed
     keep, put_back = re.findall(r"`([^`]+)`", str(refusal.value))[:2]
     subprocess.run(["bash", "-c", f"{keep} && {put_back}"], check=True, cwd=tmp_path)
     assert (root / "café.py.mine").read_text() == "x = 2  # my edit\n" and (root / "café.py").read_text() == "x = 1\n"
+
+
+def test_recovers_advice_keeps_a_copy_beside_a_file_mine_of_the_users(tmp_path):
+    """The advice before `git checkout -- FILES` keeps a copy of each as FILE.mine under `set -C`: where the user
+    has a FILE.mine already (their own copy from before), the copy was refused ("cannot overwrite existing file"),
+    and with it the advice: followed step by step, the put back after the failed copy threw the edit away. Now each copy goes to a name not yet
+    taken (FILE.mine-2), and FILE.mine stays as it was."""
+    from sglpatch import hints
+    from sglpatch.git import init_repo
+    from testing.sglang_trees import as_tester
+
+    root = tmp_path / "checkout"
+    git = as_tester(init_repo(root))
+    (root / "-x y.py").write_text("x = 1\n")
+    git.run("add", "-A")
+    git.run("commit", "-q", "-m", "mine")
+    (root / "-x y.py").write_text("x = 2  # my edit\n")
+    (root / "-x y.py.mine").write_text("an older copy of mine\n")
+    keep, put_back = re.findall(r"`([^`]+)`", hints.put_back_keeping_copies(root, ["-x y.py"]))
+    subprocess.run(["bash", "-c", f"{keep} && {put_back}"], check=True, cwd=tmp_path, capture_output=True)
+    assert (root / "-x y.py.mine").read_text() == "an older copy of mine\n"
+    assert (root / "-x y.py.mine-2").read_text() == "x = 2  # my edit\n" and (root / "-x y.py").read_text() == "x = 1\n"
