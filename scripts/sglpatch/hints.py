@@ -110,12 +110,14 @@ def _free_copy_name(path: Path) -> str:
 
 def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:
     """Advice that puts files back as HEAD has them, after a copy of each as FILE.mine: `git checkout -- FILES`
-    alone would throw away the edits it is advised for."""
+    alone would throw away the edits it is advised for. `--literal-pathspecs`: a name with `*`, `?` or `[` is that
+    file, not a pattern that puts back other files too."""
     keep = keep_copies(root, paths)
     keep = f"{keep} keeps a copy of each as FILE.mine (or FILE.mine-N), then " if keep else ""
     where = shlex.quote(str(root))
     return (
-        f"{keep}`git -C {where} checkout -- {' '.join(shlex.quote(p) for p in paths)}` puts them back as HEAD has them"
+        f"{keep}`git --literal-pathspecs -C {where} checkout -- {' '.join(shlex.quote(p) for p in paths)}` puts them "
+        "back as HEAD has them"
     )
 
 

@@ -271,9 +271,7 @@ def _refuse_moving_the_users_branches(git: Git, prepared: list[Prepared], record
                 "--detach`), then run make pr again"
             )
         record = records.get(pr.group.id, {})
-        own = {record.get(key) for key in PR_OWN_TIPS} | {
-            git.rev_parse(PUSHED_PREFIX + pr.group.branch)
-        }
+        own = {record.get(key) for key in PR_OWN_TIPS} | {git.rev_parse(PUSHED_PREFIX + pr.group.branch)}
         if now not in own:
             raise FatalError(
                 f"{pr.group.id}: branch {branch} holds commits make pr did not leave there (at {now[:12]}), and "

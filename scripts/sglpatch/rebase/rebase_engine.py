@@ -639,17 +639,18 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
     ours = set(stopped.files)
     if state.patches and state.commits and stopped.patch in state.patches:
         picked = state.commits[state.patches.index(stopped.patch)]
-        ours |= set(git.run("diff-tree", "-r", "--name-only", "--no-commit-id", picked).splitlines())
-    beside = [path for path in git.run("diff", "--name-only", "--no-renames", "HEAD").splitlines() if path not in ours]
+        ours |= set(git.paths("diff-tree", "-r", "--name-only", "--no-commit-id", picked))
+    beside = [path for path in git.paths("diff", "--name-only", "--no-renames", "HEAD") if path not in ours]
     if beside:
         files, root = shlex.join(beside), shlex.quote(str(git.workdir))
         # `set -C`: the advice never overwrites a file of the user's that has the name already
         raise FatalError(
             f"{', '.join(beside[:5])} changed while the rebase waited, and {stopped.patch} does not touch "
             f"{'it' if len(beside) == 1 else 'them'}: {option} would throw that away; nothing was changed: save "
-            f"the changes (`(set -C; git -C {root} diff {_WHOLE_PATCH} HEAD -- {files} > my-changes.patch)`; git "
+            f"the changes (`(set -C; git --literal-pathspecs -C {root} diff {_WHOLE_PATCH} HEAD -- {files} > "
+            "my-changes.patch)`; git "
             f"stashes nothing while a pick conflicts), put the files back as HEAD has them "
-            f"(`git -C {root} checkout HEAD -- {files}`), then run this again"
+            f"(`git --literal-pathspecs -C {root} checkout HEAD -- {files}`), then run this again"
         )
 
 

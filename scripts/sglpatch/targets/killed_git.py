@@ -60,7 +60,7 @@ def _refuse_unexplained_changes(state: RebaseInProgress) -> None:
     git, rebase = state.target.git, state.rebase
     if rebase.phase == rebase_store.INSTALLING or (git.git_dir() / "CHERRY_PICK_HEAD").exists():
         return
-    changed = _names(git, "diff", "--name-only", "--no-renames", "HEAD")
+    changed = git.paths("diff", "--name-only", "--no-renames", "HEAD")
     if changed and any(lock.ours for lock in state.locks):
         picking = _picked_paths(state)
         commits = [c for c in ("HEAD", rebase.onto, rebase.original_head) if c]
@@ -111,13 +111,7 @@ def _picked_paths(state: RebaseInProgress) -> set[str]:
     if not _picking(rebase):
         return set()
     picked = rebase.commits[rebase.next]
-    return set(_names(state.target.git, "diff-tree", "-r", "--name-only", "--no-commit-id", picked))
-
-
-def _names(git, *command: str) -> list[str]:
-    """The paths a git command lists, as they are: without -z git quotes a name with a quote, a newline or a byte
-    past ASCII (`"caf\\303\\251.py"`), a path no file has, so an edit there was taken for no change at all."""
-    return [path for path in git.run(*command, "-z", strip=False).split("\0") if path]
+    return set(state.target.git.paths("diff-tree", "-r", "--name-only", "--no-commit-id", picked))
 
 
 def _picking(rebase) -> bool:
