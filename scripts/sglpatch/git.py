@@ -208,7 +208,8 @@ class Git:
     def paths(self, *args: str) -> list[str]:
         """The paths a listing command prints, as they are: with -z, since without it git quotes a name past ASCII
         or with a quote or newline (`"caf\\303\\251.py"`), a path no file has."""
-        return [path for path in self.run(*args, "-z", strip=False).split("\0") if path]
+        command, *rest = args  # -z before the rest: after a `--` it would be a path
+        return [path for path in self.run(command, "-z", *rest, strip=False).split("\0") if path]
 
     def rev_parse(self, rev: str) -> str | None:
         status, out, _ = self.try_run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")

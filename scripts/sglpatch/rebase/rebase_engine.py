@@ -233,7 +233,7 @@ def start(target: Target, folder: Path, request: Request, series: Series, pin: P
             status, _, err = git.try_run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "--detach", onto)
             if status != 0:
                 raise FatalError(f"could not check out {request.onto} ({git_reason(err)})")
-            if unwritten := git.run("diff", "--name-only").splitlines():  # "unable to unlink old" still exits 0
+            if unwritten := git.paths("diff", "--name-only"):  # "unable to unlink old" still exits 0
                 raise FatalError(
                     f"could not check out {request.onto} (git left {', '.join(unwritten)} not as committed: a file "
                     "it could not write, or a filter's change)"
@@ -407,7 +407,7 @@ def _undo_pick(git: Git, head: str) -> None:
 
 
 def _stop_at_conflict(git: Git, folder: Path, state: RebaseState, name: str, upstream: str | None) -> None:
-    files = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
+    files = git.paths("diff", "--name-only", "--diff-filter=U")
     hint = f" (upstream already has it: {upstream})" if upstream else ""
     head = git.run("rev-parse", "HEAD")
     state.stopped = Stop(StopKind.CONFLICT, name, head, files, upstream)
@@ -432,7 +432,7 @@ def _record(folder: Path, state: RebaseState, name: str, kind: str, detail: str)
 
 def _check_prefix(git: Git, folder: Path, state: RebaseState, name: str) -> None:
     """Each prefix of the series must byte-compile (and, with --check-imports, import) what it touched."""
-    changed = git.run("diff", "--name-only", "--diff-filter=AMR", "HEAD~1", "HEAD", "--", "*.py").splitlines()
+    changed = git.paths("diff", "--name-only", "--diff-filter=AMR", "HEAD~1", "HEAD", "--", "*.py")
     problem = compile_error(git.workdir, changed)
     if problem is None and state.check_imports:
         progress(f"importing the modules {name} touched (CPU)")
@@ -591,7 +591,7 @@ def _commit_resolution(git: Git, folder: Path, state: RebaseState, stopped: Stop
             )
         state.resolved_by_hand = True
         return
-    unmerged = git.run("diff", "--name-only", "--diff-filter=U").splitlines()
+    unmerged = git.paths("diff", "--name-only", "--diff-filter=U")
     if unmerged:
         raise FatalError(f"still unresolved: {', '.join(unmerged)}; resolve and `git add` them first")
     state.resolved_by_hand = True
@@ -729,7 +729,7 @@ def _checkout_record(target: Target, state: RebaseState, branch: str) -> Checkou
     before = current_record(target)
     # the series' files on both branches: what a revert's switch back to the one below writes (none kept: the
     # files of the series below, not "the whole package", which an empty list means)
-    touched = set(git.run("diff", "--name-only", "--no-renames", state.onto, "HEAD").splitlines())
+    touched = set(git.paths("diff", "--name-only", "--no-renames", state.onto, "HEAD"))
     touched |= set(before.touched if before else [])
     return CheckoutRecord(  # applied: a record's state when none is given
         branch=branch,

@@ -25,7 +25,7 @@ RUFF_RULES = "F401,F821"
 
 
 def check_hygiene(git: Git, base: str, tip: str, label: str) -> None:
-    paths = [p for p in git.run("diff", "--name-only", "--diff-filter=AMR", base, tip, "--", "*.py").splitlines() if p]
+    paths = git.paths("diff", "--name-only", "--diff-filter=AMR", base, tip, "--", "*.py")
     if not paths:
         return
     with tempfile.TemporaryDirectory(prefix="sglpatch-lint-") as tmp:
