@@ -74,22 +74,12 @@ def test_clean_cut_short_then_run_again_keeps_a_commit_made_in_the_folder_it_lef
     build/sglang is in build.deleting/sglang, and the user commits there. Then `make apply` (a new build/sglang) and
     `make clean`: before, build.deleting went first without a look ("its checkouts were looked at then"), the commit
     with it. Now a file changed since that look is refused, with the `mv -n` that keeps the folder."""
-    from sglpatch.commands import clean
-
     assert sglpatch("apply")[0] == 0
-    real_rmtree = clean.shutil.rmtree
 
     def killed(path, *args, **kwargs):
         raise KeyboardInterrupt  # stands in for the kill: nothing deleted past the rename
 
-    clean.shutil.rmtree = killed
-    try:
-        try:
-            sglpatch("clean")
-        except KeyboardInterrupt:
-            pass
-    finally:
-        clean.shutil.rmtree = real_rmtree
+    _clean_cut_short(sglpatch, killed)
     left = series_project / "build.deleting" / "sglang"
     assert (left / ".git").is_dir() and not (series_project / "build").exists()
     mine = as_tester(Git(left))
@@ -124,14 +114,7 @@ def test_clean_cut_short_with_nothing_changed_since_is_finished_by_the_next(sglp
         calls.append(path)
         real_rmtree(path, *args, **kwargs)
 
-    clean.shutil.rmtree = cut_after_one
-    try:
-        try:
-            sglpatch("clean")
-        except KeyboardInterrupt:
-            pass
-    finally:
-        clean.shutil.rmtree = real_rmtree
+    _clean_cut_short(sglpatch, cut_after_one)
     assert (series_project / "build.deleting").is_dir()
     code, out, err = sglpatch("clean")
     assert code == 0 and "left by a clean cut short" in out, err
@@ -158,3 +141,17 @@ def test_recovers_advice_for_an_edited_patched_package_keeps_the_edit_and_names_
     code, out, err = sglpatch(*shlex.split(commands[1])[1:])
     assert code == 0, err
     assert (package / "global_config.py.mine").read_bytes() == mine
+
+
+def _clean_cut_short(sglpatch, rmtree) -> None:
+    """`sglpatch clean` with shutil.rmtree replaced by `rmtree`, whose KeyboardInterrupt stands in for a kill."""
+    from sglpatch.commands import clean
+
+    real_rmtree = clean.shutil.rmtree
+    clean.shutil.rmtree = rmtree
+    try:
+        sglpatch("clean")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        clean.shutil.rmtree = real_rmtree
