@@ -121,6 +121,15 @@ def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:
     )
 
 
+def move_beside(path: Path, advised: set[Path]) -> str:
+    """`mv -n FILE FILE.mine` (or FILE.mine-N): kept where it was, at a name not yet taken nor in `advised`."""
+    place, number = path.with_name(f"{path.name}.mine"), 2
+    while place.exists() or place.is_symlink() or place in advised:
+        place, number = path.with_name(f"{path.name}.mine-{number}"), number + 1
+    advised.add(place)
+    return f"`mv -n {shlex.quote(str(path))} {shlex.quote(str(place))}`"
+
+
 def copy_aside(folder: Path) -> str:
     """`cp -R FOLDER PLACE`: a copy beside it, PLACE a name not yet taken (cp -R into an existing folder nests)."""
     place, number = folder.with_name(f"{folder.name}.mine"), 2

@@ -5,7 +5,9 @@ a bare repo as the fork, bodies from the project's committed results. Against up
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import subprocess
 
 import pytest
 
@@ -163,6 +165,9 @@ def test_a_body_edited_by_hand_is_not_written_over(sglpatch, checkout, tmp_path,
     body.write_text(body.read_text() + "\nA paragraph of mine.\n")
     branches = Git(checkout).run("for-each-ref", "refs/heads")
     code, _, err = pr(sglpatch, checkout, patches, tmp_path)
-    assert code == 2 and "base-group.md is not the body pr wrote" in err and "mv -n" in err, err
+    assert code == 2 and "base-group.md is not the body pr wrote" in err, err
     assert body.read_text().endswith("A paragraph of mine.\n")
+    (move,) = re.findall(r"`(mv -n [^`]+)`", err)  # beside the body, where the user looks for it
+    subprocess.run(["bash", "-c", move], check=True)
+    assert (tmp_path / "bodies" / "base-group.md.mine").read_text().endswith("A paragraph of mine.\n")
     assert Git(checkout).run("for-each-ref", "refs/heads") == branches

@@ -147,7 +147,7 @@ def _refuse_writing_over_edited_bodies(prepared: list, records: dict, out: Path)
             edited.append(path)
     if edited:
         advised: set[Path] = set()
-        moves = ", ".join(hints.move_aside(path, advised) for path in edited)
+        moves = ", ".join(hints.move_beside(path, advised) for path in edited)
         raise FatalError(
             f"{', '.join(show_path(p) for p in edited)} {'is' if len(edited) == 1 else 'are'} not the body pr wrote "
             f"(edited since, or a file of yours), and pr would write over {'it' if len(edited) == 1 else 'them'}; "
