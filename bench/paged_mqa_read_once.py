@@ -55,8 +55,6 @@ DEVICE_LIMITS = {
     "NVIDIA H200": {"tag": "h200", "hbm_bytes_per_s": 4.8e12, "fp8_flop_per_s": 1979e12},
     "NVIDIA H100 80GB HBM3": {"tag": "h100", "hbm_bytes_per_s": 3.35e12, "fp8_flop_per_s": 1979e12},
 }
-HBM_BYTES_PER_S = DEVICE_LIMITS["NVIDIA H200"]["hbm_bytes_per_s"]
-FP8_FLOP_PER_S = DEVICE_LIMITS["NVIDIA H200"]["fp8_flop_per_s"]
 LAYOUTS = ("per_token", "paired", "native")
 
 

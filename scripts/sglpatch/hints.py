@@ -78,17 +78,23 @@ def clean() -> str:
     return _command("make clean", "sglpatch clean")
 
 
+def _free_place(first: Path, advised: set[Path] | None = None) -> Path:
+    """`first`, else `first`-2, -3, ...: the first name nothing stands at (a dangling link counts) and no advice of
+    the same message names (`advised`, to which it is added), so a move or copy advised never lands on anything."""
+    place, number = first, 2
+    while os.path.lexists(place) or place in (advised or ()):
+        place, number = first.with_name(f"{first.name}-{number}"), number + 1
+    if advised is not None:
+        advised.add(place)
+    return place
+
+
 def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
     """`mv -n FOLDER PLACE`: a folder under build/ holding the user's work, moved beside the project, where
     `make clean` (which deletes build/) does not reach; PLACE is a name not yet taken, nor in `advised` (the
     places a message names already, to which it is added), so nothing is written over or moved into another."""
     root = project.PROJECT_ROOT
-    place = root.parent / f"{root.name}-{folder.name}-mine"
-    number = 2
-    while place.exists() or place.is_symlink() or place in (advised or ()):
-        place, number = root.parent / f"{root.name}-{folder.name}-mine-{number}", number + 1
-    if advised is not None:
-        advised.add(place)
+    place = _free_place(root.parent / f"{root.name}-{folder.name}-mine", advised)
     return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(place))}`"
 
 
@@ -97,15 +103,8 @@ def keep_copies(root: Path | str, paths: list[str]) -> str:
     (F.mine, else F.mine-2, ...: a F.mine of the user's stopped the copies, and with them the advice); `set -C`:
     never over a file of that name made since; "" when none is there."""
     there = [Path(root) / path for path in paths if os.path.lexists(Path(root) / path)]
-    copies = [f"cat {shlex.quote(str(path))} > {_free_copy_name(path)}" for path in there]
+    copies = [f"cat {shlex.quote(str(path))} > {shlex.quote(str(_free_place(_mine(path))))}" for path in there]
     return f"`(set -C; {' && '.join(copies)})`" if copies else ""
-
-
-def _free_copy_name(path: Path) -> str:
-    place, number = Path(f"{path}.mine"), 2
-    while os.path.lexists(place):
-        place, number = Path(f"{path}.mine-{number}"), number + 1
-    return shlex.quote(str(place))
 
 
 def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:
@@ -123,16 +122,13 @@ def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:
 
 def move_beside(path: Path, advised: set[Path]) -> str:
     """`mv -n FILE FILE.mine` (or FILE.mine-N): kept where it was, at a name not yet taken nor in `advised`."""
-    place, number = path.with_name(f"{path.name}.mine"), 2
-    while place.exists() or place.is_symlink() or place in advised:
-        place, number = path.with_name(f"{path.name}.mine-{number}"), number + 1
-    advised.add(place)
-    return f"`mv -n {shlex.quote(str(path))} {shlex.quote(str(place))}`"
+    return f"`mv -n {shlex.quote(str(path))} {shlex.quote(str(_free_place(_mine(path), advised)))}`"
 
 
 def copy_aside(folder: Path) -> str:
     """`cp -R FOLDER PLACE`: a copy beside it, PLACE a name not yet taken (cp -R into an existing folder nests)."""
-    place, number = folder.with_name(f"{folder.name}.mine"), 2
-    while place.exists() or place.is_symlink():
-        place, number = folder.with_name(f"{folder.name}.mine-{number}"), number + 1
-    return f"`cp -R {shlex.quote(str(folder))} {shlex.quote(str(place))}`"
+    return f"`cp -R {shlex.quote(str(folder))} {shlex.quote(str(_free_place(_mine(folder))))}`"
+
+
+def _mine(path: Path) -> Path:
+    return path.with_name(f"{path.name}.mine")

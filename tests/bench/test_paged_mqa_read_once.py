@@ -153,9 +153,10 @@ def test_the_report_joins_a_third_builds_run_by_its_label(tmp_path):
 def test_the_limit_is_the_larger_of_bytes_and_flops():
     # 64 requests x 64k at next_n 4: 16.4 kFLOP per token pair -> compute-bound on the H200
     us = ro.limit_us(4, 64, [65536] * 64, 65536)
-    flops_us = 64 * 65536 * 4 * 64 * 2 * 128 / ro.FP8_FLOP_PER_S * 1e6
+    h200 = ro.DEVICE_LIMITS["NVIDIA H200"]
+    flops_us = 64 * 65536 * 4 * 64 * 2 * 128 / h200["fp8_flop_per_s"] * 1e6
     assert us == pytest.approx(flops_us)
-    assert ro.limit_us(1, 64, [65536] * 64, 65536) > 64 * 65536 * 132 / ro.HBM_BYTES_PER_S * 1e6
+    assert ro.limit_us(1, 64, [65536] * 64, 65536) > 64 * 65536 * 132 / h200["hbm_bytes_per_s"] * 1e6
 
 
 def test_each_chip_has_its_own_limit_and_report_name(tmp_path):

@@ -21,7 +21,6 @@ from a wheel import shares no history with upstream: it renders the bodies, and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.replay import history_between, upstream_reason
 from sglpatch.safety.durable import write_durably
 from sglpatch.safety.interrupts import fault_point
-from sglpatch.series import Patch
+from sglpatch.series import Patch, sha256_hex
 from sglpatch.targets import PR_OWN_TIPS, PR_RECORDS, open_target
 from sglpatch.upstream.hygiene import check_hygiene
 from sglpatch.upstream.pr_body import Group, render_body
@@ -142,8 +141,8 @@ def _refuse_writing_over_edited_bodies(prepared: list, records: dict, out: Path)
         path = out / f"{pr.group.id}.md"
         if not (path.exists() or path.is_symlink()):
             continue
-        ours = {records.get(pr.group.id, {}).get("body_sha256"), _digest(pr.body.encode("utf-8"))}
-        if path.is_symlink() or not path.is_file() or _digest(path.read_bytes()) not in ours:
+        ours = {records.get(pr.group.id, {}).get("body_sha256"), sha256_hex(pr.body.encode("utf-8"))}
+        if path.is_symlink() or not path.is_file() or sha256_hex(path.read_bytes()) not in ours:
             edited.append(path)
     if edited:
         advised: set[Path] = set()
@@ -153,10 +152,6 @@ def _refuse_writing_over_edited_bodies(prepared: list, records: dict, out: Path)
             f"(edited since, or a file of yours), and pr would write over {'it' if len(edited) == 1 else 'them'}; "
             f"nothing was changed: {moves} keeps {'it' if len(edited) == 1 else 'them'}, then run pr again"
         )
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _fork(git: Git, args) -> dict | None:
@@ -320,7 +315,7 @@ def _publish(git: Git, pr: Prepared, config: dict, records: dict, fork: dict | N
     branch = BRANCH_PREFIX + group.branch
     body_path = args.out / f"{group.id}.md"
     body_path.write_text(pr.body, encoding="utf-8")
-    record["body_sha256"] = _digest(pr.body.encode("utf-8"))
+    record["body_sha256"] = sha256_hex(pr.body.encode("utf-8"))
     # recorded before the move: a run killed between the two leaves the branch at the tip it had, which the
     # record still names as pr's own (built_before), so the next run rebuilds it instead of refusing it
     record.update(built=pr.tip, built_before=pr.branch_was)
