@@ -45,6 +45,7 @@ from pathlib import Path, PurePosixPath
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
 from bench.engine.measures import part_records, step_parts, steps_on_cpu  # noqa: E402
+from bench.engine.precision import ratio_interval  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
 RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart
@@ -247,13 +248,17 @@ def host_adjusted_floors(results: list[dict], labels: tuple = ("pristine", "pris
             continue
         mean_x = statistics.fmean(x for v in runs.values() for x, _ in v)
         raw = [statistics.fmean(y for _, y in v) for v in runs.values()]
-        moved = [statistics.fmean(y - slope * (x - mean_x) for x, y in v) for v in runs.values()]
+        moved_runs = [[y - slope * (x - mean_x) for x, y in v] for v in runs.values()]
+        moved = [statistics.fmean(v) for v in moved_runs]
         out.append(
             {
                 "case": result["case"],
                 "slope": slope,
                 "raw": math.exp(raw[0] - raw[1]),
                 "adjusted": math.exp(moved[0] - moved[1]),
+                # the runs' own spread at one host speed; the slope's uncertainty is not in it
+                "adjusted_interval": ratio_interval(*([math.exp(y) for y in v] for v in moved_runs)),
+                "raw_interval": ratio_interval(*([math.exp(y) for _, y in v] for v in runs.values())),
             }
         )
     return out
@@ -449,6 +454,13 @@ def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
     }
 
 
+def _interval(interval: dict | None) -> str:
+    if not interval:
+        return ""
+    low, high = interval["ci95"]
+    return f" [{low:.3f}-{high:.3f}, {interval['runs'][0]} runs a side, {interval['runs_for_3pct']} for +-3%]"
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -498,7 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--skip", type=int, default=2, help="steps left out at the start of each run (engine_ab's --skip)")
     ap.add_argument("--min-steps", type=int, default=15, help="shorter runs are warm-up or profiling, not timed runs")
-    ap.add_argument("--reps", type=int, required=True, help="timed runs per engine per case (the run's --reps)")
+    ap.add_argument(
+        "--reps",
+        type=lambda v: [int(n) for n in v.split(",")],
+        required=True,
+        help="timed runs per engine per case (the run's --reps, or the rounds a deadline left): one, or one per archive",
+    )
     ap.add_argument("--fast-below", type=float, default=2.0)
     ap.add_argument(
         "--run-gap-s",
@@ -513,11 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.engine_json and (len(args.archives) != 1 or len(args.batch_size) != 1):
         ap.error("--engine-json goes with one archive and one batch size")
+    if len(args.reps) not in (1, len(args.archives)):
+        ap.error(f"--reps: one count, or one per archive ({len(args.archives)})")
+    reps = args.reps * len(args.archives) if len(args.reps) == 1 else args.reps
     results = [
         result
-        for archive in args.archives
+        for archive, timed in zip(args.archives, reps, strict=True)
         for batch_size in args.batch_size
-        for result in study(archive, batch_size, args.skip, args.min_steps, args.fast_below, args.reps, args.run_gap_s)
+        for result in study(archive, batch_size, args.skip, args.min_steps, args.fast_below, timed, args.run_gap_s)
     ]
     if args.engine_json:
         for result, cpus_runs in zip(results, cpus_runs_of(args.engine_json, args.batch_size[0]), strict=False):
@@ -550,8 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     if floors:
         for floor in floors:
             print(
-                f"{floor['case']}: two-process step interval {floor['raw']:.3f}x, at one host speed "
-                f"{floor['adjusted']:.3f}x (slope {floor['slope']:.2f}, fitted on the other calls)"
+                f"{floor['case']}: two-process step interval {floor['raw']:.3f}x{_interval(floor['raw_interval'])}, "
+                f"at one host speed {floor['adjusted']:.3f}x{_interval(floor['adjusted_interval'])} "
+                f"(slope {floor['slope']:.2f}, fitted on the other calls)"
             )
         raw, moved = [f["raw"] for f in floors], [f["adjusted"] for f in floors]
         print(

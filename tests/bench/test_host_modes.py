@@ -257,3 +257,27 @@ def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path
     assert [f["slope"] for f in floors] == pytest.approx([1.0, 1.0])
     assert floors[0]["raw"] == pytest.approx((1.0 * 1.3 * 1.2 / (0.8 * 0.9 * 1.0)) ** (1 / 3))
     assert [f["adjusted"] for f in floors] == pytest.approx([1.0, 1.0])
+    # at one host speed nothing is left to spread the runs: the interval closes on 1; the raw one does not
+    assert floors[0]["adjusted_interval"]["ci95"] == pytest.approx([1.0, 1.0])
+    low, high = floors[0]["raw_interval"]["ci95"]
+    assert low < floors[0]["raw_interval"]["ratio"] < high and high - low > 0.1
+
+
+def test_each_archive_takes_its_own_count_of_timed_runs(tmp_path, capsys):
+    """Two calls that a deadline stopped after different numbers of rounds: each is cut by its own count,
+    so neither greedy run is taken for a timed one."""
+
+    def call(name, timed):
+        (tmp_path / name).mkdir()
+        records = [r for k in range(timed) for r in _run(10.0 * k, 3.0, 8.0)] + _run(1000.0, 3.0, 20.0, steps=60)
+        return _archive(tmp_path / name, {"pristine": records, "pristine_b": records})
+
+    short, long_ = call("short", 2), call("long", 5)
+    out = tmp_path / "out.json"
+    assert host_modes.main([short, long_, "--reps", "2,5", "--json", str(out)]) == 0
+    capsys.readouterr()
+    runs = [len(r["engines"]["pristine"]["runs"]) for r in json.loads(out.read_text())]
+    assert runs == [2, 5]
+    with pytest.raises(SystemExit) as stop:
+        host_modes.main([short, long_, "--reps", "2,5,3"])
+    assert stop.value.code == 2
