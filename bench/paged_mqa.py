@@ -311,6 +311,14 @@ def case_fields(case, batches: list[Batch]) -> dict:
     return {"next_n": n, "batch_size": b, "ctx": c, "lengths": d, "calls_per_graph": len(batches)}
 
 
+def result_name(stem: str, result: dict) -> str:
+    """STEM_h200, STEM_h100, or STEM_gpu for another card: a result file names the card its run recorded. A
+    call that asks for an H200 may be given an H100 (5 Dec 2026), and a file named for the wrong card is a
+    wrong row (the shell runners' twin: card_tag in ci/gpu_box.sh)."""
+    device = result.get("device", "")
+    return f"{stem}_{next((chip.lower() for chip in ('H200', 'H100') if chip in device), 'gpu')}"
+
+
 def run_facts(device, num_sms: int, reps: int, **versions) -> dict:
     """What a GPU run's JSON says about where it ran, before its rows."""
     import torch
@@ -509,11 +517,12 @@ def main(argv=None) -> None:
         result["wall_s"] = round(time.time() - started, 1)
     annotate(result, args.min_bs)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "paged_mqa_h200.json"), "w") as f:
+    name = result_name("paged_mqa", result)
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
     print(table(result))
     try:
-        plot(result, os.path.join(args.out, "paged_mqa_h200.png"))
+        plot(result, os.path.join(args.out, name + ".png"))
     except ImportError as exc:
         print(f"no plot: {exc}")
 

@@ -75,6 +75,7 @@ from bench.paged_mqa import (  # noqa: E402
     captured,
     make_batch,
     make_kv_pool,
+    result_name,
     run_facts,
     schedule_for,
     time_calls,
@@ -299,8 +300,8 @@ def run(args) -> dict:
     return result
 
 
-def write(result: dict, out: str, name: str = "paged_mqa_chunking_h200.json") -> None:
-    path = Path(out) / name
+def write(result: dict, out: str, stem: str = "paged_mqa_chunking") -> None:
+    path = Path(out) / (result_name(stem, result) + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
 
@@ -563,9 +564,9 @@ def run_engine(args) -> dict:
         row = engine_row(deep_gemm, kv_pool, case, args, gen, pool_pages)
         result["rows"].append(row)
         say_engine(row)
-        write(result, args.out, "paged_mqa_engine_calls_h200.json")
+        write(result, args.out, "paged_mqa_engine_calls")
     result["summary"] = engine_summary(result["rows"])
-    write(result, args.out, "paged_mqa_engine_calls_h200.json")
+    write(result, args.out, "paged_mqa_engine_calls")
     return result
 
 

@@ -8,8 +8,8 @@
 #   bash ci/run_chunking_gpu.sh [--out DIR] [--bundle DIR] [--deep-gemm source|wheel] [--deadline-s S]
 #                               [-- CHUNKING ARGS]
 #
-# Writes OUT/paged_mqa_engine_calls_h200.json (with the build's deep_gemm record stamped in) and
-# OUT/deep_gemm_build.json.
+# Writes OUT/paged_mqa_engine_calls_CARD.json (CARD h200 or h100, from the run's device; the build's deep_gemm
+# record stamped in) and OUT/deep_gemm_build.json.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

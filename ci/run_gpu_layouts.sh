@@ -15,7 +15,7 @@
 #                           if it cannot build, the v0.5.23 parts run with SGLANG_OPT_USE_TOPK_V2=0
 #   warm-deepgemm           DeepGEMM's paged-MQA kernels for every row count, compiled in parallel
 #   chunking                with --chunking: bench/paged_mqa_chunking.py (DeepGEMM alone: one paged-MQA
-#                           call over all rows against sglang 0.5.23's chunks), OUT/paged_mqa_chunking_h200.json
+#                           call over all rows against sglang 0.5.23's chunks), OUT/paged_mqa_chunking_CARD.json
 #   sglang-test-<line>      the series' tests in sglang's tree (every test the series puts under
 #                           test/registered), from the patched tree, with pytest
 #   pristine-<line>         bench/indexer_step.py on the pristine tree, grid "identity" (10 cases) on
@@ -31,8 +31,8 @@
 # and writes its JSON after every case, so a run cut short by the budget keeps what it measured.
 # --lines runs only the lines named; --no-holdout leaves out the pristine identity and hold-out parts.
 #
-# Files in OUT (7 at most): run.log, summary.json, indexer_holdout_h200.json,
-# indexer_holdout_h200_v0_5_23.json, sglang_test_v0_5_14.xml, sglang_test_v0_5_23.xml and, with
+# Files in OUT (7 at most): run.log, summary.json, indexer_holdout_CARD.json (CARD h200 or h100: card_tag),
+# indexer_holdout_CARD_v0_5_23.json, sglang_test_v0_5_14.xml, sglang_test_v0_5_23.xml and, with
 # --save-jit-cache, jit-cache.tar.gz (for the next bundle).
 #
 # --rehearse: the same plumbing on a CPU machine, without a bundle: the trees from the wheels in the
@@ -206,7 +206,7 @@ indexer_run() {  # LINE LABEL GRID JSON [extra args]: bench/indexer_step.py, CUD
     --modes graph --iters 10 --reps 5 --json "$json" $plan "$@" \
     --command "bash ci/run_gpu_layouts.sh (part $label-$line): bench/indexer_step.py --label $label --grid $grid --modes graph --iters 10 --reps 5"
 }
-result_json() { [ "$1" = v0.5.14 ] && echo "$OUTDIR/indexer_holdout_h200.json" || echo "$OUTDIR/indexer_holdout_h200_$(slug "$1").json"; }
+result_json() { [ "$1" = v0.5.14 ] && echo "$OUTDIR/indexer_holdout_$(card_tag).json" || echo "$OUTDIR/indexer_holdout_$(card_tag)_$(slug "$1").json"; }
 export -f sglang_test indexer_run
 
 # The pristine identity run sizes its fixture for the hold-out grids: its top-k are KV slots of

@@ -10,8 +10,8 @@
 # ci/apply_series.py; default patches/v0.5.14/series), then runs
 #   tests/gpu/test_indexer_paged_mqa.py  (bench/indexer_step.py on both trees, compared)
 #   tests/gpu/test_seed_draft_loop.py    (tests/gpu/seed_draft_loop_case.py on the patched tree)
-# Outputs in OUT: gpu_tests.xml (junit), indexer_h200.json (+ _pristine.json),
-# seed_draft_loop_h200.json, and with --save-jit-cache jit-cache.tar.gz (restored on a later run
+# Outputs in OUT: gpu_tests.xml (junit), indexer_CARD.json (+ _pristine.json; CARD h200 or h100: card_tag),
+# seed_draft_loop_CARD.json, and with --save-jit-cache jit-cache.tar.gz (restored on a later run
 # from BUNDLE/jit-cache.tar.gz).
 set -uo pipefail
 
@@ -34,8 +34,8 @@ make_line_trees "$BUNDLE" "$WORK" v0.5.14 "$PATCHES" "$OUTDIR/applied_series.jso
 use_bundle_env "$BUNDLE" "$WORK"
 export SGLPATCH_SGLANG_TREE="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE="$WORK/trees/pristine"
 export SGLPATCH_INDEXER_GRID="$GRID"
-export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_h200.json"
-export SGLPATCH_SEED_LOOP_JSON="$OUTDIR/seed_draft_loop_h200.json"
+export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_$(card_tag).json"
+export SGLPATCH_SEED_LOOP_JSON="$OUTDIR/seed_draft_loop_$(card_tag).json"
 "$PY" -c "import torch, deep_gemm, sgl_kernel; print('torch', torch.__version__, torch.cuda.get_device_name())" \
   || say "imports failed (the tests will skip with the reason)"
 

@@ -44,7 +44,7 @@ make_line_trees "$BUNDLE" "$WORK" "$LINE" "$REPO/patches/$LINE/series" "$OUTDIR/
 use_bundle_env "$BUNDLE" "$WORK"
 export SGLPATCH_SGLANG_TREE_V0_5_23="$WORK/trees/patched" SGLPATCH_PRISTINE_TREE_V0_5_23="$WORK/trees/pristine"
 export SGLPATCH_INDEXER_GRID="$GRID" SGLPATCH_INDEXER_PAGES="$PAGES"
-export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_h200_v0_5_23.json"
+export SGLPATCH_INDEXER_JSON="$OUTDIR/indexer_$(card_tag)_v0_5_23.json"
 "$PY" -c "import torch, deep_gemm, sgl_kernel; from importlib.metadata import version as v; \
 print('torch', torch.__version__, torch.cuda.get_device_name(), 'deep_gemm', deep_gemm.__file__, 'sgl-kernel', v('sglang-kernel'))" \
   || say "imports failed (the tests will skip with the reason)"

@@ -42,6 +42,7 @@ from bench.paged_mqa import (  # noqa: E402
     make_batches,
     make_kv_pool,
     plan_pool,
+    result_name,
     run_facts,
     schedule_for,
     speedup_panels,
@@ -172,16 +173,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rerender", help="a JSON this wrote earlier: draw its picture into --out, no GPU work")
     args = ap.parse_args(argv)
     if args.rerender:
-        plot(json.loads(Path(args.rerender).read_text()), os.path.join(args.out, "odd_split_h200.png"))
+        result = json.loads(Path(args.rerender).read_text())
+        plot(result, os.path.join(args.out, result_name("odd_split", result) + ".png"))
         return 0
     started = time.time()
     result = run_bench(args)
     result["command"] = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     result["wall_s"] = round(time.time() - started, 1)
     os.makedirs(args.out, exist_ok=True)
-    Path(args.out, "odd_split_h200.json").write_text(json.dumps(result, indent=1) + "\n")
+    name = result_name("odd_split", result)
+    Path(args.out, name + ".json").write_text(json.dumps(result, indent=1) + "\n")
     try:
-        plot(result, os.path.join(args.out, "odd_split_h200.png"))
+        plot(result, os.path.join(args.out, name + ".png"))
     except ImportError as exc:
         print(f"no plot: {exc}")
     return 0 if all(r["logits_identical"] for r in result["rows"]) else 1

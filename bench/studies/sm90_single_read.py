@@ -305,7 +305,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     pm.add_grid_arguments(parser, next_n=[3, 4])
     parser.add_argument("--sweep", action="store_true", help="time several kernel configurations instead")
-    parser.add_argument("--name", default="sm90_single_read_h200")
+    parser.add_argument("--name", help="the files' stem (default sm90_single_read_ and the run's card)")
     parser.add_argument("--config-json", help="kernel configuration per next_n (written by --sweep)")
     parser.add_argument("--profile", action="store_true", help="one shape, a few launches of each kernel (for ncu)")
     parser.add_argument("--rerender", help="json from an earlier run: table and plot only, no GPU")
@@ -321,26 +321,28 @@ def main(argv=None) -> None:
     if args.rerender:
         with open(args.rerender) as f:
             result = json.load(f)
+        name = args.name or pm.result_name("sm90_single_read", result)
     else:
         started = time.time()
         result = run_bench(args)
+        name = args.name or pm.result_name("sm90_single_read", result)
         result["command"] = command
         result["wall_s"] = round(time.time() - started, 1)
         os.makedirs(args.out, exist_ok=True)
         if args.sweep:
             result["chosen"] = pick_from_sweep(result["sweep"])
-            with open(os.path.join(args.out, args.name + "_config.json"), "w") as f:
+            with open(os.path.join(args.out, name + "_config.json"), "w") as f:
                 json.dump(result["chosen"], f, indent=1)
             print("chosen:", json.dumps(result["chosen"]))
         elif args.chosen:
             result["kernel_configs"] = args.chosen
-        with open(os.path.join(args.out, args.name + ".json"), "w") as f:
+        with open(os.path.join(args.out, name + ".json"), "w") as f:
             json.dump(result, f, indent=1)
     os.makedirs(args.out, exist_ok=True)
     if result["rows"]:
         print(table(result))
         try:
-            plot(result, os.path.join(args.out, args.name + ".png"))
+            plot(result, os.path.join(args.out, name + ".png"))
         except ImportError as exc:
             print(f"no plot: {exc}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -55,14 +56,20 @@ def test_a_call_for_one_line_reports_only_that_lines_run(tmp_path):
     if not list((cache_dir() / "wheels").glob("sglang-0.5.23-*.whl")):
         pytest.skip("the rehearsal lays its trees out from sglang 0.5.23's wheel: run make apply LINE=v0.5.23 once")
     out = tmp_path / "out"
+    # a box that has an H100 where the call asked for an H200: the run's JSON is named for the card it ran on
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    (bin_ / "nvidia-smi").chmod(0o755)
     done = subprocess.run(
         ["bash", str(SCRIPT), "--rehearse", "--lines", "v0.5.23", "--out", out, "--work", tmp_path / "work"],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"},
     )
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["missing_runs"] == [str(out / "indexer_holdout_h200_v0_5_23.json")], done.stdout[-2000:]
+    assert summary["missing_runs"] == [str(out / "indexer_holdout_h100_v0_5_23.json")], done.stdout[-2000:]
 
 
 def _planned_fixture(capsys, *args):

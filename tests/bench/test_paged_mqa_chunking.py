@@ -166,3 +166,13 @@ def test_the_summary_compares_each_arm_with_the_engines_pristine_call():
     summary = chunking.engine_summary([row])["n3-96of96-16k-uniform"]
     assert summary["1/row request-major chunks"] == 1.0 and summary["1/row request-major one_call"] == 1.34
     assert summary["over"] == "kernel_us"
+
+
+@pytest.mark.parametrize(
+    ("device", "suffix"),
+    [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA B200", "gpu"), ("", "gpu")],
+)
+def test_a_result_file_names_the_card_its_run_recorded(tmp_path, device, suffix):
+    """A call that asked for an H200 ran on an H100 (5 Dec 2026): the kernel benches wrote *_h200 whatever the card."""
+    chunking.write({"device": device, "rows": []}, str(tmp_path), "paged_mqa_engine_calls")
+    assert [p.name for p in tmp_path.iterdir()] == [f"paged_mqa_engine_calls_{suffix}.json"]
