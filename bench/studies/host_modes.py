@@ -329,6 +329,7 @@ def case_result(name: str, runs_of: dict[str, list[dict]], fast_below: float) ->
         modes = by_mode(runs, fast_below)
         result["engines"][label] = {
             "runs": runs,
+            "draft_host_mean_ms": statistics.fmean(r["draft_host_ms"] for r in runs) if runs else None,
             "fast_runs": len(modes["fast"]),
             "slow_runs": len(modes["slow"]),
             "median_by_mode": {
@@ -364,19 +365,25 @@ def modes_in_time(engines: dict, fast_below: float) -> dict:
 
 
 def modes_by_cores(result: dict, cpus_runs: dict[str, list]) -> dict[str, dict[str, str]]:
-    """Per engine, its timed runs' modes by the core group each ran on (named by its first CPU), from
-    the run's JSON row (``cpus_runs``, one per timed run; engines without it are left out)."""
+    """Per engine, its timed runs' modes by the core group each ran on (named by its first CPU), and their
+    draft loop host time relative to the engine's mean, from the run's JSON row (``cpus_runs``, one per timed
+    run; engines without it are left out)."""
     out: dict[str, dict[str, str]] = {}
     for label, engine in result["engines"].items():
         cpus = cpus_runs.get(label)
         if not cpus or len(cpus) != len(engine["runs"]):
             continue
-        tally: dict[str, list[int]] = {}
+        mean = engine.get("draft_host_mean_ms") or statistics.fmean(r["draft_host_ms"] for r in engine["runs"])
+        tally: dict[str, list] = {}
         for run, group in zip(engine["runs"], cpus, strict=True):
-            counts = tally.setdefault(f"cpu{group[0]}" if group else "unpinned", [0, 0])
+            counts = tally.setdefault(f"cpu{group[0]}" if group else "unpinned", [0, 0, 0.0])
             counts[0] += is_fast(run, result["fast_below_ms"])
             counts[1] += 1
-        out[label] = {group: f"{fast} of {total} fast" for group, (fast, total) in sorted(tally.items())}
+            counts[2] += run["draft_host_ms"] / mean
+        out[label] = {
+            group: f"{fast} of {total} fast, draft host {host / total:.2f}x"
+            for group, (fast, total, host) in sorted(tally.items())
+        }
     return out
 
 
@@ -485,6 +492,15 @@ def print_study(result: dict) -> None:
                 f"  {'':10s} {mode}: draft {medians['draft_gpu_ms']:.2f}, step GPU {medians['step_gpu_ms']:.2f}, "
                 f"step interval {medians['step_interval_ms']:.2f} ms"
             )
+    means = {label: e["draft_host_mean_ms"] for label, e in result["engines"].items() if e.get("draft_host_mean_ms")}
+    if "pristine" in means:
+        print(
+            "  draft loop host time, mean of the timed runs: "
+            + ", ".join(
+                f"{label} {ms:.3f} ms" + ("" if label == "pristine" else f" ({ms / means['pristine']:.3f}x pristine's)")
+                for label, ms in means.items()
+            )
+        )
     for label, modes in result["within_mode_ratios"].items():
         for mode, ratios in modes.items():
             print(

@@ -72,7 +72,7 @@ def test_two_cases_at_one_batch_size_are_told_apart(tmp_path):
     assert second["engines"]["pristine"]["slow_runs"] == 2
 
 
-def test_runs_in_time_order_and_by_core_group(tmp_path):
+def test_runs_in_time_order_and_by_core_group(tmp_path, capsys):
     # two engines taking turns; the box is slow for the middle two runs of each, whichever engine runs
     def engine(offset, modes):
         return [r for k, fast in enumerate(modes) for r in _run(20.0 * k + offset, 1.85 if fast else 3.0, 7.0)]
@@ -91,9 +91,16 @@ def test_runs_in_time_order_and_by_core_group(tmp_path):
     rows = [{"batch_size": 32, "pristine": {"cpus_runs": [[0, 1], [5, 6], [0, 1], [5, 6]]}, "patched": {}}]
     engine_json.write_text(json.dumps({"rows": rows}))
     (cpus_runs,) = host_modes.cpus_runs_of(str(engine_json), 32)
-    assert host_modes.modes_by_cores(result, cpus_runs) == {"pristine": {"cpu0": "1 of 2 fast", "cpu5": "1 of 2 fast"}}
+    assert host_modes.modes_by_cores(result, cpus_runs) == {
+        "pristine": {"cpu0": "1 of 2 fast, draft host 1.00x", "cpu5": "1 of 2 fast, draft host 1.00x"}
+    }
     result["by_cores"] = host_modes.modes_by_cores(result, cpus_runs)
     host_modes.print_study(result)
+    out = capsys.readouterr().out
+    assert (
+        "draft loop host time, mean of the timed runs: pristine 1.200 ms, patched 1.200 ms (1.000x pristine's)" in out
+    )
+    assert "pristine by core group: cpu0 1 of 2 fast, draft host 1.00x, cpu5 1 of 2 fast, draft host 1.00x" in out
 
 
 def test_a_runs_step_interval_against_its_hosts_speed_and_the_time_on_a_cpu(tmp_path):
