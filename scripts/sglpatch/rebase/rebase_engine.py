@@ -196,8 +196,10 @@ def saved_state(target: Target) -> tuple[Path, RebaseState | None]:
 
 
 def refuse_in_progress(target: Target) -> None:
-    """Before a new rebase: refuse one in progress (stopped, or cut short), saying how to settle it."""
+    """Before a new rebase: refuse one in progress (stopped, or cut short) here or in another worktree of the
+    repository, saying how to settle it."""
     rebase_store.refuse_in_progress(target)
+    rebase_store.refuse_one_in_another_worktree(target)
 
 
 def start(target: Target, folder: Path, request: Request, series: Series, pin: Pin) -> int:
@@ -675,8 +677,11 @@ def _finish(target: Target, folder: Path, state: RebaseState, series: Series) ->
     git = target.git
     name = state.release or state.onto[:12]
     branch = f"sglpatch/{_line_name(state)}" if state.release else f"sglpatch/onto-{name}"
-    if git.rev_parse(f"refs/heads/{branch}"):
-        branch = f"{branch}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if git.rev_parse(f"refs/heads/{branch}"):  # then a name of its own: a rebase finished in the same second
+        stamped, number = f"{branch}-{time.strftime('%Y%m%d-%H%M%S')}", 2  # (another worktree's) took the first
+        branch = stamped
+        while git.rev_parse(f"refs/heads/{branch}"):
+            branch, number = f"{stamped}-{number}", number + 1
     kept = int(git.run("rev-list", "--count", f"{state.onto}..HEAD"))
     files: dict[str, bytes] = {}
     report = None

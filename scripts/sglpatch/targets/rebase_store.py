@@ -14,6 +14,7 @@ refused) and `save` writes it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -364,3 +365,31 @@ def refuse_in_progress(target: Target) -> None:
     raise FatalError(
         f"a rebase of {target.root} was interrupted; run {hints.recover(target.root)} to finish or undo it"
     )
+
+
+def refuse_one_in_another_worktree(target: Target) -> None:
+    """Before a new rebase: refuse while a rebase is in progress in another worktree of the repository. The
+    rebases of all its worktrees share the series ref (SERIES_REF, under refs/, which git does not keep per
+    worktree): one that finishes or is undone deletes it, and the other's --continue then fails at its range-diff
+    for ever, leaving only --abort, which drops the user's resolution."""
+    git = target.git
+    common, here = git.common_dir(), git.git_dir()
+    linked = sorted((common / "worktrees").glob("*")) if (common / "worktrees").is_dir() else []
+    for git_dir in [common, *linked]:
+        if git_dir == here or not (git_dir / STATE_DIR).is_dir():
+            continue
+        where = _worktree_of(git, git_dir)
+        raise FatalError(
+            f"a rebase is in progress in {where}, another worktree of this repository, and the rebases of one "
+            f"repository share {SERIES_REF}; nothing was changed: settle that one first ({hints.continue_rebase(where)}"
+            f", {hints.abort_rebase(where)} or {hints.recover(where)}), then run this again"
+        )
+
+
+def _worktree_of(git: Git, git_dir: Path) -> str:
+    """The work tree whose git dir is `git_dir`: a linked one's `gitdir` file names its `.git` file; the main one
+    is the first `git worktree list` names."""
+    if (git_dir / "gitdir").is_file():
+        return os.fsdecode((git_dir / "gitdir").read_bytes().rstrip(b"\n")).removesuffix("/.git")
+    listed = git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0")
+    return os.fsdecode(listed[0].removeprefix(b"worktree "))

@@ -1,0 +1,89 @@
+"""The hostile trial of round 11: what round 10 left untried (two linked worktrees of one repository as two targets,
+clean's mark against a folder moved into `build.deleting`, recover's advice over a folder of ignored files) and the
+paths that handle the user's state under signals, links, odd names, hooks and git settings
+(docs/reliability.md, round 11).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from sglpatch.git import Git
+from testing.sglang_trees import BACKEND, upstream_branches
+from testing.tree_bytes import refused
+
+
+def test_a_rebase_in_a_second_worktree_does_not_break_the_one_stopped_in_the_first(
+    sglpatch, checkout, patches, tmp_path
+):
+    """Two linked worktrees of one repository, the series applied in each. A rebase stops at a conflict in the
+    first; one started in the second went through, and its end deleted `refs/sglpatch/rebase/series`, which the
+    rebases of all worktrees share (git keeps refs/ per repository): the first's `--continue`, the user's
+    resolution added, then failed at its range-diff, and again at every try, leaving only `--abort`, which drops
+    the resolution. Now the second rebase is refused in one line, naming the worktree, and the first goes on."""
+    git = upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch(
+        "rebase",
+        "--sglang",
+        checkout,
+        "--patches",
+        patches,
+        "--report-dir",
+        tmp_path / "report-a",
+        "--onto",
+        "newer",
+        "--release",
+        "0.5.14",
+    )
+    assert code == 1 and "conflicts in" in err, (out, err)
+    second = tmp_path / "second"
+    git.run("worktree", "add", "-q", "-b", "second", str(second), "main")
+    theirs = tmp_path / "patches-second"
+    shutil.copytree(patches, theirs)
+    code, out, err = sglpatch("apply", "--sglang", second, "--patches", theirs, "--branch", "second-series")
+    assert code == 0, (out, err)
+    series_ref = git.run("rev-parse", "refs/sglpatch/rebase/series")
+    args = ("--sglang", second, "--patches", theirs, "--report-dir", tmp_path / "report-b", "--onto", "quiet")
+    err = refused(sglpatch, second, *args, "--release", "0.5.14", command="rebase")
+    assert f"a rebase is in progress in {checkout}" in err and "nothing was changed" in err
+    assert git.run("rev-parse", "refs/sglpatch/rebase/series") == series_ref
+    subprocess.run(["git", "-C", str(checkout), "checkout", "--theirs", "--", BACKEND], check=True)
+    git.run("add", BACKEND)
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--continue")
+    assert code == 0 and "rebased onto newer" in out, (out, err)
+    code, out, err = sglpatch("rebase", *args, "--release", "0.5.14")
+    assert code == 0, (out, err)  # the first settled, the second goes
+
+
+def test_a_rebase_finished_in_the_same_second_as_another_takes_a_branch_name_of_its_own(
+    sglpatch, checkout, patches, tmp_path, monkeypatch
+):
+    """A rebase whose branch name (`sglpatch/v0.5.14`) is taken names its branch by the second it finishes in. A
+    second rebase (in another worktree, or the next one here) finishing in that same second picked the same name,
+    which the first had made: its install found the branch "moved" and stopped half-installed, its advice "delete
+    sglpatch/v0.5.14-... if you made it" (the other rebase's result, not the user's). Now it takes the next free
+    name, and the branch of that name stays as it was."""
+    from sglpatch.rebase import rebase_engine
+
+    git = upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    monkeypatch.setattr(rebase_engine.time, "strftime", lambda _format: "20261205-120000")
+    git.run("branch", "sglpatch/v0.5.14-20261205-120000", "main")  # made by a rebase that finished just before
+    code, out, err = sglpatch(
+        "rebase",
+        "--sglang",
+        checkout,
+        "--patches",
+        patches,
+        "--report-dir",
+        tmp_path / "report",
+        "--onto",
+        "quiet",
+        "--release",
+        "0.5.14",
+    )
+    assert code == 0 and "branch sglpatch/v0.5.14-20261205-120000-2" in out, (out, err)
+    assert git.run("rev-parse", "sglpatch/v0.5.14-20261205-120000") == git.run("rev-parse", "main")
+    assert Git(checkout).current_branch() == "sglpatch/v0.5.14-20261205-120000-2"
