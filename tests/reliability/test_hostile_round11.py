@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 from sglpatch.git import Git
 from testing.sglang_trees import BACKEND, upstream_branches
-from testing.tree_bytes import refused
+from testing.tree_bytes import refused, tree_state
 
 
 def test_a_rebase_in_a_second_worktree_does_not_break_the_one_stopped_in_the_first(
@@ -87,3 +88,42 @@ def test_a_rebase_finished_in_the_same_second_as_another_takes_a_branch_name_of_
     assert code == 0 and "branch sglpatch/v0.5.14-20261205-120000-2" in out, (out, err)
     assert git.run("rev-parse", "sglpatch/v0.5.14-20261205-120000") == git.run("rev-parse", "main")
     assert Git(checkout).current_branch() == "sglpatch/v0.5.14-20261205-120000-2"
+
+
+def test_clean_cut_short_keeps_a_folder_moved_into_what_it_left(sglpatch, series_project, tmp_path):
+    """A clean killed after its look and its rename of build/ to build.deleting; then the user moves a folder of
+    theirs in (a shell still in build/, now build.deleting/). The next clean compared each file's ctime with the
+    mark of the look, but a file moved with its folder keeps its ctime (only the folder's changes): the folder went
+    without a word, exit 0. Now a folder changed since the look, its own entries not (so not one the cut-short
+    delete was emptying), is refused with the `mv -n` that keeps it all."""
+    (series_project / "build" / "pr").mkdir(parents=True)
+    (series_project / "build" / "pr" / "body.md").write_text("made by sglpatch\n")
+    mine = tmp_path / "my-notes"
+    (mine / "deep").mkdir(parents=True)
+    (mine / "deep" / "notes.md").write_text("my notes\n")
+
+    def killed(path, *args, **kwargs):
+        raise KeyboardInterrupt  # stands in for the kill: nothing deleted past the rename
+
+    _clean_cut_short(sglpatch, killed)
+    time.sleep(0.05)  # the user's move comes after the look, as it would
+    doomed = series_project / "build.deleting"
+    mine.rename(doomed / "pr" / "my-notes")
+    before = tree_state(doomed)
+    code, out, err = sglpatch("clean")
+    assert code == 2 and err.count("\n") == 1 and "nothing was deleted" in err, (out, err)
+    assert tree_state(doomed) == before
+
+
+def _clean_cut_short(sglpatch, rmtree) -> None:
+    """`sglpatch clean` with shutil.rmtree replaced by `rmtree`, whose KeyboardInterrupt stands in for a kill."""
+    from sglpatch.commands import clean
+
+    real_rmtree = clean.shutil.rmtree
+    clean.shutil.rmtree = rmtree
+    try:
+        sglpatch("clean")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        clean.shutil.rmtree = real_rmtree

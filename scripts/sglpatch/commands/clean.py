@@ -80,15 +80,19 @@ def _delete(doomed: Path) -> None:
 
 def _refuse_changed_since_looked(doomed: Path) -> None:
     """A file under `doomed` changed after the clean cut short looked at it (a commit or an edit from a shell or an
-    editor still in a checkout there) is not what was looked at. Without the mark (a clean before this one, or a
+    editor still in a checkout there), or a folder moved in since, is not what was looked at. Without the mark (a clean before this one, or a
     folder of that name) its checkouts are looked at as build/'s are."""
     mark = doomed / LOOKED
     if not mark.is_file():
         _refuse_work_of_the_user([checkout_at(root) for root in _checkouts_under(doomed)])
         return
     looked = mark.stat().st_ctime_ns
-    for folder, _, files in os.walk(doomed):
-        for path in (os.path.join(folder, name) for name in files):
+    for folder, subfolders, files in os.walk(doomed):
+        # a folder moved in keeps its files' ctimes, its own changes: one whose entries did not change meanwhile
+        # (its mtime), so not one the cut-short delete was emptying, was moved (or chmod'ed) since the look
+        moved = [os.path.join(folder, name) for name in subfolders]
+        moved = [path for path in moved if os.lstat(path).st_ctime_ns > looked >= os.lstat(path).st_mtime_ns]
+        for path in moved + [os.path.join(folder, name) for name in files]:
             if os.lstat(path).st_ctime_ns > looked:
                 raise FatalError(
                     f"{show_path(path)} changed after the clean cut short looked at {show_path(doomed)}, so it may "
