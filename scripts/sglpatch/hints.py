@@ -99,12 +99,20 @@ def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
 
 
 def keep_copies(root: Path | str, paths: list[str]) -> str:
-    """`(set -C; cat F > F.mine && ...)`: a copy of each of `paths` there is, beside it, at a name not yet taken
-    (F.mine, else F.mine-2, ...: a F.mine of the user's stopped the copies, and with them the advice); `set -C`:
-    never over a file of that name made since; "" when none is there."""
+    """`(set -C; cat F > F.mine && ...)`: a copy of each of `paths` there is (`cp -R` for a folder), beside it, at a
+    name not yet taken (F.mine, else F.mine-2, ...: a F.mine of the user's stopped the copies, and with them the
+    advice); `set -C`: never over a file of that name made since; "" when none is there."""
     there = [Path(root) / path for path in paths if os.path.lexists(Path(root) / path)]
-    copies = [f"cat {shlex.quote(str(path))} > {shlex.quote(str(_free_place(_mine(path))))}" for path in there]
+    copies = [_copy(path, shlex.quote(str(_free_place(_mine(path))))) for path in there]
     return f"`(set -C; {' && '.join(copies)})`" if copies else ""
+
+
+def _copy(path: Path, mine: str) -> str:
+    """A file's bytes by `cat`, under `set -C`; a folder that took a file's place (one of ignored files, which `git
+    checkout -- F` deletes) by `cp -R` (`cat` fails on it, leaving an empty F.mine)."""
+    if path.is_dir() and not path.is_symlink():
+        return f"cp -R {shlex.quote(str(path))} {mine}"
+    return f"cat {shlex.quote(str(path))} > {mine}"
 
 
 def put_back_keeping_copies(root: Path | str, paths: list[str]) -> str:

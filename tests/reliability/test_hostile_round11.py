@@ -6,12 +6,13 @@ paths that handle the user's state under signals, links, odd names, hooks and gi
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, upstream_branches
+from testing.sglang_trees import BACKEND, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
 
 
@@ -127,3 +128,51 @@ def _clean_cut_short(sglpatch, rmtree) -> None:
         pass
     finally:
         clean.shutil.rmtree = real_rmtree
+
+
+def test_recovers_advice_keeps_a_folder_of_ignored_files_that_replaced_a_file(tmp_path):
+    """A tracked file replaced by a folder holding only files git ignores (a build's output, `*.so`). The advice
+    kept a copy with `cat F > F.mine`, which fails on a folder, leaving an empty F.mine; and its `git checkout --
+    F`, which git carries out over a folder of ignored files, deletes them. Now a folder is copied with `cp -R`,
+    so the advice, followed as printed, keeps every file of it."""
+    from sglpatch import hints
+    from sglpatch.git import init_repo
+    from testing.sglang_trees import as_tester
+
+    root = tmp_path / "checkout"
+    git = as_tester(init_repo(root))
+    (root / ".gitignore").write_text("*.so\n")
+    (root / "kernel").write_text("x = 1\n")
+    git.run("add", "-A")
+    git.run("commit", "-q", "-m", "mine")
+    (root / "kernel").unlink()
+    (root / "kernel" / "build").mkdir(parents=True)
+    (root / "kernel" / "build" / "my.so").write_bytes(b"\0my build\n")
+    keep, put_back = re.findall(r"`([^`]+)`", hints.put_back_keeping_copies(root, ["kernel"]))
+    run = subprocess.run(["bash", "-c", f"{keep} && {put_back}"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert (root / "kernel.mine" / "build" / "my.so").read_bytes() == b"\0my build\n"
+    assert (root / "kernel").read_text() == "x = 1\n"
+
+
+def test_the_advice_to_save_an_edit_beside_a_stopped_rebase_keeps_a_folder_of_ignored_files(
+    sglpatch, checkout, patches, tmp_path
+):
+    """While a rebase waits, a tracked file the stopped patch does not touch is replaced by a folder holding only
+    files git ignores. --abort refuses and says how to save the change: `git diff` saves the file's deletion (not
+    the ignored files), then `git checkout HEAD -- FILE` deletes the folder with them. Now the advice keeps a copy
+    of such a folder first (`cp -R`), and every step of it, followed as printed, keeps the files."""
+    stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
+    (checkout / ".git" / "info" / "exclude").write_text("*.so\n")
+    folder = checkout / "python" / "sglang" / "version.py"
+    folder.unlink()
+    folder.mkdir()
+    (folder / "my.so").write_bytes(b"\0my build\n")
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--abort", command="rebase")
+    steps = re.findall(r"`([^`]+)`", err)[:3]
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    assert subprocess.run(["bash", "-c", " && ".join(steps)], cwd=saved).returncode == 0
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 0, err
+    assert (folder.with_name("version.py.mine") / "my.so").read_bytes() == b"\0my build\n"

@@ -645,13 +645,17 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
     beside = [path for path in git.paths("diff", "--name-only", "--no-renames", "HEAD") if path not in ours]
     if beside:
         files, root = shlex.join(beside), shlex.quote(str(git.workdir))
+        # a folder that took a file's place: the diff saves the file's deletion, not the folder's (ignored) files,
+        # and the checkout deletes them with it
+        folders = [p for p in beside if (git.workdir / p).is_dir() and not (git.workdir / p).is_symlink()]
+        keep = f"keep a copy of each folder there ({hints.keep_copies(git.workdir, folders)}), " if folders else ""
         # `set -C`: the advice never overwrites a file of the user's that has the name already
         raise FatalError(
             f"{', '.join(beside[:5])} changed while the rebase waited, and {stopped.patch} does not touch "
             f"{'it' if len(beside) == 1 else 'them'}: {option} would throw that away; nothing was changed: save "
             f"the changes (`(set -C; git --literal-pathspecs -C {root} diff {_WHOLE_PATCH} HEAD -- {files} > "
             "my-changes.patch)`; git "
-            f"stashes nothing while a pick conflicts), put the files back as HEAD has them "
+            f"stashes nothing while a pick conflicts), {keep}put the files back as HEAD has them "
             f"(`git --literal-pathspecs -C {root} checkout HEAD -- {files}`), then run this again"
         )
 
