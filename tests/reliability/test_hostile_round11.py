@@ -176,3 +176,26 @@ def test_the_advice_to_save_an_edit_beside_a_stopped_rebase_keeps_a_folder_of_ig
     code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
     assert code == 0, err
     assert (folder.with_name("version.py.mine") / "my.so").read_bytes() == b"\0my build\n"
+
+
+def test_a_second_worktree_takes_a_series_branch_beside_the_firsts(sglpatch, checkout, patches, tmp_path):
+    """Two linked worktrees of one repository, the series applied in the first (branch sglpatch/v0.5.14). Applied
+    in the second with `--branch sglpatch/second`, as the refusal of the taken name asks, it was refused again:
+    "cannot be made beside your branch sglpatch/v0.5.14" (for-each-ref's `refs/heads/sglpatch` matches every branch
+    under it), a name git makes without a word. Now it applies, and reverts, the first worktree as it was."""
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    second = tmp_path / "second"
+    Git(checkout).run("worktree", "add", "-q", "-b", "second", str(second), "main")
+    first = tree_state(checkout)
+    code, out, err = sglpatch("apply", "--sglang", second, "--patches", patches)
+    assert code == 2 and "pass --branch NAME" in err, (out, err)
+    code, out, err = sglpatch("apply", "--sglang", second, "--patches", patches, "--branch", "sglpatch/second")
+    assert code == 0, (out, err)
+    assert sglpatch("revert", "--sglang", second)[0] == 0
+    assert _outside_worktrees(tree_state(checkout)) == _outside_worktrees(first)
+    assert Git(second).current_branch() == "second"
+
+
+def _outside_worktrees(state: dict) -> dict:
+    """A tree_state without the linked worktrees' own git dirs (their HEAD, index and logs)."""
+    return {path: entry for path, entry in state.items() if not path.startswith(".git/worktrees/")}

@@ -130,6 +130,9 @@ def branch_refusal(target: Target, branch: str, option: str) -> str | None:
     parts = branch.split("/")
     above = ["refs/heads/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)]
     listed = git.run("for-each-ref", "--format=%(refname)", *above, f"refs/heads/{branch}/").split()
+    # for-each-ref takes `refs/heads/sglpatch` for everything under it too: `sglpatch/v0.5.14` blocks no
+    # `sglpatch/other` (a second worktree's series)
+    listed = [ref for ref in listed if ref in above or ref.startswith(f"refs/heads/{branch}/")]
     if not listed:
         return None
     found = listed[0].removeprefix("refs/heads/")
