@@ -67,11 +67,13 @@ def recover(root: Path | str | None = None) -> str:
     """`make recover SGLANG=ROOT` / `sglpatch recover --sglang ROOT` (without ROOT: the default base's)."""
     if root is None:
         return _command("make recover", "sglpatch recover")
-    return _command(f"make recover SGLANG={root}", f"sglpatch recover --sglang {root}")
+    where = shlex.quote(str(root))  # a folder named `my checkout` or `x;touch y` is one argument, and only text
+    return _command(f"make recover SGLANG={where}", f"sglpatch recover --sglang {where}")
 
 
 def revert(root: Path | str) -> str:
-    return _command(f"make revert SGLANG={root}", f"sglpatch revert --sglang {root}")
+    where = shlex.quote(str(root))
+    return _command(f"make revert SGLANG={where}", f"sglpatch revert --sglang {where}")
 
 
 def clean() -> str:

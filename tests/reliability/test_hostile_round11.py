@@ -12,8 +12,10 @@ import subprocess
 import time
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, stopped_at_a_conflict, upstream_branches
+from testing.sglang_trees import BACKEND, as_tester, replace_in, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
+
+DROPPED_UPSTREAM = "python/sglang/version.py"  # a file no patch of the test series touches
 
 
 def test_a_rebase_in_a_second_worktree_does_not_break_the_one_stopped_in_the_first(
@@ -199,3 +201,50 @@ def test_a_second_worktree_takes_a_series_branch_beside_the_firsts(sglpatch, che
 def _outside_worktrees(state: dict) -> dict:
     """A tree_state without the linked worktrees' own git dirs (their HEAD, index and logs)."""
     return {path: entry for path, entry in state.items() if not path.startswith(".git/worktrees/")}
+
+
+def test_abort_does_not_write_over_a_file_made_where_onto_dropped_one(sglpatch, checkout, patches, tmp_path):
+    """ONTO deletes a file the user's branch has (upstream dropped `version.py`); the rebase onto it stops at a
+    conflict, and meanwhile the user writes a file of their own at that path (git does not track it there). Before:
+    `--abort` went back with `git checkout -f`, which writes over untracked files in its way: the user's file
+    held the branch's bytes again, "rebase aborted", exit 0. Now --abort is refused in one line, with the `mv -n`
+    that keeps the file, and goes through once it is moved."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "newer")
+    replace_in(checkout / BACKEND, "class DSAIndexerMetadata", "class DSAIndexerMetadata  # upstream's\nclass _X")
+    git.run("rm", "-q", DROPPED_UPSTREAM)
+    git.run("commit", "-q", "-am", "upstream edits the line patch 1 changes, and drops a file")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    args = ("--sglang", checkout, "--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer")
+    assert sglpatch("rebase", *args)[0] == 1
+    mine = checkout / DROPPED_UPSTREAM
+    mine.write_text("my own version, not upstream's\n")
+    err = refused(sglpatch, checkout, "--sglang", checkout, "--abort", command="rebase")
+    move = re.findall(r"`(mv -n [^`]+)`", err)[0]
+    subprocess.run(["bash", "-c", move], check=True, cwd=tmp_path)
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 0, (out, err)
+    assert mine.with_name("version.py.mine").read_text() == "my own version, not upstream's\n"
+    assert Git(checkout).current_branch() == "sglpatch/v0.5.14"
+
+
+def test_the_recover_and_revert_a_message_names_take_the_target_as_one_word_of_text(tmp_path, monkeypatch):
+    """Every message that sends the user to recover or revert named the target unquoted (`sglpatch recover
+    --sglang /data/my checkout`), where the apply and rebase hints quote it: pasted, a folder name with a space
+    was two arguments (with make, `make recover SGLANG=/data/my checkout` also runs a target of that second
+    word), and one with `$(...)` or `;` ran what followed. Now the path is quoted: one argument, and text."""
+    from sglpatch import hints
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sglpatch").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$(dirname "$0")/../args"\n')
+    (bin_dir / "sglpatch").chmod(0o755)
+    root = tmp_path / "my checkout $(touch RAN); touch RAN2"
+    monkeypatch.delenv("SGLPATCH_FROM_MAKE", raising=False)
+    for advice, command in ((hints.recover(root), "recover"), (hints.revert(root), "revert")):
+        pasted = re.findall(r"`([^`]+)`", advice)[0]
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+        subprocess.run(["bash", "-c", pasted], cwd=tmp_path, env=env, check=True)
+        assert (tmp_path / "args").read_text().splitlines() == [command, "--sglang", str(root)]
+        assert not (tmp_path / "RAN").exists() and not (tmp_path / "RAN2").exists()

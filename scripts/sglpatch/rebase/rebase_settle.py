@@ -69,6 +69,8 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     the rebase kept aside for this is freed first."""
     if state.phase == INSTALLING:
         raise FatalError(f"the rebase had finished and was writing its result: {hints.recover()} completes it")
+    if state.begun:
+        _refuse_untracked_in_the_way_back(git, state)
     _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
@@ -90,6 +92,29 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
                 fault_point(f"rebase rollback: {ref} deleted")
         _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def _refuse_untracked_in_the_way_back(git: Git, state: RebaseState) -> None:
+    """A file git does not track now (made while the rebase waited: ONTO dropped it, the user wrote one there) where
+    the original branch has one: `git checkout -f` back would write over it without a word. One that holds the
+    original's bytes (a switch cut short left it) is not in the way."""
+    gone = git.paths("diff-tree", "-r", "--name-only", "--no-renames", "--diff-filter=D", state.original, "HEAD")
+    there = [path for path in gone if os.path.lexists(Path(git.workdir) / path)]
+    tracked = set(git.paths("ls-files")) if there else set()
+    for path in there:
+        local = Path(git.workdir) / path
+        if path in tracked:
+            continue
+        if local.is_file() and not local.is_symlink():
+            mine = local.read_bytes()  # the blob as git stores it, or as it writes it (eol settings, filters)
+            written = (git.call(("cat-file", how, f"{state.original}:{path}")) for how in ("blob", "--filters"))
+            if any(status == 0 and mine == theirs for status, theirs, _ in written):
+                continue
+        raise FatalError(
+            f"{local} is not tracked now, and {state.original}, which the rebase goes back to, has a file there that "
+            f"would be written over it; nothing was changed: move it aside ({hints.move_beside(local, set())}), "
+            "then run this again"
+        )
 
 
 def _back_on(git: Git, original: str) -> bool:
