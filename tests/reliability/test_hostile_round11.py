@@ -248,3 +248,28 @@ def test_the_recover_and_revert_a_message_names_take_the_target_as_one_word_of_t
         subprocess.run(["bash", "-c", pasted], cwd=tmp_path, env=env, check=True)
         assert (tmp_path / "args").read_text().splitlines() == [command, "--sglang", str(root)]
         assert not (tmp_path / "RAN").exists() and not (tmp_path / "RAN2").exists()
+
+
+def test_the_advice_naming_a_second_worktree_or_an_untrusted_checkout_takes_its_path_as_text(
+    sglpatch, checkout, patches, tmp_path
+):
+    """Two linked worktrees, the series branch checked out in both (`git worktree add --force`): revert is refused
+    with `git -C WORKTREE switch --detach`, the path unquoted; a worktree at `wt $(touch RAN)` made the pasted
+    line run `touch RAN` (and switch nothing). The same for `make pr`'s refusal, and for the `safe.directory` line
+    a checkout of another user's is refused with (a folder its owner names). Now each path is quoted."""
+    from sglpatch.targets.target import _unusable_checkout
+
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    second = tmp_path / "wt $(touch RAN)"
+    Git(checkout).run("worktree", "add", "-q", "--force", str(second), "sglpatch/v0.5.14")
+    err = refused(sglpatch, checkout, "--sglang", checkout, command="revert")
+    pasted = re.findall(r"`(git -C [^`]+)`", err)[0]
+    subprocess.run(["bash", "-c", pasted], cwd=tmp_path, check=True, capture_output=True)
+    assert not (tmp_path / "RAN").exists() and Git(second).current_branch() is None
+    assert sglpatch("revert", "--sglang", checkout)[0] == 0
+    line = re.findall(r"`([^`]+)`", _unusable_checkout(tmp_path / "x$(touch RAN)", "dubious ownership"))[0]
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    assert not (tmp_path / "RAN").exists()
+    assert f"directory = {tmp_path / 'x$(touch RAN)'}" in (home / ".gitconfig").read_text()

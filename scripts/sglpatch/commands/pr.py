@@ -262,7 +262,7 @@ def _refuse_moving_the_users_branches(git: Git, prepared: list[Prepared], record
             where = held[f"refs/heads/{branch}"]
             raise FatalError(
                 f"{pr.group.id}: branch {branch} is checked out in {where}, and make pr moves it to the rebuilt "
-                f"branch; nothing was changed: switch that worktree to another branch (`git -C {where} switch "
+                f"branch; nothing was changed: switch that worktree to another branch (`git -C {shlex.quote(str(where))} switch "
                 "--detach`), then run make pr again"
             )
         record = records.get(pr.group.id, {})
@@ -375,8 +375,9 @@ def stack_lines(group: Group, config: dict, records: dict) -> list[str]:
 
 def resolve_fork(git: Git, fork: str | None, owner: str | None = None) -> dict:
     if not fork:
-        submit, fork_option = hints.option("--submit", "SUBMIT=1"), hints.option(
-            "--fork REMOTE", "FORK=<remote or URL>"
+        submit, fork_option = (
+            hints.option("--submit", "SUBMIT=1"),
+            hints.option("--fork REMOTE", "FORK=<remote or URL>"),
         )
         raise FatalError(f"{submit} needs {fork_option} (your fork; no write access to upstream is needed)")
     if re.match(r"^(https?://|git@|ssh://|file://|/)", fork):

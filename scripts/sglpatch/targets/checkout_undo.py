@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from sglpatch import hints
@@ -47,8 +48,7 @@ def undo_checkout(target: Target, record: CheckoutRecord, locks: tuple[GitLock, 
         except OSError as exc:
             free_reserve(target)
             raise FatalError(
-                f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {target.root} is "
-                f"{unchanged}"
+                f"cannot write {git.git_dir()} ({os_reason(exc)}); nothing was changed: {target.root} is {unchanged}"
             ) from None
         try:
             _switch_back(target, record, half_switched, switching)
@@ -85,7 +85,7 @@ def _refuse_held_elsewhere(target: Target, branch: str) -> None:
     if holders:
         raise FatalError(
             f"branch {branch} is checked out in the worktree {holders[0]} too, and git deletes no branch a worktree "
-            f"has checked out; nothing was changed: switch that worktree away (`git -C {holders[0]} switch "
+            f"has checked out; nothing was changed: switch that worktree away (`git -C {shlex.quote(str(holders[0]))} switch "
             "--detach`), then run this again"
         )
 

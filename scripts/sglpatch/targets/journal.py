@@ -33,6 +33,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.errors import FatalError, os_reason
 from sglpatch.git import blob_id
 from sglpatch.safety.durable import fsync_dir, remove_durably, unlink_if_there, write_durably, write_synced
@@ -274,7 +275,7 @@ def _discard_prepared(package: Path, journal: Journal, exc: OSError) -> None:
     except OSError as again:
         raise FatalError(
             f"{why}, and removing what was prepared failed too ({again.strerror or again}); no file of the "
-            f"package was changed: run `sglpatch recover --sglang {package}` when the cause is fixed"
+            f"package was changed: run {hints.recover(package)} when the cause is fixed"
         ) from None
     raise FatalError(f"{why}; nothing was changed: {package} is as it was") from None
 
@@ -298,7 +299,7 @@ def _roll_back_after(package: Path, exc: OSError) -> None:
         raise FatalError(
             f"{why}, and so did the roll-back ({getattr(again, 'strerror', None) or again}); "
             f"{len(left)} files still differ from before ({', '.join(left[:3])}): "
-            f"run `sglpatch recover --sglang {package}` when the cause is fixed"
+            f"run {hints.recover(package)} when the cause is fixed"
         ) from None
     raise FatalError(f"{why}; rolled back, nothing changed: {package} is as it was") from None
 

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shlex
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ def _unusable_checkout(root: Path, stderr: str) -> str:
     if "dubious ownership" in stderr:
         return (
             f"{root} is a git checkout owned by another user, which git refuses to use (safe.directory); "
-            f"nothing was changed: if you trust it, `git config --global --add safe.directory {root}`, "
+            f"nothing was changed: if you trust it, `git config --global --add safe.directory {shlex.quote(str(root))}`, "
             "or run as its owner"
         )
     return f"{root} has a .git that git cannot use ({git_reason(stderr)}); nothing was changed"
