@@ -95,9 +95,20 @@ def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
     """`mv -n FOLDER PLACE`: a folder under build/ holding the user's work, moved beside the project, where
     `make clean` (which deletes build/) does not reach; PLACE is a name not yet taken, nor in `advised` (the
     places a message names already, to which it is added), so nothing is written over or moved into another."""
+    return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(_aside(folder, advised)))}`"
+
+
+def move_worktree_aside(folder: Path, advised: set[Path] | None = None) -> str:
+    """move_aside for a linked worktree (`git worktree add`): `mv` alone leaves its repository naming the old place,
+    and `git worktree prune` (which `git gc` runs) then deletes the worktree's HEAD and index there; `git worktree
+    repair` run in the moved folder tells the repository where it went."""
+    place = shlex.quote(str(_aside(folder, advised)))
+    return f"`mv -n {shlex.quote(str(folder))} {place} && git -C {place} worktree repair`"
+
+
+def _aside(folder: Path, advised: set[Path] | None) -> Path:
     root = project.PROJECT_ROOT
-    place = _free_place(root.parent / f"{root.name}-{folder.name}-mine", advised)
-    return f"`mv -n {shlex.quote(str(folder))} {shlex.quote(str(place))}`"
+    return _free_place(root.parent / f"{root.name}-{folder.name}-mine", advised)
 
 
 def keep_copies(root: Path | str, paths: list[str]) -> str:

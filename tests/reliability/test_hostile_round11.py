@@ -273,3 +273,26 @@ def test_the_advice_naming_a_second_worktree_or_an_untrusted_checkout_takes_its_
     subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"})
     assert not (tmp_path / "RAN").exists()
     assert f"directory = {tmp_path / 'x$(touch RAN)'}" in (home / ".gitconfig").read_text()
+
+
+def test_cleans_advice_for_a_linked_worktree_under_build_keeps_it_a_worktree(sglpatch, series_project, checkout):
+    """build/sglang is a linked worktree of a clone of the user's (`git worktree add`), with a commit made there on a
+    detached HEAD. clean refuses it, advising `mv -n build/sglang PLACE`; followed, the repository still named the
+    old place, and its next `git worktree prune` (which `git gc` runs) deleted the moved worktree's HEAD and index:
+    git no longer worked there, and the commit was left to the reflog. Now the advice ends with `git -C PLACE
+    worktree repair`, and the worktree, its HEAD and its commit survive a prune."""
+    (series_project / "build").mkdir()
+    where = series_project / "build" / "sglang"
+    Git(checkout).run("worktree", "add", "-q", "--detach", str(where), "HEAD")
+    mine = as_tester(Git(where))
+    (where / "MINE.md").write_text("my notes\n")
+    mine.run("add", "MINE.md")
+    mine.run("commit", "-q", "-m", "my notes")
+    head = mine.run("rev-parse", "HEAD")
+    code, out, err = sglpatch("clean")
+    assert code == 2 and "nothing was deleted" in err, (out, err)
+    move = re.findall(r"`(mv -n [^`]+)`", err)[0]
+    subprocess.run(["bash", "-c", move], check=True, cwd=series_project.parent, capture_output=True)
+    Git(checkout).run("worktree", "prune")
+    moved = series_project.parent / "project-sglang-mine"
+    assert Git(moved).run("rev-parse", "HEAD") == head

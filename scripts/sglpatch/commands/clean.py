@@ -166,13 +166,23 @@ def _unreadable(checkout: Target, exc: GitFailed) -> str:
     return f"a git repository git cannot read here ({exc})"
 
 
+def _linked_worktree(root: Path) -> bool:
+    """A `git worktree add` checkout: its .git is a file naming a git dir under another repository's worktrees/."""
+    dot_git = root / ".git"
+    if not dot_git.is_file() or dot_git.is_symlink():
+        return False
+    text = dot_git.read_bytes().removeprefix(b"gitdir: ").strip()
+    return Path(os.fsdecode(text)).parent.name == "worktrees"
+
+
 def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
     held, advised = [], set()
     for checkout in checkouts:
         work = _work_in(checkout)
         if work:
             where = checkout.root
-            held.append(f"{show_path(where)} holds {'; '.join(work)} ({hints.move_aside(where, advised)} keeps it)")
+            move = hints.move_worktree_aside if _linked_worktree(where) else hints.move_aside
+            held.append(f"{show_path(where)} holds {'; '.join(work)} ({move(where, advised)} keeps it)")
     if held:
         raise FatalError(
             f"{' and '.join(held)}; nothing was deleted: move {'it' if len(held) == 1 else 'each'} out of build/ as "
