@@ -99,9 +99,10 @@ def move_aside(folder: Path, advised: set[Path] | None = None) -> str:
 
 
 def move_worktree_aside(folder: Path, advised: set[Path] | None = None) -> str:
-    """move_aside for a linked worktree (`git worktree add`): `mv` alone leaves its repository naming the old place,
-    and `git worktree prune` (which `git gc` runs) then deletes the worktree's HEAD and index there; `git worktree
-    repair` run in the moved folder tells the repository where it went."""
+    """move_aside for a linked worktree (`git worktree add`), or a repository with some: `mv` alone leaves the
+    repository naming the old place (`git worktree prune`, which `git gc` runs, then deletes the worktree's HEAD and
+    index), or its worktrees (git no longer works in them); `git worktree repair` run in the moved folder mends
+    the links."""
     place = shlex.quote(str(_aside(folder, advised)))
     return f"`mv -n {shlex.quote(str(folder))} {place} && git -C {place} worktree repair`"
 

@@ -296,3 +296,22 @@ def test_cleans_advice_for_a_linked_worktree_under_build_keeps_it_a_worktree(sgl
     Git(checkout).run("worktree", "prune")
     moved = series_project.parent / "project-sglang-mine"
     assert Git(moved).run("rev-parse", "HEAD") == head
+
+
+def test_cleans_advice_for_a_checkout_with_a_worktree_elsewhere_keeps_that_worktree_working(
+    sglpatch, series_project, base_repo, tmp_path
+):
+    """build/sglang has a linked worktree of the user's outside build/, holding an edit. clean refuses, advising
+    `mv -n build/sglang PLACE`; followed, the worktree's `.git` still named build/sglang/.git/worktrees/...: git no
+    longer worked there (`not a git repository`), the edit out of git's reach. Now `git worktree repair` follows."""
+    where = series_project / "build" / "sglang"
+    where.parent.mkdir()
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(where)], check=True)
+    outside = tmp_path / "my-worktree"
+    Git(where).run("worktree", "add", "-q", "--detach", str(outside), "HEAD")
+    (outside / "python" / "sglang" / "version.py").write_text("my edit\n")
+    code, out, err = sglpatch("clean")
+    assert code == 2 and "nothing was deleted" in err, (out, err)
+    move = re.findall(r"`(mv -n [^`]+)`", err)[0]
+    subprocess.run(["bash", "-c", move], check=True, cwd=series_project.parent, capture_output=True)
+    assert Git(outside).run("status", "--porcelain", strip=False) == " M python/sglang/version.py\n"

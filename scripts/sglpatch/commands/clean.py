@@ -166,9 +166,12 @@ def _unreadable(checkout: Target, exc: GitFailed) -> str:
     return f"a git repository git cannot read here ({exc})"
 
 
-def _linked_worktree(root: Path) -> bool:
-    """A `git worktree add` checkout: its .git is a file naming a git dir under another repository's worktrees/."""
+def _in_worktrees(root: Path) -> bool:
+    """A `git worktree add` checkout (its .git a file naming a git dir under another repository's worktrees/), or a
+    repository with such checkouts: moved by `mv`, the links between them point at the old place."""
     dot_git = root / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        return (dot_git / "worktrees").is_dir() and any((dot_git / "worktrees").iterdir())
     if not dot_git.is_file() or dot_git.is_symlink():
         return False
     text = dot_git.read_bytes().removeprefix(b"gitdir: ").strip()
@@ -181,7 +184,7 @@ def _refuse_work_of_the_user(checkouts: list[Target]) -> None:
         work = _work_in(checkout)
         if work:
             where = checkout.root
-            move = hints.move_worktree_aside if _linked_worktree(where) else hints.move_aside
+            move = hints.move_worktree_aside if _in_worktrees(where) else hints.move_aside
             held.append(f"{show_path(where)} holds {'; '.join(work)} ({move(where, advised)} keeps it)")
     if held:
         raise FatalError(
