@@ -315,3 +315,27 @@ def test_cleans_advice_for_a_checkout_with_a_worktree_elsewhere_keeps_that_workt
     move = re.findall(r"`(mv -n [^`]+)`", err)[0]
     subprocess.run(["bash", "-c", move], check=True, cwd=series_project.parent, capture_output=True)
     assert Git(outside).run("status", "--porcelain", strip=False) == " M python/sglang/version.py\n"
+
+
+def test_a_rebase_waiting_in_a_worktree_whose_folder_is_gone_is_named_with_the_prune_that_forgets_it(
+    sglpatch, checkout, patches, tmp_path
+):
+    """The refusal above, when the other worktree's folder was deleted (`rm -rf`, not `git worktree remove`) while
+    its rebase waited: advising `--continue --sglang` there would name a folder that is gone. It names `git worktree
+    prune` instead, and once that is run the rebase here goes."""
+    git = upstream_branches(checkout, quiet=True)
+    second = tmp_path / "second"
+    git.run("worktree", "add", "-q", "-b", "second", str(second), "main")
+    theirs = tmp_path / "patches-second"
+    shutil.copytree(patches, theirs)
+    assert sglpatch("apply", "--sglang", second, "--patches", theirs, "--branch", "second-series")[0] == 0
+    report = ("--report-dir", str(tmp_path / "report"))
+    assert sglpatch("rebase", "--sglang", second, "--patches", theirs, *report, "--onto", "newer")[0] == 1
+    shutil.rmtree(second)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    args = ("--sglang", checkout, "--patches", patches, *report, "--onto", "quiet")
+    err = refused(sglpatch, checkout, *args, command="rebase")
+    prune = re.findall(r"`(git -C [^`]+ worktree prune)`", err)[0]
+    subprocess.run(["bash", "-c", prune], check=True)
+    code, out, err = sglpatch("rebase", *args)
+    assert code == 0, (out, err)

@@ -68,7 +68,9 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
     The original branch is checked out as it is now: had the user moved it meanwhile, that stays. The room
     the rebase kept aside for this is freed first."""
     if state.phase == INSTALLING:
-        raise FatalError(f"the rebase had finished and was writing its result: {hints.recover()} completes it")
+        raise FatalError(
+            f"the rebase had finished and was writing its result: {hints.recover(git.workdir)} completes it"
+        )
     if state.begun:
         _refuse_untracked_in_the_way_back(git, state)
     _free_room(folder)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -379,6 +380,13 @@ def refuse_one_in_another_worktree(target: Target) -> None:
         if git_dir == here or not (git_dir / STATE_DIR).is_dir():
             continue
         where = _worktree_of(git, git_dir)
+        if not os.path.isdir(where):  # deleted without `git worktree remove`: its rebase can never go on
+            raise FatalError(
+                f"a rebase is in progress in {where}, another worktree of this repository whose folder is gone, and "
+                f"the rebases of one repository share {SERIES_REF}; nothing was changed: if that folder is gone for "
+                f"good, `git -C {shlex.quote(str(target.root))} worktree prune` forgets it and its rebase, then run "
+                "this again"
+            )
         raise FatalError(
             f"a rebase is in progress in {where}, another worktree of this repository, and the rebases of one "
             f"repository share {SERIES_REF}; nothing was changed: settle that one first ({hints.continue_rebase(where)}"
