@@ -395,9 +395,10 @@ def refuse_one_in_another_worktree(target: Target) -> None:
 
 
 def _worktree_of(git: Git, git_dir: Path) -> str:
-    """The work tree whose git dir is `git_dir`: a linked one's `gitdir` file names its `.git` file; the main one
-    is the first `git worktree list` names."""
+    """The work tree whose git dir is `git_dir`: a linked one's `gitdir` file names its `.git` file (relative to
+    `git_dir` where git writes relative paths); the main one is the first `git worktree list` names."""
     if (git_dir / "gitdir").is_file():
-        return os.fsdecode((git_dir / "gitdir").read_bytes().rstrip(b"\n")).removesuffix("/.git")
+        named = os.fsdecode((git_dir / "gitdir").read_bytes().rstrip(b"\n"))
+        return os.path.normpath(git_dir / named).removesuffix("/.git")
     listed = git.run_bytes("worktree", "list", "--porcelain", "-z").split(b"\0")
     return os.fsdecode(listed[0].removeprefix(b"worktree "))
