@@ -1,7 +1,7 @@
 """The hostile trial of round 11: what round 10 left untried (two linked worktrees of one repository as two targets,
-clean's mark against a folder moved into `build.deleting`, recover's advice over a folder of ignored files) and the
-paths that handle the user's state under signals, links, odd names, hooks and git settings
-(docs/reliability.md, round 11).
+clean's mark against a folder moved into `build.deleting`, recover's advice over a folder of ignored files), and the
+advice and roll-backs that meet the user's own files: paths holding spaces and `$(...)`, untracked files where a
+roll-back writes, linked worktrees under build/ (docs/reliability.md, round 11).
 """
 
 from __future__ import annotations
@@ -139,7 +139,6 @@ def test_recovers_advice_keeps_a_folder_of_ignored_files_that_replaced_a_file(tm
     so the advice, followed as printed, keeps every file of it."""
     from sglpatch import hints
     from sglpatch.git import init_repo
-    from testing.sglang_trees import as_tester
 
     root = tmp_path / "checkout"
     git = as_tester(init_repo(root))
