@@ -39,3 +39,18 @@ def apply_and_its_switch_point(checkout: Path, patches: Path, tmp_path: Path) ->
     assert cli_child(*apply, SGLPATCH_FAULT_TRACE=trace).returncode == 0
     assert cli_child("revert", "--sglang", checkout).returncode == 0
     return apply, point_after(trace, SWITCHED)
+
+
+def clean_cut_short(sglpatch, rmtree) -> None:
+    """`sglpatch clean` in this process with shutil.rmtree replaced by `rmtree`, whose KeyboardInterrupt stands in
+    for a kill: what the clean did before it stays, nothing after."""
+    from sglpatch.commands import clean
+
+    real_rmtree = clean.shutil.rmtree
+    clean.shutil.rmtree = rmtree
+    try:
+        sglpatch("clean")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        clean.shutil.rmtree = real_rmtree

@@ -12,10 +12,15 @@ import subprocess
 import time
 
 from sglpatch.git import Git
+from testing.killed_cli import clean_cut_short
 from testing.sglang_trees import BACKEND, as_tester, replace_in, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
 
 DROPPED_UPSTREAM = "python/sglang/version.py"  # a file no patch of the test series touches
+
+
+def _rebase_args(checkout, patches, report, onto) -> tuple:
+    return ("--sglang", checkout, "--patches", patches, "--report-dir", report, "--onto", onto, "--release", "0.5.14")
 
 
 def test_a_rebase_in_a_second_worktree_does_not_break_the_one_stopped_in_the_first(
@@ -28,19 +33,7 @@ def test_a_rebase_in_a_second_worktree_does_not_break_the_one_stopped_in_the_fir
     the resolution. Now the second rebase is refused in one line, naming the worktree, and the first goes on."""
     git = upstream_branches(checkout, quiet=True)
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
-    code, out, err = sglpatch(
-        "rebase",
-        "--sglang",
-        checkout,
-        "--patches",
-        patches,
-        "--report-dir",
-        tmp_path / "report-a",
-        "--onto",
-        "newer",
-        "--release",
-        "0.5.14",
-    )
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report-a", "newer"))
     assert code == 1 and "conflicts in" in err, (out, err)
     second = tmp_path / "second"
     git.run("worktree", "add", "-q", "-b", "second", str(second), "main")
@@ -75,19 +68,7 @@ def test_a_rebase_finished_in_the_same_second_as_another_takes_a_branch_name_of_
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
     monkeypatch.setattr(rebase_engine.time, "strftime", lambda _format: "20261205-120000")
     git.run("branch", "sglpatch/v0.5.14-20261205-120000", "main")  # made by a rebase that finished just before
-    code, out, err = sglpatch(
-        "rebase",
-        "--sglang",
-        checkout,
-        "--patches",
-        patches,
-        "--report-dir",
-        tmp_path / "report",
-        "--onto",
-        "quiet",
-        "--release",
-        "0.5.14",
-    )
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
     assert code == 0 and "branch sglpatch/v0.5.14-20261205-120000-2" in out, (out, err)
     assert git.run("rev-parse", "sglpatch/v0.5.14-20261205-120000") == git.run("rev-parse", "main")
     assert Git(checkout).current_branch() == "sglpatch/v0.5.14-20261205-120000-2"
@@ -108,7 +89,7 @@ def test_clean_cut_short_keeps_a_folder_moved_into_what_it_left(sglpatch, series
     def killed(path, *args, **kwargs):
         raise KeyboardInterrupt  # stands in for the kill: nothing deleted past the rename
 
-    _clean_cut_short(sglpatch, killed)
+    clean_cut_short(sglpatch, killed)
     time.sleep(0.05)  # the user's move comes after the look, as it would
     doomed = series_project / "build.deleting"
     mine.rename(doomed / "pr" / "my-notes")
@@ -116,20 +97,6 @@ def test_clean_cut_short_keeps_a_folder_moved_into_what_it_left(sglpatch, series
     code, out, err = sglpatch("clean")
     assert code == 2 and err.count("\n") == 1 and "nothing was deleted" in err, (out, err)
     assert tree_state(doomed) == before
-
-
-def _clean_cut_short(sglpatch, rmtree) -> None:
-    """`sglpatch clean` with shutil.rmtree replaced by `rmtree`, whose KeyboardInterrupt stands in for a kill."""
-    from sglpatch.commands import clean
-
-    real_rmtree = clean.shutil.rmtree
-    clean.shutil.rmtree = rmtree
-    try:
-        sglpatch("clean")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        clean.shutil.rmtree = real_rmtree
 
 
 def test_recovers_advice_keeps_a_folder_of_ignored_files_that_replaced_a_file(tmp_path):

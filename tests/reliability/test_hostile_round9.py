@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from sglpatch.git import Git
+from testing.killed_cli import clean_cut_short
 from testing.sglang_trees import as_tester, stopped_at_a_conflict
 from testing.tree_bytes import refused, tree_state
 
@@ -79,7 +80,7 @@ def test_clean_cut_short_then_run_again_keeps_a_commit_made_in_the_folder_it_lef
     def killed(path, *args, **kwargs):
         raise KeyboardInterrupt  # stands in for the kill: nothing deleted past the rename
 
-    _clean_cut_short(sglpatch, killed)
+    clean_cut_short(sglpatch, killed)
     left = series_project / "build.deleting" / "sglang"
     assert (left / ".git").is_dir() and not (series_project / "build").exists()
     mine = as_tester(Git(left))
@@ -114,7 +115,7 @@ def test_clean_cut_short_with_nothing_changed_since_is_finished_by_the_next(sglp
         calls.append(path)
         real_rmtree(path, *args, **kwargs)
 
-    _clean_cut_short(sglpatch, cut_after_one)
+    clean_cut_short(sglpatch, cut_after_one)
     assert (series_project / "build.deleting").is_dir()
     code, out, err = sglpatch("clean")
     assert code == 0 and "left by a clean cut short" in out, err
@@ -141,17 +142,3 @@ def test_recovers_advice_for_an_edited_patched_package_keeps_the_edit_and_names_
     code, out, err = sglpatch(*shlex.split(commands[1])[1:])
     assert code == 0, err
     assert (package / "global_config.py.mine").read_bytes() == mine
-
-
-def _clean_cut_short(sglpatch, rmtree) -> None:
-    """`sglpatch clean` with shutil.rmtree replaced by `rmtree`, whose KeyboardInterrupt stands in for a kill."""
-    from sglpatch.commands import clean
-
-    real_rmtree = clean.shutil.rmtree
-    clean.shutil.rmtree = rmtree
-    try:
-        sglpatch("clean")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        clean.shutil.rmtree = real_rmtree
