@@ -240,11 +240,11 @@ def test_whether_the_vcpu_a_run_ran_on_sets_its_speed(tmp_path):
 
 
 def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path):
-    def run(t0, speed):
-        """A run whose host speed scales its draft loop and its step interval alike."""
+    def run(t0, speed, step_follows=True):
+        """A run whose host speed scales its draft loop and (unless not `step_follows`) its step interval alike."""
         records = []
         for i in range(24):
-            t = t0 + i * 0.007 * speed
+            t = t0 + i * 0.007 * (speed if step_follows else 1.0)
             records.append({"t": t, "part": "step", "batch_size": 16, "host_ms": 5.0 * speed, "gpu_ms": 6.0})
             records.append({"t": t, "part": "draft", "batch_size": 16, "host_ms": 1.0 * speed, "gpu_ms": 1.8})
         return records
@@ -254,6 +254,8 @@ def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path
         engines = {
             "pristine": [r for k, v in enumerate(speeds_a) for r in run(2.0 * k, v)],
             "pristine_b": [r for k, v in enumerate(speeds_b) for r in run(2.0 * k + 1.0, v)],
+            # other code, whose step does not lean on the host: it must not set the pristine pair's slope
+            "patched": [r for k, v in enumerate([1.5, 0.7, 1.1]) for r in run(2.0 * k + 1.5, v, step_follows=False)],
         }
         return host_modes.study(_archive(tmp_path / name, engines), 16, 2, 20, 2.0, reps=3)
 
