@@ -493,6 +493,12 @@ def print_study(result: dict) -> None:
                 f"  {'':10s} {mode}: draft {medians['draft_gpu_ms']:.2f}, step GPU {medians['step_gpu_ms']:.2f}, "
                 f"step interval {medians['step_interval_ms']:.2f} ms"
             )
+    slopes = {label: _host_slope([result], (label,)) for label in result["engines"]}
+    if any(v is not None for v in slopes.values()):
+        print(
+            "  how far the step follows the host (the slope of log step interval on log draft host time, over the "
+            "runs): " + ", ".join(f"{label} {round(v, 2) + 0.0:.2f}" for label, v in slopes.items() if v is not None)
+        )
     means = {label: e["draft_host_mean_ms"] for label, e in result["engines"].items() if e.get("draft_host_mean_ms")}
     if "pristine" in means:
         print(

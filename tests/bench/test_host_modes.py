@@ -239,7 +239,7 @@ def test_whether_the_vcpu_a_run_ran_on_sets_its_speed(tmp_path):
     assert drawn["busiest_spread"] == pytest.approx([0.8 / 1.025, 1.2 / 1.025])
 
 
-def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path):
+def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path, capsys):
     def run(t0, speed, step_follows=True):
         """A run whose host speed scales its draft loop and (unless not `step_follows`) its step interval alike."""
         records = []
@@ -266,6 +266,8 @@ def test_a_floor_at_one_host_speed_takes_its_slope_from_the_other_calls(tmp_path
     assert [f["slope"] for f in floors] == pytest.approx([1.0, 1.0])
     assert floors[0]["raw"] == pytest.approx((1.0 * 1.3 * 1.2 / (0.8 * 0.9 * 1.0)) ** (1 / 3))
     assert [f["adjusted"] for f in floors] == pytest.approx([1.0, 1.0])
+    host_modes.print_study(results[0])
+    assert "over the runs): pristine 1.00, pristine_b 1.00, patched 0.00" in capsys.readouterr().out
     # at one host speed nothing is left to spread the runs: the interval closes on 1; the raw one does not
     assert floors[0]["adjusted_interval"]["ci95"] == pytest.approx([1.0, 1.0])
     low, high = floors[0]["raw_interval"]["ci95"]
