@@ -90,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--pin-cpus", action="store_true", help="each engine's processes on cores of their own")
     ap.add_argument(
+        "--same-layout",
+        action="store_true",
+        help="every engine process with PYTHONHASHSEED=0 and ASLR off: two processes of one tree alike in both",
+    )
+    ap.add_argument(
         "--gpu-memory-gib",
         type=float,
         help="the GPU's memory for the check that every engine fits at once (default: nvidia-smi's; none: no check)",

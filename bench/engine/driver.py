@@ -164,6 +164,7 @@ class Bench:
                 self.meta["env"],
                 self.args.worker_script,
                 cpus=groups[i] if groups else None,
+                fixed_layout=self.args.same_layout,
             )
         try:
             for i, label in enumerate(order):
@@ -186,6 +187,7 @@ class Bench:
                 "next_n": next_n,
                 "started": started,
                 "cpus": engine.cpus,
+                "layout": engine.layout,
                 **{k: answer[k] for k in ("import_s", "start_s", "info")},
             }
         )
@@ -435,6 +437,8 @@ def main(args: argparse.Namespace) -> int:
     """The run bench/engine_ab.py's command line asks for (``args.acceptance``, ``args.next_n`` and
     ``args.seed_case`` already parsed); 2, with one line, where it is refused before anything starts."""
     env = dict(item.split("=", 1) for item in args.env)
+    if args.same_layout:
+        env.setdefault("PYTHONHASHSEED", "0")
     overrides = {
         **KV_CACHES[args.kv_cache],
         **{k: json.loads(v) for k, v in (item.split("=", 1) for item in args.engine_arg)},
@@ -498,6 +502,7 @@ def run_meta(args: argparse.Namespace, env: dict, overrides: dict, sizing: Sizin
         "engines": list(labels),
         "acceptance": {str(k): v for k, v in args.acceptance.items()},
         "pinned_cpus": args.pin_cpus,
+        "same_layout": args.same_layout,
         "physical_cores": {
             str(cpu): list(core) for cpu, core in physical_cores(sorted(os.sched_getaffinity(0))).items()
         },

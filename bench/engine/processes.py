@@ -4,6 +4,7 @@ it), its start, the commands it answers, the cores it runs on, and its end."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -21,6 +22,11 @@ WORKER_SCRIPT = BENCH / "engine_worker.py"
 STACKS_SIGNAL = signal.SIGUSR2
 STACKS_WAIT_S = 2.0
 
+# personality(2)'s flag for ASLR off (what `setarch -R` sets); kept across exec, so an engine's children have it
+ADDR_NO_RANDOMIZE = 0x0040000
+# loaded here, not in the child: a child forked from a process with threads must not call dlopen
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s.*)?$")
 
 
@@ -37,6 +43,41 @@ def first_error(log: str) -> str | None:
     return None
 
 
+def no_aslr() -> None:
+    """ASLR off for this process and what it execs from now on; where the kernel or a seccomp filter
+    refuses, it stays on (the process's /proc/PID/personality tells which)."""
+    current = _LIBC.personality(0xFFFFFFFF)
+    if current != -1:
+        _LIBC.personality(current | ADDR_NO_RANDOMIZE)
+
+
+def aslr_state(personality: int) -> str:
+    """ "off" where a process with this personality has fixed addresses (its flag, or the kernel's setting
+    for every process), else "on"."""
+    try:
+        system_off = Path("/proc/sys/kernel/randomize_va_space").read_text().strip() == "0"
+    except OSError:
+        system_off = False
+    return "off" if personality & ADDR_NO_RANDOMIZE or system_off else "on"
+
+
+def layout_of(pid: int, env: dict) -> dict:
+    """The hash seed a process was given and whether its addresses are randomized (None: unreadable)."""
+    try:
+        aslr = aslr_state(int(Path(f"/proc/{pid}/personality").read_text(), 16))
+    except (OSError, ValueError):
+        aslr = None
+    return {"hash_seed": env.get("PYTHONHASHSEED", "random"), "aslr": aslr}
+
+
+def prepare_child(cpus: list[int] | None, fixed_layout: bool) -> None:
+    """In the child before exec: its cores, and with `fixed_layout` ASLR off."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    if fixed_layout:
+        no_aslr()
+
+
 class EngineProcess:
     """A bench/engine_worker.py process (in a session of its own, so its sglang children go with it)."""
 
@@ -50,6 +91,7 @@ class EngineProcess:
         env: dict,
         script: Path,
         cpus: list[int] | None = None,
+        fixed_layout: bool = False,
     ):
         self.label = label
         self.cpus = cpus
@@ -76,9 +118,10 @@ class EngineProcess:
             pass_fds=(write_fd,),
             start_new_session=True,
             text=True,
-            # the engine and every process it starts run on their own cores only
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            # the engine and every process it starts run on their own cores only (and share one address layout)
+            preexec_fn=(lambda: prepare_child(cpus, fixed_layout)) if cpus or fixed_layout else None,
         )
+        self.layout = layout_of(self.proc.pid, child_env)
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, "r")
         self.pinned = cpus

@@ -61,6 +61,11 @@ class StandInEngine:
             graphs.append({"runner": "EAGLEDraftExtendCudaGraphRunner", "gib": 0.64})
         return {
             "stand_in": True,
+            # what this process was started with, for the driver's record of it to be checked against
+            "layout_seen": {
+                "hash_seed": os.environ.get("PYTHONHASHSEED", "random"),
+                "personality": int(Path("/proc/self/personality").read_text(), 16),
+            },
             "speculative_num_draft_tokens": self.next_n,
             "max_total_num_tokens": self.kv_tokens,
             "memory_usage": {

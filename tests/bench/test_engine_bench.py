@@ -312,6 +312,10 @@ def test_driver_end_to_end_against_a_stand_in_engine(tmp_path):
     assert all(r["indexer_share"]["patched"] is None for r in rows if r not in profiled)
     # two engines per next_n, three per IndexShare case (its reference for draft positions)
     assert len(doc["engines"]) == 2 * 2 + 2 * 3 and all(e["info"]["stand_in"] for e in doc["engines"])
+    # without --same-layout each engine process draws its own hash seed (unless this one was given one)
+    for engine in doc["engines"]:
+        assert engine["layout"]["hash_seed"] == engine["info"]["layout_seen"]["hash_seed"]
+        assert engine["layout"]["hash_seed"] == os.environ.get("PYTHONHASHSEED", "random")
     assert {(r["line"], r["parallel"]) for r in rows} == {("v0.5.14", "tp1")}
     assert any("prefilled" in note for note in doc["notes"])
 
@@ -637,11 +641,20 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
         "--kv-cache",
         "fp8_e4m3",
         "--pin-cpus",
+        "--same-layout",
         "--new-tokens",
         "24",
     )
     assert status == 0, doc["notes"]
     assert doc["meta"]["engines"] == ["pristine", "pristine_b", "patched"]
+    # one hash seed and no ASLR for every engine process (where the kernel allows it), as recorded
+    assert doc["meta"]["same_layout"] and doc["meta"]["env"]["PYTHONHASHSEED"] == "0"
+    for engine in doc["engines"]:
+        seen = engine["info"]["layout_seen"]
+        assert (
+            engine["layout"] == {"hash_seed": "0", "aslr": processes.aslr_state(seen["personality"])}
+            and seen["hash_seed"] == "0"
+        )
     assert doc["meta"]["engine_args"]["dsa_decode_backend"] == "flashmla_kv"
     for row in doc["rows"]:
         assert row["simulated_acceptance"] == {2: 2.0, 4: 3.0}[row["next_n"]]
