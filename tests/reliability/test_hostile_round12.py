@@ -1,0 +1,82 @@
+"""The hostile trial of round 12: the user's own git configuration in the repository the toolkit reads or writes
+(format-patch's and cherry-pick's settings under `export` and `rebase`, ...), (docs/reliability.md, round 12).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sglpatch.git import Git
+from testing.sglang_trees import BACKEND, SECOND, as_tester, make_series, upstream_branches
+
+# settings of the user's repository that change what `git format-patch` writes
+FORMAT_SETTINGS = [
+    ("diff.noprefix", "true"),  # `--- python/...`: malformed, the series refused
+    ("format.signOff", "true"),  # the user's Signed-off-by under every patch, whoever wrote it
+    ("format.from", "true"),  # the user in `From:`, the author moved into the message
+    ("format.coverLetter", "true"),  # a 0000 patch with no diff
+    ("diff.context", "0"),
+    ("format.headers", "X-Mine: 1"),
+    ("format.notes", "true"),  # the user's notes (below) inside the patches
+    ("format.suffix", ".diff"),  # no `*.patch` at all: "no commits"
+    ("i18n.logOutputEncoding", "latin1"),  # a message past ASCII in Latin-1: "not UTF-8", refused
+]
+# two patches whose messages hold what export asks of them (docs/series-format.md)
+EXPORTED = [
+    (
+        "[DSA] Mark the indexer metadata for an export\n\nWhy: an export to check.\n\nWhat: one comment.\n\n"
+        "Drop when: never; a test.\n\n"
+        "Upstream-PR: 1\nPatch-Group: export-test\nDrop-When: never\n",
+        [(BACKEND, "class DSAIndexerMetadata", "# exported\nclass DSAIndexerMetadata")],
+    ),
+    (
+        "[Spec] Mark the global config for an export\n\nWhy: the café's test.\n\nWhat: one comment.\n\n"
+        "Drop when: never; a test.\n\n"
+        "Upstream-PR: 2\nPatch-Group: export-test\nDrop-When: never\n",
+        [(SECOND, "class GlobalConfig:", "# exported\nclass GlobalConfig:")],
+    ),
+]
+
+
+def _rebase_args(checkout, patches, report, onto) -> tuple:
+    return ("--sglang", checkout, "--patches", patches, "--report-dir", report, "--onto", onto, "--release", "0.5.14")
+
+
+def _series_files(folder) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize(("key", "value"), FORMAT_SETTINGS, ids=[key for key, _ in FORMAT_SETTINGS])
+def test_export_writes_the_series_format_whatever_the_repositorys_config(
+    sglpatch, base_repo, project_pin, tmp_path, key, value
+):
+    """`export --from REPO` ran `git format-patch` under REPO's config: `diff.noprefix` made every patch malformed
+    (refused), `format.signOff` put the user's sign-off under another author's patches, `format.from` the user in
+    `From:`, `format.suffix` wrote no `.patch` ("no commits"), `i18n.logOutputEncoding` a message that is not
+    UTF-8 (refused), and the rest changed the patches' bytes. Now the series format is given on the command line:
+    the patches are the same bytes whatever the repository says."""
+    patches = make_series(base_repo, tmp_path / "dev", tmp_path / "patches", project_pin, EXPORTED)
+    before = _series_files(patches)
+    git = Git(tmp_path / "dev")
+    git.run("config", key, value)
+    as_tester(git).run("notes", "add", "-m", "my private note", "HEAD")
+    code, out, err = sglpatch("export", "--from", tmp_path / "dev", "--base", "v0.5.14", "--patches", patches)
+    assert code == 0, (out, err)
+    assert _series_files(patches) == before
+
+
+@pytest.mark.parametrize(("key", "value"), FORMAT_SETTINGS[:3], ids=[key for key, _ in FORMAT_SETTINGS[:3]])
+def test_a_rebase_writes_the_series_format_whatever_the_checkouts_config(
+    sglpatch, checkout, patches, tmp_path, key, value
+):
+    """A rebase writes the new series with `git format-patch` in the user's checkout: with `diff.noprefix` there it
+    stopped at its end ("malformed patch: ... lacks the b/ prefix; fix that, then --continue"), which no
+    `--continue` could get past; with `format.signOff` or `format.from` it went through, the user's name signed
+    under, or put as the sender of, every patch of another author. Now the rebased series is the same bytes."""
+    upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    before = _series_files(patches)
+    Git(checkout).run("config", key, value)
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 0 and "rebased onto quiet" in out, (out, err)
+    assert _series_files(patches) == before
