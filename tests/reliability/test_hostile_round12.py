@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, SECOND, as_tester, make_series, upstream_branches
+from testing.sglang_trees import BACKEND, SECOND, as_tester, make_series, one_patch_series, upstream_branches
 
 # settings of the user's repository that change what `git format-patch` writes
 FORMAT_SETTINGS = [
@@ -79,4 +79,24 @@ def test_a_rebase_writes_the_series_format_whatever_the_checkouts_config(
     Git(checkout).run("config", key, value)
     code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
     assert code == 0 and "rebased onto quiet" in out, (out, err)
+    assert _series_files(patches) == before
+
+
+def test_a_rebase_keeps_a_message_line_that_starts_with_a_hash_under_commit_cleanup_strip(
+    sglpatch, checkout, base_repo, project_pin, tmp_path
+):
+    """`commit.cleanup=strip` in the user's checkout: the rebase's `git cherry-pick` of each patch that lands
+    cleanly cleaned its message as an edited one, dropping the line `#1234 is the issue this fixes` from the
+    rebased series, "rebased", exit 0 (round 7 mended it for a resolved conflict only). Now the pick keeps the
+    message as it is."""
+    message = "[Spec] Mark the global config\n\nWhy: a test.\n#1234 is the issue this fixes\n\nUpstream-PR: 29787\n"
+    patches = one_patch_series(
+        base_repo, project_pin, tmp_path / "patches", message, (SECOND, "class GlobalConfig", "# x\nclass GlobalConfig")
+    )
+    upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    before = _series_files(patches)
+    Git(checkout).run("config", "commit.cleanup", "strip")
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 0, (out, err)
     assert _series_files(patches) == before

@@ -384,7 +384,10 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
             state.checked = state.next
             continue
         with write_phase():
-            status, _, err = git.committing().try_run(*sparse, "-c", "merge.renames=true", "cherry-pick", commit)
+            # --cleanup=verbatim: the patch's message as it is (the user's `commit.cleanup=strip` dropped its lines
+            # that start with `#`, "#1234 is the issue", from every rebased patch)
+            pick = ("-c", "merge.renames=true", "cherry-pick", "--cleanup=verbatim", commit)
+            status, _, err = git.committing().try_run(*sparse, *pick)
             fault_point(f"rebase: {patch.name} picked")
         if status != 0 and disk_full(err):
             raise DiskFull(f"git could not pick {patch.name} ({git_reason(err)})")
