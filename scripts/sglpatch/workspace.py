@@ -168,7 +168,11 @@ class Workspace:
         """Copy `commit` (and what it needs) into `target`'s repository as `ref`, leaving no FETCH_HEAD."""
         self.git.run("update-ref", "refs/heads/copied", commit)
         source = f"{'+' if force else ''}refs/heads/copied:{ref}"
-        target.run("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(self.root), source)
+        # --no-recurse-submodules: with `submodule.recurse` (or `fetch.recurseSubmodules`) in the target's config
+        # git also fetched each of its submodules from their remotes: refused where one is out of reach (a
+        # machine offline), else the submodules' own FETCH_HEAD and remote-tracking branches written
+        fetch = ("fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules")
+        target.run(*fetch, str(self.root), source)
 
     def commit(
         self, patch: Patch, tree: str, parent: str, committer: tuple[str, str] | None, message: str | None = None

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglpatch.git import Git
+from sglpatch.git import Git, init_repo
 from testing.sglang_trees import BACKEND, SECOND, as_tester, make_series, one_patch_series, upstream_branches
+from testing.tree_bytes import tree_state
 
 # settings of the user's repository that change what `git format-patch` writes
 FORMAT_SETTINGS = [
@@ -100,3 +101,27 @@ def test_a_rebase_keeps_a_message_line_that_starts_with_a_hash_under_commit_clea
     code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
     assert code == 0, (out, err)
     assert _series_files(patches) == before
+
+
+def test_apply_fetches_no_submodule_of_the_checkout_under_submodule_recurse(sglpatch, checkout, patches, tmp_path):
+    """The user's checkout holds a submodule of theirs and sets `submodule.recurse=true`. apply's `git fetch` of the
+    series branch from its scratch repository then fetched every submodule from its remote too: with the remote out
+    of reach (a machine offline, as the GPU boxes are), apply was refused ("Errors during submodule fetch"), the
+    submodule's FETCH_HEAD left behind under "nothing changed"; in reach, apply went to the network and moved the
+    submodule's remote-tracking branches. Now the fetch is of the series branch alone: apply and revert go through,
+    every byte of the checkout and its submodule as it was."""
+    lib = tmp_path / "kernlib"
+    library = as_tester(init_repo(lib))
+    (lib / "k.cu").write_text("kernel\n")
+    library.run("add", "k.cu")
+    library.run("commit", "-q", "-m", "kernel")
+    git = as_tester(Git(checkout))
+    git.run("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "third_party/kernlib")
+    git.run("commit", "-q", "-m", "my kernel library")
+    Git(checkout / "third_party" / "kernlib").run("remote", "set-url", "origin", "https://example.invalid/kernlib")
+    git.run("config", "submodule.recurse", "true")
+    before = tree_state(checkout)
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, (out, err)
+    assert sglpatch("revert", "--sglang", checkout)[0] == 0
+    assert tree_state(checkout) == before
