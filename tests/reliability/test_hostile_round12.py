@@ -110,6 +110,19 @@ def test_apply_fetches_no_submodule_of_the_checkout_under_submodule_recurse(sglp
     submodule's FETCH_HEAD left behind under "nothing changed"; in reach, apply went to the network and moved the
     submodule's remote-tracking branches. Now the fetch is of the series branch alone: apply and revert go through,
     every byte of the checkout and its submodule as it was."""
+    submodule = _a_submodule(checkout, tmp_path)
+    Git(submodule).run("remote", "set-url", "origin", "https://example.invalid/kernlib")
+    git = Git(checkout)
+    git.run("config", "submodule.recurse", "true")
+    before = tree_state(checkout)
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, (out, err)
+    assert sglpatch("revert", "--sglang", checkout)[0] == 0
+    assert tree_state(checkout) == before
+
+
+def _a_submodule(checkout, tmp_path):
+    """A submodule of the user's (a kernel library of theirs) added on the checkout's branch; its folder."""
     lib = tmp_path / "kernlib"
     library = as_tester(init_repo(lib))
     (lib / "k.cu").write_text("kernel\n")
@@ -118,10 +131,21 @@ def test_apply_fetches_no_submodule_of_the_checkout_under_submodule_recurse(sglp
     git = as_tester(Git(checkout))
     git.run("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "third_party/kernlib")
     git.run("commit", "-q", "-m", "my kernel library")
-    Git(checkout / "third_party" / "kernlib").run("remote", "set-url", "origin", "https://example.invalid/kernlib")
-    git.run("config", "submodule.recurse", "true")
-    before = tree_state(checkout)
-    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
-    assert code == 0, (out, err)
+    return checkout / "third_party" / "kernlib"
+
+
+def test_a_rebase_of_a_checkout_holding_a_submodule_onto_a_release_without_it(sglpatch, checkout, patches, tmp_path):
+    """The user's branch holds a submodule of theirs that ONTO does not (or holds at another commit). The rebase
+    sized the room to switch back with `git ls-tree -l`, which gives a submodule no size (`-`): a traceback
+    (`ValueError: invalid literal for int()`) before the first write. Now it goes through, the submodule's files
+    as they were, and revert takes it back."""
+    upstream_branches(checkout, quiet=True)
+    submodule = _a_submodule(checkout, tmp_path)
+    (submodule / "build.o").write_bytes(b"\0my build\n")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    before = tree_state(submodule)
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 0 and "rebased onto quiet" in out, (out, err)
+    assert tree_state(submodule) == before
     assert sglpatch("revert", "--sglang", checkout)[0] == 0
-    assert tree_state(checkout) == before
+    assert tree_state(submodule) == before

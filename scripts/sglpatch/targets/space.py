@@ -45,8 +45,8 @@ def room_to_switch_back(target: Target, commit: str, away: str, touched: list[st
     size = 0
     for entry in filter(None, git.run("ls-tree", "-r", "-l", "-z", commit, strip=False).split("\0")):
         meta, path = entry.split("\t", 1)
-        if path in changed:
-            size += int(meta.split()[3]) + _PAGE
+        if path in changed:  # a submodule (gitlink) has no size here: `-`
+            size += (int(length) if (length := meta.split()[3]).isdigit() else 0) + _PAGE
     return size + _git_room(target)
 
 
