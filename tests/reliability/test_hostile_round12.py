@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from sglpatch.git import Git, init_repo
 from testing.sglang_trees import BACKEND, SECOND, as_tester, make_series, one_patch_series, upstream_branches
-from testing.tree_bytes import tree_state
+from testing.tree_bytes import refused, tree_state
 
 # settings of the user's repository that change what `git format-patch` writes
 FORMAT_SETTINGS = [
@@ -149,3 +151,20 @@ def test_a_rebase_of_a_checkout_holding_a_submodule_onto_a_release_without_it(sg
     assert tree_state(submodule) == before
     assert sglpatch("revert", "--sglang", checkout)[0] == 0
     assert tree_state(submodule) == before
+
+
+@pytest.mark.parametrize("hidden", ["--assume-unchanged", "--skip-worktree"])
+def test_clean_keeps_a_default_base_holding_an_edit_git_status_does_not_show(
+    sglpatch, series_project, base_repo, hidden
+):
+    """build/sglang, a checkout as sglpatch lays it out, where the user edited a file whose index entry tells git
+    not to look at it (`git update-index --assume-unchanged` or `--skip-worktree`, the usual way to keep a local
+    edit out of git's way). clean asked `git status`, which shows no such edit: the checkout was deleted with it,
+    exit 0. Now the bytes of such files are compared with their entries: refused, naming the file."""
+    where = series_project / "build" / "sglang"
+    where.parent.mkdir()
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(where)], check=True)
+    Git(where).run("update-index", hidden, BACKEND)
+    (where / BACKEND).write_text("my local edit\n")
+    err = refused(sglpatch, series_project, command="clean")
+    assert f"holds edits to {BACKEND}" in err and "nothing was deleted" in err, err

@@ -40,9 +40,27 @@ def _uncommitted(git: Git) -> list[str]:
     """Phrases naming the work tree's edits and untracked files (not the ignored ones)."""
     changed = git.run("--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=normal", strip=False)
     entries = [entry for entry in changed.split("\0") if len(entry) > 3]
-    edits = [entry[3:] for entry in entries if not entry.startswith("??")]
+    edits = [entry[3:] for entry in entries if not entry.startswith("??")] + _hidden_edits(git)
     untracked = [entry[3:] for entry in entries if entry.startswith("??")]
     return ([f"edits to {_some(edits)}"] if edits else []) + ([f"untracked {_some(untracked)}"] if untracked else [])
+
+
+def _hidden_edits(git: Git) -> list[str]:
+    """Edited files git status does not show: their index entry tells git not to look at them (`git update-index
+    --assume-unchanged`, or `--skip-worktree`, which users set to keep an edit of theirs out of git's way), so their
+    bytes are compared with the entry's here. A file not on disk is none (a sparse checkout leaves them out)."""
+    entries = {}
+    for entry in git.run("ls-files", "-v", "-s", "-z", strip=False).split("\0"):
+        meta, _, path = entry.partition("\t")
+        tag, mode, blob, stage = (meta.split() + ["", "", "", ""])[:4]
+        if (tag == "S" or tag.islower()) and stage == "0" and mode.startswith("100") and "\n" not in path:
+            if (git.workdir / path).is_file() and not (git.workdir / path).is_symlink():
+                entries[path] = blob
+    if not entries:
+        return []
+    paths = list(entries)
+    found = git.run("hash-object", "--stdin-paths", stdin="".join(f"{path}\n" for path in paths).encode()).split()
+    return [path for path, blob in zip(paths, found, strict=True) if blob != entries[path]]
 
 
 def _some(paths: list[str]) -> str:
