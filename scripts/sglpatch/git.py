@@ -48,6 +48,10 @@ _NO_AUTO_GC = ("-c", "gc.auto=0", "-c", "maintenance.auto=false")
 # Every git we start looks at the work tree itself: a file system monitor (core.fsmonitor) that missed an edit
 # made git take an edited series file for clean, and apply's checkout wrote over the edit.
 _NO_MONITOR = ("-c", "core.fsmonitor=false")
+# Every `git log` we run prints what its format asks for and nothing else: with the user's `log.showSignature=true`
+# git ran gpg on a signed commit (upstream's merges are) and wrote gpg's lines into stdout before it, where a
+# rebase of a DeepGEMM line read its new pin's date and a refusal the subject of a commit of the user's.
+_NO_SIGNATURES = ("-c", "log.showSignature=false")
 # For apply's and revert's switch of branch (and a rebase's writes, `Git.sparse_as_it_is`): a `git checkout`
 # applies the sparse-checkout patterns to the whole work tree, and where the user set them without applying them
 # (or git left files it could not remove) the switch there and back would delete the files they keep. Without
@@ -164,7 +168,7 @@ class Git:
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *_NO_AUTO_GC, *_NO_MONITOR, *self.options, *args],
+                ["git", *_NO_AUTO_GC, *_NO_MONITOR, *_NO_SIGNATURES, *self.options, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -168,3 +169,37 @@ def test_clean_keeps_a_default_base_holding_an_edit_git_status_does_not_show(
     (where / BACKEND).write_text("my local edit\n")
     err = refused(sglpatch, series_project, command="clean")
     assert f"holds edits to {BACKEND}" in err and "nothing was deleted" in err, err
+
+
+def _signed(git: Git, rev: str) -> str:
+    """A commit as `rev`, with a signature header (gpg cannot verify it: enough for git to run gpg on it)."""
+    text = git.run("cat-file", "commit", rev, strip=False)
+    head, _, message = text.partition("\n\n")
+    signature = "gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----"
+    return git.run("hash-object", "-t", "commit", "-w", "--stdin", stdin=f"{head}\n{signature}\n\n{message}".encode())
+
+
+def test_a_git_log_read_under_log_show_signature_holds_only_what_its_format_asks(
+    sglpatch, checkout, patches, project_pin, tmp_path, monkeypatch
+):
+    """`log.showSignature=true` in the user's checkout, and a signed commit (upstream's merges are). Every `git
+    log --format=...` the toolkit reads then began with gpg's lines: a rebase of a DeepGEMM line took them for its
+    new pin's date (written into pin.json), and the refusal of a commit of the user's past the series, which names
+    its subject, was many lines of gpg's. Now no git sglpatch runs shows signatures."""
+    from sglpatch.pin import Pin
+    from sglpatch.project_kind import DEEP_GEMM
+    from sglpatch.rebase.rebase_engine import _pin_for
+
+    monkeypatch.setenv("GNUPGHOME", str(tmp_path / "gnupg"))  # gpg's own folder, not the home's
+    (tmp_path / "gnupg").mkdir(mode=0o700)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    git = as_tester(Git(checkout))
+    git.run("commit", "-q", "--allow-empty", "-m", "my work past the series")
+    git.run("update-ref", "HEAD", _signed(git, "HEAD"))
+    git.run("config", "log.showSignature", "true")
+    args = _rebase_args(checkout, patches, tmp_path / "report", "main")
+    err = refused(sglpatch, checkout, *args, command="rebase")
+    assert "my work past the series" in err and "gpg" not in err, err
+    commit = git.run("rev-parse", "HEAD")
+    old = Pin(commit[:7], f"deep_gemm/{commit[:7]}", "2026-06-23", project_pin.wheel, {}, DEEP_GEMM, commit)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", _pin_for(commit[:7], old, Git(checkout), commit).date)
