@@ -188,6 +188,9 @@ def host_per_run(runs: list[dict], batch_size: int, skip: int) -> list[dict]:
                 "step_on_cpu_share": share,
                 "step_cpus": cpus,
                 "host_cpus": run.get("host_cpus"),
+                # the run's wall-clock span, in the probe records' clock: what a later reading of the
+                # engine's logs cuts its records by (bench/studies/host_modes.py)
+                "window": [run["t_start"], run["t_end"]] if "t_start" in run else None,
             }
         )
     return out

@@ -25,6 +25,11 @@ engine's modes by the core group it ran on: with the groups going round the engi
 (``--pin-cpus`` since the third v0.5.23 call), that tells a state of the box from a trait of some
 cores.
 
+Where the run's JSON lies beside its archive (``X_engines.tar.gz`` and ``X.json``), each run cut here is
+checked against the driver's own record of that run (its draft host time) and a mismatch refused: a pause of
+the host inside a run once split one in two and the greedy run was counted as a timed one. Rows made since
+5 Dec 2026 (the tenth session) record each run's window, and the runs are then cut by it.
+
 It ends with how closely, run by run, the step interval follows the draft loop's host time (the same
 code in every engine, so the host's speed in that run) over the timed runs of ``--link-engines``, each
 taken relative to its engine's mean in its case; with records that have them, each run's share of its
@@ -50,6 +55,9 @@ from bench.engine.precision import ratio_interval  # noqa: E402
 LABELS = ("pristine", "pristine_b", "patched")
 RUN_GAP_S = 0.3  # steps of one run follow each other within milliseconds; runs are seconds apart
 SHORT_RUNS = (4, 8)  # timed steps of a shorter run, cut from the start of each real one
+# a run cut here and the same run as the driver cut it: their draft host times differ by less than this (2.6%
+# seen at 1 request, where a record or two more at a run's end moves the median; a neighbouring run is 10-20% off)
+DRIVER_MATCH = 0.05
 
 
 def read_steps(archive: str) -> dict[str, list[dict]]:
@@ -80,33 +88,78 @@ def split_runs(records: list[dict], part: str, batch_size: int, gap_s: float = R
 def run_summaries(
     records: list[dict], batch_size: int, skip: int, min_steps: int, gap_s: float = RUN_GAP_S
 ) -> list[dict]:
-    """Per timed run: median draft GPU and host time, step GPU time (engine_ab's step parts) and step
-    interval (ms). Runs shorter than ``min_steps`` (warm-up, profiling) and the first ``skip`` steps
-    of each are left out."""
+    """Per run that the pauses in the records delimit (no engine JSON to go by): see run_summary. Runs
+    shorter than ``min_steps`` (warm-up, profiling) are left out."""
     drafts = split_runs(records, "draft", batch_size, gap_s)
     steps = split_runs(records, "step", batch_size, gap_s)
-    out = []
-    for draft, step in zip(drafts, steps, strict=False):
-        run = {"steps": draft + step}
-        timed = part_records(run, "step", batch_size, skip)
-        starts = [r["t"] for r in timed]
-        if len(starts) < min_steps:
-            continue
-        parts = step_parts([run], batch_size, skip)
-        intervals = [(b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
-        out.append(
-            {
-                "t": starts[0],
-                "draft_gpu_ms": parts["draft"]["gpu_ms"],
-                "draft_host_ms": parts["draft"]["host_ms"],
-                "step_gpu_ms": parts["step"]["gpu_ms"],
-                "step_interval_ms": statistics.median(intervals),
-                # the same over the run's first few timed steps only: does a short run draw less of the host?
-                "step_interval_ms_first": {k: statistics.median(intervals[:k]) for k in SHORT_RUNS},
-                **on_cpu(timed),
-            }
-        )
-    return out
+    runs = [{"steps": draft + step} for draft, step in zip(drafts, steps, strict=False)]
+    return [s for s in (run_summary(run, batch_size, skip) for run in runs) if s and s["timed_steps"] >= min_steps]
+
+
+def run_summary(run: dict, batch_size: int, skip: int) -> dict | None:
+    """One run's median draft GPU and host time, step GPU time (engine_ab's step parts) and step interval
+    (ms), the first ``skip`` steps left out."""
+    timed = part_records(run, "step", batch_size, skip)
+    starts = [r["t"] for r in timed]
+    if len(starts) < 2:
+        return None
+    parts = step_parts([run], batch_size, skip)
+    intervals = [(b - a) * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
+    return {
+        "t": starts[0],
+        "timed_steps": len(starts),
+        "draft_gpu_ms": parts["draft"]["gpu_ms"],
+        "draft_host_ms": parts["draft"]["host_ms"],
+        "step_gpu_ms": parts["step"]["gpu_ms"],
+        "step_interval_ms": statistics.median(intervals),
+        # the same over the run's first few timed steps only: does a short run draw less of the host?
+        "step_interval_ms_first": {k: statistics.median(intervals[:k]) for k in SHORT_RUNS},
+        **on_cpu(timed),
+    }
+
+
+def engine_json_beside(archive: str) -> Path | None:
+    """The run's engine JSON next to its logs archive (``X_engines.tar.gz`` -> ``X.json``), if there."""
+    path = Path(archive)
+    for suffix in ("_engines.tar.gz", "_engine_logs.tar.gz"):
+        if path.name.endswith(suffix):
+            beside = path.with_name(path.name[: -len(suffix)] + ".json")
+            return beside if beside.is_file() else None
+    return None
+
+
+def driver_runs(engine_json: Path, batch_size: int) -> list[dict[str, list[dict]]] | None:
+    """Per case at ``batch_size``, in order: engine label -> the driver's record of each timed run
+    (``host_runs``); None where the JSON's rows have none (runs before 4 Dec 2026)."""
+    rows = [row for row in json.loads(engine_json.read_text())["rows"] if row["batch_size"] == batch_size]
+    cases = []
+    for row in rows:
+        runs = {label: (row.get(label) or {}).get("host_runs") for label in ("pristine", "patched")}
+        runs["pristine_b"] = row.get("host_runs_pristine_b")
+        cases.append({label: r for label, r in runs.items() if r})
+    return cases if cases and all("pristine" in case for case in cases) else None
+
+
+def cut_by_windows(records: list[dict], timed: list[dict], batch_size: int) -> list[dict]:
+    """The records of each run the driver timed, cut by the run's window (its rows since 5 Dec 2026)."""
+    at_size = [r for r in records if r["batch_size"] == batch_size]
+    return [{"steps": [r for r in at_size if w[0] <= r["t"] <= w[1]]} for w in (run["window"] for run in timed)]
+
+
+def check_against_driver(label: str, case: int, runs: list[dict], timed: list[dict]) -> None:
+    """Runs cut where the records pause are the driver's timed runs where each has the draft host time the
+    driver recorded for it, within DRIVER_MATCH (a record or two at a run's end may fall to one cut and
+    not the other); LookupError where not: a pause inside a run split it, or a greedy run was taken for a
+    timed one, and every figure after it would pair the wrong runs."""
+    if len(runs) != len(timed):
+        raise LookupError(f"{label}, case {case}: {len(runs)} runs cut here, {len(timed)} timed by the driver")
+    for i, (run, record) in enumerate(zip(runs, timed, strict=True)):
+        if not math.isclose(run["draft_host_ms"], record["draft_host_ms"], rel_tol=DRIVER_MATCH):
+            raise LookupError(
+                f"{label}, case {case}, timed run {i + 1}: draft host {run['draft_host_ms']:.4f} ms as cut here, "
+                f"{record['draft_host_ms']:.4f} ms in the driver's record: the runs are cut wrongly (a pause "
+                "inside a run, or --min-steps or --run-gap-s for this archive)"
+            )
 
 
 def on_cpu(steps: list[dict]) -> dict:
@@ -304,13 +357,36 @@ def timed_runs_per_case(runs: list[dict], reps: int) -> list[list[dict]]:
 def study(
     archive: str, batch_size: int, skip: int, min_steps: int, fast_below: float, reps: int, gap_s: float = RUN_GAP_S
 ) -> list[dict]:
-    """One result per case at ``batch_size`` in the archive, in the order the cases ran."""
+    """One result per case at ``batch_size`` in the archive, in the order the cases ran. Where the run's JSON
+    lies beside the archive with each timed run's record, the runs are the driver's own (``source``: its
+    windows, or its draft host time per run); else cut where the records pause, ``reps`` timed runs then
+    a greedy one per case."""
     engines = read_steps(archive)
-    per_case = {
-        label: timed_runs_per_case(run_summaries(engines[label], batch_size, skip, min_steps, gap_s), reps)
-        for label in LABELS
-        if label in engines
-    }
+    beside = engine_json_beside(archive)
+    timed_by_case = driver_runs(beside, batch_size) if beside else None
+    windows = timed_by_case and all(r.get("window") for case in timed_by_case for runs in case.values() for r in runs)
+    if windows:
+        per_case = {label: [] for label in LABELS if label in engines}
+        for case in timed_by_case:
+            for label in per_case:
+                cut = cut_by_windows(engines[label], case.get(label, []), batch_size)
+                per_case[label].append([run_summary(run, batch_size, skip) for run in cut])
+        source = f"the driver's windows, from {beside.name}"
+    else:
+        per_case = {
+            label: timed_runs_per_case(run_summaries(engines[label], batch_size, skip, min_steps, gap_s), reps)
+            for label in LABELS
+            if label in engines
+        }
+        source = f"cut where the records pause, {reps} timed and one greedy per case"
+        if timed_by_case:
+            for k, case in enumerate(timed_by_case):
+                for label, timed in case.items():
+                    if label in per_case:
+                        check_against_driver(
+                            label, k + 1, per_case[label][k] if k < len(per_case[label]) else [], timed
+                        )
+            source += f", each checked against {beside.name}"
     return [
         {
             **case_result(
@@ -319,6 +395,7 @@ def study(
                 fast_below,
             ),
             "archive": archive,
+            "source": source,
         }
         for k in range(max((len(cases) for cases in per_case.values()), default=0))
     ]
@@ -406,11 +483,13 @@ def cpus_runs_of(engine_json: str, batch_size: int) -> list[dict[str, list]]:
     """Per case at ``batch_size``, in order: engine label -> its ``cpus_runs`` (engine_ab's rows)."""
     with open(engine_json) as f:
         rows = json.load(f)["rows"]
-    return [
-        {label: row[label]["cpus_runs"] for label in LABELS if "cpus_runs" in (row.get(label) or {})}
-        for row in rows
-        if row["batch_size"] == batch_size
-    ]
+    out = []
+    for row in (row for row in rows if row["batch_size"] == batch_size):
+        groups = {label: row[label]["cpus_runs"] for label in LABELS if "cpus_runs" in (row.get(label) or {})}
+        if row.get("host_runs_pristine_b"):  # the second pristine process's cores are in its host records
+            groups["pristine_b"] = [(run.get("host_cpus") or {}).get("cpus") for run in row["host_runs_pristine_b"]]
+        out.append(groups)
+    return out
 
 
 def host_causes(engine_json: str, labels: tuple = LABELS) -> dict | None:
@@ -474,7 +553,9 @@ def _fmt(value: float | None) -> str:
 
 
 def print_study(result: dict) -> None:
-    print(f"{result['case']}: a run is fast below {result['fast_below_ms']} ms of draft GPU time")
+    print(
+        f"{result['case']}: a run is fast below {result['fast_below_ms']} ms of draft GPU time; runs: {result['source']}"
+    )
     for label, engine in result["engines"].items():
         draft = " ".join(f"{r['draft_gpu_ms']:.2f}" for r in engine["runs"])
         host = " ".join(f"{r['draft_host_ms']:.2f}" for r in engine["runs"])
@@ -532,12 +613,18 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-size", type=lambda v: [int(b) for b in v.split(",")], default=[32], help="one or more: 1,16,40"
     )
     ap.add_argument("--skip", type=int, default=2, help="steps left out at the start of each run (engine_ab's --skip)")
-    ap.add_argument("--min-steps", type=int, default=15, help="shorter runs are warm-up or profiling, not timed runs")
+    ap.add_argument(
+        "--min-steps",
+        type=lambda v: [int(n) for n in v.split(",")],
+        default=[15],
+        help="timed steps below which a run is warm-up or profiling, not a timed run: one, or one per archive",
+    )
     ap.add_argument(
         "--reps",
         type=lambda v: [int(n) for n in v.split(",")],
         required=True,
-        help="timed runs per engine per case (the run's --reps, or the rounds a deadline left): one, or one per archive",
+        help="timed runs per engine per case (the run's --reps, or the rounds a deadline left): one, or one per "
+        "archive (not used where the run's JSON beside its archive has each run's window)",
     )
     ap.add_argument("--fast-below", type=float, default=2.0)
     ap.add_argument(
@@ -556,12 +643,19 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.reps) not in (1, len(args.archives)):
         ap.error(f"--reps: one count, or one per archive ({len(args.archives)})")
     reps = args.reps * len(args.archives) if len(args.reps) == 1 else args.reps
-    results = [
-        result
-        for archive, timed in zip(args.archives, reps, strict=True)
-        for batch_size in args.batch_size
-        for result in study(archive, batch_size, args.skip, args.min_steps, args.fast_below, timed, args.run_gap_s)
-    ]
+    if len(args.min_steps) not in (1, len(args.archives)):
+        ap.error(f"--min-steps: one count, or one per archive ({len(args.archives)})")
+    min_steps = args.min_steps * len(args.archives) if len(args.min_steps) == 1 else args.min_steps
+    try:
+        results = [
+            result
+            for archive, timed, least in zip(args.archives, reps, min_steps, strict=True)
+            for batch_size in args.batch_size
+            for result in study(archive, batch_size, args.skip, least, args.fast_below, timed, args.run_gap_s)
+        ]
+    except LookupError as error:
+        print(f"host_modes: {error.args[0]}", file=sys.stderr)
+        return 2
     if args.engine_json:
         for result, cpus_runs in zip(results, cpus_runs_of(args.engine_json, args.batch_size[0]), strict=False):
             result["by_cores"] = modes_by_cores(result, cpus_runs)

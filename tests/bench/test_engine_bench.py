@@ -672,6 +672,7 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
         assert len(row["patched"]["cpus_runs"]) == 2
         for run, cpus in zip(row["patched"]["host_runs"], row["patched"]["cpus_runs"], strict=True):
             assert run["draft_host_ms"] == 3.0 and run["step_on_cpu_share"] == pytest.approx(0.9)
+            assert run["window"][0] < run["window"][1]  # the run's span, for a later reading of the probe's records
             # read from this machine's /proc/stat around the run, over the cores the engine was pinned to
             # (every vCPU where there are too few to pin: this machine's 2 in CI)
             assert run["host_cpus"]["cpus"] == (cpus or run["host_cpus"]["cpus"]) and run["host_cpus"]["ticks"] >= 0

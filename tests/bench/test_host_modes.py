@@ -292,3 +292,43 @@ def test_each_archive_takes_its_own_count_of_timed_runs(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         host_modes.main([short, long_, "--reps", "2,5,3"])
     assert stop.value.code == 2
+
+
+def _paused_call(tmp_path: Path, windows: bool) -> str:
+    """A call's archive and JSON beside it: pristine's three timed runs (draft host 1.2, 1.5, 1.8 ms) and a
+    greedy one; the host paused for 0.5 s after the first run's fourth step."""
+    records, host_runs = [], []
+    for k, host_ms in enumerate((1.2, 1.5, 1.8, 3.0)):
+        t0 = t = 10.0 * k
+        for i in range(48 if k == 3 else 24):
+            t += 0.5 if (k, i) == (0, 4) else 0.007
+            records.append({"t": t, "part": "step", "batch_size": 32, "host_ms": 4.0, "gpu_ms": 7.0})
+            records.append({"t": t, "part": "draft", "batch_size": 32, "host_ms": host_ms, "gpu_ms": 3.0})
+        if k < 3:
+            host_runs.append({"draft_host_ms": host_ms, "window": [t0, t + 0.001] if windows else None})
+    (tmp_path / "call.json").write_text(
+        json.dumps({"rows": [{"batch_size": 32, "pristine": {"host_runs": host_runs}}]})
+    )
+    archive = Path(_archive(tmp_path, {"pristine": records}))
+    return str(archive.rename(tmp_path / "call_engines.tar.gz"))
+
+
+def test_a_run_the_host_paused_in_is_not_taken_for_two_and_the_driver_says_which_runs_it_timed(tmp_path, capsys):
+    archive = _paused_call(tmp_path, windows=False)
+    # cut where the records pause, the first run's 20 steps after the pause fall below --min-steps and the
+    # greedy run is taken for the third: the driver's own record of each run refuses it
+    with pytest.raises(LookupError, match="timed run 1: draft host 1.5000 ms as cut here, 1.2000 ms"):
+        host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=3)
+    assert host_modes.main(["--reps", "3", "--min-steps", "20", archive]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    (result,) = host_modes.study(archive, 32, skip=2, min_steps=18, fast_below=2.0, reps=3)
+    assert [r["draft_host_ms"] for r in result["engines"]["pristine"]["runs"]] == [1.2, 1.5, 1.8]
+    assert "checked against call.json" in result["source"]
+
+
+def test_runs_are_cut_by_the_drivers_windows_where_its_json_has_them(tmp_path):
+    archive = _paused_call(tmp_path / "", windows=True)
+    (result,) = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=3)
+    runs = result["engines"]["pristine"]["runs"]
+    assert [r["draft_host_ms"] for r in runs] == [1.2, 1.5, 1.8] and runs[0]["timed_steps"] == 22
+    assert result["source"] == "the driver's windows, from call.json"
