@@ -146,6 +146,23 @@ def cut_by_windows(records: list[dict], timed: list[dict], batch_size: int) -> l
     return [{"steps": [r for r in at_size if w[0] <= r["t"] <= w[1]]} for w in (run["window"] for run in timed)]
 
 
+def _runs_by_windows(engines: dict, timed_by_case: list[dict], batch_size: int, skip: int) -> dict[str, list]:
+    per_case: dict[str, list] = {label: [] for label in LABELS if label in engines}
+    for case in timed_by_case:
+        for label, cases in per_case.items():
+            cut = cut_by_windows(engines[label], case.get(label, []), batch_size)
+            cases.append([run_summary(run, batch_size, skip) for run in cut])
+    return per_case
+
+
+def _check_cases(archive: str, per_case: dict[str, list], timed_by_case: list[dict]) -> None:
+    for k, case in enumerate(timed_by_case):
+        for label, timed in case.items():
+            if label in per_case:
+                runs = per_case[label][k] if k < len(per_case[label]) else []
+                check_against_driver(f"{archive}: {label}", k + 1, runs, timed)
+
+
 def check_against_driver(label: str, case: int, runs: list[dict], timed: list[dict]) -> None:
     """Runs cut where the records pause are the driver's timed runs where each has the draft host time the
     driver recorded for it, within DRIVER_MATCH (a record or two at a run's end may fall to one cut and
@@ -364,13 +381,8 @@ def study(
     engines = read_steps(archive)
     beside = engine_json_beside(archive)
     timed_by_case = driver_runs(beside, batch_size) if beside else None
-    windows = timed_by_case and all(r.get("window") for case in timed_by_case for runs in case.values() for r in runs)
-    if windows:
-        per_case = {label: [] for label in LABELS if label in engines}
-        for case in timed_by_case:
-            for label in per_case:
-                cut = cut_by_windows(engines[label], case.get(label, []), batch_size)
-                per_case[label].append([run_summary(run, batch_size, skip) for run in cut])
+    if timed_by_case and all(r.get("window") for case in timed_by_case for runs in case.values() for r in runs):
+        per_case = _runs_by_windows(engines, timed_by_case, batch_size, skip)
         source = f"the driver's windows, from {beside.name}"
     else:
         per_case = {
@@ -380,12 +392,7 @@ def study(
         }
         source = f"cut where the records pause, {reps} timed and one greedy per case"
         if timed_by_case:
-            for k, case in enumerate(timed_by_case):
-                for label, timed in case.items():
-                    if label in per_case:
-                        check_against_driver(
-                            label, k + 1, per_case[label][k] if k < len(per_case[label]) else [], timed
-                        )
+            _check_cases(archive, per_case, timed_by_case)
             source += f", each checked against {beside.name}"
     return [
         {
