@@ -183,9 +183,26 @@ def _commits_only_here(git: Git, made: list[str], heads: list[str]) -> list[str]
     ours = SGLPATCH_IDENTITY[1]
     commits = _listed(git, [*head, *heads, *kept], known)
     yours = [subject for sha, by, to, subject in commits if to != ours or sha in backed and by != ours]
-    if not yours:
-        return found
-    return [f"{plural(len(yours), 'commit')} not made by sglpatch, the last {yours[0]}", *found]
+    if yours:
+        return [f"{plural(len(yours), 'commit')} not made by sglpatch, the last {yours[0]}", *found]
+    held = [f"^{rev}" for rev in (*head, *heads, *kept)]
+    lost = [subject for _, _, to, subject in _listed(git, _committed_here(git), known + held) if to != ours]
+    if lost:
+        found.insert(0, f"{plural(len(lost), 'commit')} of yours that only the reflog holds, the last {lost[0]}")
+    return found
+
+
+# reflog entries of a `git commit` (or merge) of the user's: sglpatch commits with commit-tree, and its one `git
+# commit` (a resolution, `rebase --continue`) is logged "commit (cherry-pick)", its commit then the series'
+_COMMITTED = ("commit:", "commit (initial):", "commit (amend):", "commit (merge):", "merge ")
+
+
+def _committed_here(git: Git) -> list[str]:
+    """The commits the user made here by `git commit` or `git merge`, as the reflogs name them: one they reset
+    away from, or made on a detached HEAD and left, is held by no ref, and the reflog is how they get it back."""
+    listed = git.run("reflog", "show", "--all", "--format=%H %gs")
+    entries = (line.split(" ", 1) for line in listed.splitlines())
+    return sorted({entry[0] for entry in entries if len(entry) == 2 and entry[1].startswith(_COMMITTED)})
 
 
 def _listed(git: Git, revs: list[str], known: list[str]) -> list[tuple[str, ...]]:
@@ -195,5 +212,6 @@ def _listed(git: Git, revs: list[str], known: list[str]) -> list[tuple[str, ...]
         return []
     # on stdin: a clone that fetched every pull request's ref holds more than one command line takes
     wanted = "".join(f"{rev}\n" for rev in (*revs, *known)).encode()
-    listed = git.run("rev-list", "--stdin", "--format=%H%x09%ae%x09%ce%x09%h %s", stdin=wanted)
+    # --ignore-missing: a reflog may name a commit `git gc` has pruned since
+    listed = git.run("rev-list", "--ignore-missing", "--stdin", "--format=%H%x09%ae%x09%ce%x09%h %s", stdin=wanted)
     return [tuple(line.split("\t", 3)) for line in listed.splitlines() if not line.startswith("commit ")]
