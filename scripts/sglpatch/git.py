@@ -36,6 +36,18 @@ _REDIRECTING_VARS = (
     "GIT_COMMON_DIR",
     "GIT_NAMESPACE",
 )
+# ... and those that change what git writes or matches under the toolkit's own options: GIT_DIFF_OPTS beats
+# format-patch's `--unified=3` (a rebase or export wrote the series with the user's context, or none), and the
+# pathspec variables turn the toolkit's `-- '*.py'` into a name no file has (a rebase's check that each patch
+# compiles then saw no file) or its file names into patterns
+_RESHAPING_VARS = (
+    "GIT_DIFF_OPTS",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_LITERAL_PATHSPECS",
+    "GIT_GLOB_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS",
+    "GIT_ICASE_PATHSPECS",
+)
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 # Who sglpatch's own commits are by: the scratch commits only it sees (a workspace, a stand-in, the series as
 # commits), and the committer of those it makes on a user's branch when git has no identity there.
@@ -128,7 +140,7 @@ def set_verbose(on: bool) -> None:
 
 
 def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING_VARS + _RESHAPING_VARS}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
     # The objects as they are: a `git replace` ref for a blob the series touches would have apply build on the

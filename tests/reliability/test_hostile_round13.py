@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, TESTER_IDENTITY, as_tester
+from testing.sglang_trees import BACKEND, SECOND, TESTER_IDENTITY, as_tester, one_patch_series, upstream_branches
 from testing.tree_bytes import refused
 
 
@@ -47,3 +47,46 @@ def test_clean_still_deletes_a_default_base_sglpatch_applied_and_reverted(sglpat
     assert sglpatch("revert")[0] == 0
     code, out, err = sglpatch("clean")
     assert code == 0 and not (series_project / "build").exists(), (out, err)
+
+
+# -- the user's shell: git's environment variables that no round had set ---------------------------------
+
+
+def _rebase_args(checkout, patches, report, onto) -> tuple:
+    return ("--sglang", checkout, "--patches", patches, "--report-dir", report, "--onto", onto, "--release", "0.5.14")
+
+
+def _series_files(folder) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("opts", ["--unified=0", "-u7"])
+def test_export_and_rebase_write_the_series_format_whatever_git_diff_opts_says(
+    sglpatch, checkout, patches, tmp_path, monkeypatch, opts
+):
+    """`GIT_DIFF_OPTS` in the user's shell (git's own variable for the context of its diffs: `-u7` for more) beat
+    format-patch's `--unified=3` on the command line: a rebase (and `export`) wrote every patch with that context,
+    the whole series rewritten ("rebased", exit 0), with `--unified=0` patches of no context at all. Now the
+    variable is not passed to the toolkit's git: the series is the same bytes."""
+    upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    before = _series_files(patches)
+    monkeypatch.setenv("GIT_DIFF_OPTS", opts)
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 0 and "rebased onto quiet" in out, (out, err)
+    assert _series_files(patches) == before
+
+
+def test_a_rebase_checks_that_each_patch_compiles_under_git_literal_pathspecs(
+    sglpatch, checkout, base_repo, project_pin, tmp_path, monkeypatch
+):
+    """`GIT_LITERAL_PATHSPECS=1` in the user's shell (set to keep git from globbing file names): the rebase's
+    check that each patch still byte-compiles lists the `*.py` files it touched with a pathspec `*.py`, which then
+    matched no file: a patch that does not compile was "rebased", exit 0. Now the check sees the file."""
+    message = "[Spec] Break the syntax\n\nWhy: check test.\n\nUpstream-PR: 1\n"
+    broken = (SECOND, "class GlobalConfig", "class GlobalConfig(:\nclass _Unused")
+    patches = one_patch_series(base_repo, project_pin, tmp_path / "broken", message, broken)
+    upstream_branches(checkout, quiet=True)
+    monkeypatch.setenv("GIT_LITERAL_PATHSPECS", "1")
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 1 and "does not compile" in err, (out, err)
