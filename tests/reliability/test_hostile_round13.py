@@ -4,13 +4,23 @@ environment around the toolkit, and more (docs/reliability.md, round 13).
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import pytest
 
 from sglpatch.git import Git
-from testing.sglang_trees import BACKEND, SECOND, TESTER_IDENTITY, as_tester, one_patch_series, upstream_branches
-from testing.tree_bytes import refused
+from testing.killed_cli import cli_child, point_after
+from testing.sglang_trees import (
+    BACKEND,
+    SECOND,
+    TESTER_IDENTITY,
+    as_tester,
+    one_patch_series,
+    stopped_at_a_conflict,
+    upstream_branches,
+)
+from testing.tree_bytes import refused, tree_state
 
 
 def _default_base(series_project, base_repo):
@@ -90,3 +100,31 @@ def test_a_rebase_checks_that_each_patch_compiles_under_git_literal_pathspecs(
     monkeypatch.setenv("GIT_LITERAL_PATHSPECS", "1")
     code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
     assert code == 1 and "does not compile" in err, (out, err)
+
+
+# -- interrupted runs at points no round had cut -----------------------------------------------------------
+
+
+def test_an_abort_killed_after_its_switch_back_and_run_again_keeps_no_commits_that_were_never_made(
+    sglpatch, checkout, patches, tmp_path
+):
+    """`rebase --abort` of a stopped rebase, killed right after its `git checkout -f` back to the original branch
+    (a closed terminal, an OOM kill), then `--abort` again as the stopped rebase asks: the second took HEAD, now
+    the original branch's tip, for commits the user made while the rebase waited, wrote a ref
+    `refs/sglpatch/backup/aborted-*` for it and said "the commits made while it waited are kept at ...", where
+    the user had made none. Now the original branch's own commits are not taken for the user's."""
+    report = tmp_path / "report"
+    stopped_at_a_conflict(sglpatch, checkout, patches, report)
+    saved = tmp_path / "saved"
+    subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
+    abort = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", report, "--abort"]
+    trace = tmp_path / "trace"
+    assert cli_child(*abort, SGLPATCH_FAULT_TRACE=trace).returncode == 0
+    aborted = tree_state(checkout)
+    shutil.rmtree(checkout)
+    subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
+    point = point_after(trace, "rebase rollback: back on the original branch")
+    assert cli_child(*abort, SGLPATCH_FAULT_AT=point, SGLPATCH_FAULT_SIGNAL="KILL").returncode == -9
+    again = cli_child(*abort)
+    assert again.returncode == 0 and "made while it waited" not in again.stdout, (again.stdout, again.stderr)
+    assert tree_state(checkout) == aborted

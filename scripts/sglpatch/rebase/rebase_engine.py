@@ -673,6 +673,8 @@ def _commits_made_while_stopped(git: Git, state: RebaseState, why: str) -> str |
     head = git.rev_parse("HEAD")
     if head is None or head == stopped.head or git.is_ancestor(head, stopped.head):
         return None
+    if state.original_head and git.is_ancestor(head, state.original_head):
+        return None  # back where the rebase began (an --abort killed after its switch back): not the user's
     return f"refs/sglpatch/backup/{why}-{head[:12]}"
 
 
