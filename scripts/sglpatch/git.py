@@ -35,6 +35,9 @@ _REDIRECTING_VARS = (
     "GIT_ALTERNATE_OBJECT_DIRECTORIES",
     "GIT_COMMON_DIR",
     "GIT_NAMESPACE",
+    # where git stops looking for the repository above a folder: naming a checkout, it hid that checkout from
+    # the check that a package folder inside it is its (an editable install), which apply then wrote as a folder
+    "GIT_CEILING_DIRECTORIES",
 )
 # ... and those that change what git writes or matches under the toolkit's own options: GIT_DIFF_OPTS beats
 # format-patch's `--unified=3` (a rebase or export wrote the series with the user's context, or none), and the

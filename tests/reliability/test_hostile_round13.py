@@ -128,3 +128,16 @@ def test_an_abort_killed_after_its_switch_back_and_run_again_keeps_no_commits_th
     again = cli_child(*abort)
     assert again.returncode == 0 and "made while it waited" not in again.stdout, (again.stdout, again.stderr)
     assert tree_state(checkout) == aborted
+
+
+def test_a_package_folder_inside_a_checkout_is_refused_whatever_git_ceiling_directories_says(
+    sglpatch, checkout, patches, monkeypatch
+):
+    """`GIT_CEILING_DIRECTORIES` in the user's shell naming their checkout (set so that git does not look above
+    the folders under it), and `--sglang CHECKOUT/python/sglang` (where an editable install points): apply asked
+    git whether a checkout tracks that folder, git did not look, and the folder was patched in place as a package,
+    the checkout's tracked files rewritten behind git and a journal folder left in it, exit 0. Now it is refused as
+    without the variable, pointing to the checkout."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(checkout))
+    err = refused(sglpatch, checkout, "--sglang", checkout / "python" / "sglang", "--patches", patches)
+    assert "is tracked by the git checkout" in err, err
