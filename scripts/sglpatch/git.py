@@ -226,9 +226,14 @@ class Git:
 
     def paths(self, *args: str) -> list[str]:
         """The paths a listing command prints, as they are: with -z, since without it git quotes a name past ASCII
-        or with a quote or newline (`"caf\\303\\251.py"`), a path no file has."""
+        or with a quote or newline (`"caf\\303\\251.py"`), a path no file has. Decoded as Python decodes file
+        names (os.fsdecode, as `try_path`): under a locale that is not UTF-8 (ISO-8859-1, say) a name decoded as
+        UTF-8 is another file's once Python encodes it again, and an edit there went unseen."""
         command, *rest = args  # -z before the rest: after a `--` it would be a path
-        return [path for path in self.run(command, "-z", *rest, strip=False).split("\0") if path]
+        status, out, err = self.call((command, "-z", *rest))
+        if status != 0:
+            raise GitFailed(shown_command(self.workdir, (command, "-z", *rest)), status, err.decode("utf-8", "replace"))
+        return [os.fsdecode(path) for path in out.split(b"\0") if path]
 
     def rev_parse(self, rev: str) -> str | None:
         status, out, _ = self.try_run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")

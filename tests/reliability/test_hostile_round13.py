@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from sglpatch.git import Git
-from testing.killed_cli import cli_child, point_after
+from sglpatch.git import Git, init_repo
+from testing.killed_cli import cli_child, point_after, python_child
 from testing.sglang_trees import (
     BACKEND,
     SECOND,
@@ -141,3 +141,48 @@ def test_a_package_folder_inside_a_checkout_is_refused_whatever_git_ceiling_dire
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(checkout))
     err = refused(sglpatch, checkout, "--sglang", checkout / "python" / "sglang", "--patches", patches)
     assert "is tracked by the git checkout" in err, err
+
+
+# the child that asks the check of a rebase killed inside its git (round 10's case) about a checkout, under the
+# locale it is given
+_KILLED_REBASE_CHECK = """
+import sys
+from types import SimpleNamespace
+from sglpatch.errors import FatalError
+from sglpatch.git import Git
+from sglpatch.targets import checkout_at
+from sglpatch.targets.killed_git import _refuse_unexplained_changes
+
+root = sys.argv[1]
+head = Git(root).run("rev-parse", "HEAD")
+rebase = SimpleNamespace(phase="replaying", onto=head, original_head=head, commits=[], next=None)
+state = SimpleNamespace(target=checkout_at(__import__("pathlib").Path(root)), rebase=rebase,
+                        locks=(SimpleNamespace(ours=True),))
+try:
+    _refuse_unexplained_changes(state)
+except FatalError as refusal:
+    sys.exit(f"{sys.getfilesystemencoding()} refused: {refusal}")
+print(sys.getfilesystemencoding(), "rolls back")
+"""
+
+
+def test_an_edit_in_a_file_past_ascii_stops_the_roll_back_of_a_killed_rebase_under_a_latin1_locale(tmp_path):
+    """Round 10's case (a rebase killed inside its git, then an edit in `café.py`, then `recover`) under a locale
+    that is not UTF-8 (`LC_ALL=de_DE.ISO-8859-1`, which Python takes for its file names): the names git listed
+    were decoded as UTF-8, so Python looked for `caf\\xe9.py`, no file, and took the edit for none: the roll
+    back's `git checkout -f` would throw it away. Now the names are decoded as Python decodes file names."""
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    made = subprocess.run(
+        ["localedef", "-i", "de_DE", "-f", "ISO-8859-1", str(locales / "de_DE.ISO-8859-1")], capture_output=True
+    )
+    if made.returncode not in (0, 1) or not (locales / "de_DE.ISO-8859-1").exists():
+        pytest.skip(f"no ISO-8859-1 locale can be made here: {made.stderr.decode(errors='replace')}")
+    root = tmp_path / "checkout"
+    git = as_tester(init_repo(root))
+    (root / "café.py").write_text("x = 1\n")
+    git.run("add", "-A")
+    git.run("commit", "-q", "-m", "mine")
+    (root / "café.py").write_text("x = 2  # my edit\n")
+    child = python_child("-c", _KILLED_REBASE_CHECK, root, LOCPATH=locales, LC_ALL="de_DE.ISO-8859-1")
+    assert child.returncode == 1 and "iso8859-1 refused" in child.stderr, (child.stdout, child.stderr)

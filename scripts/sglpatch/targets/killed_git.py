@@ -78,8 +78,7 @@ def _remove_killed_git_files(state: RebaseInProgress) -> None:
     target, rebase = state.target, state.rebase
     if rebase.phase == rebase_store.INSTALLING or not any(lock.ours for lock in state.locks):
         return
-    new = target.git.run("ls-files", "--others", "-z", strip=False).split("\0")
-    new = [path for path in new if path]
+    new = target.git.paths("ls-files", "--others")
     if not new:
         return
     sources = [rebase.onto] + ([rebase.commits[rebase.next]] if _picking(rebase) else [])
