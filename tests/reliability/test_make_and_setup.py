@@ -398,12 +398,14 @@ def test_a_failed_or_interrupted_make_test_leaves_no_trees_on_the_ram_disk_unles
 
 # -- issue 36: CI runs on a machine as fresh as a user's ------------------------------------------------
 
+# The identity is asked for outside any repository: what .ci/run controls is the global and system configuration
+# (a developer's clone of this project may hold an identity of its own, which a clean clone does not).
 CI_STUB = """#!/bin/sh
 {{
 echo "make $*"
 env | grep -E '^(PIP_|GIT_|XDG_C|SGLPATCH_CACHE=|EMAIL=|HOME=)' | sort
 ls -A "$HOME" | sed 's/^/home holds /'
-git config --get user.name || echo "git: no user.name"
+(cd / && git config --get user.name) || echo "git: no user.name"
 {python} -m pip config list | sed 's/^/pip config: /'
 }} >> {seen}
 """
