@@ -12,13 +12,17 @@ one worker); a file left off it only starts later.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import pytest
 
 LONGEST_FIRST = (
     "tests/toolkit/test_rebase.py",
     "tests/bench/test_engine_bench.py",
     "tests/reliability/test_hostile_checkouts.py",
     "tests/toolkit/test_rebase_user_work.py",
+    "tests/toolkit/test_clean_trial.py",
     "tests/toolkit/test_check_patches.py",
     "tests/reliability/test_interrupt.py",
     "tests/reliability/test_hostile_state.py",
@@ -43,9 +47,18 @@ LONGEST_FIRST = (
 )
 
 
+# One file per hostile trial past the first (round 4 on): each test the case a trial found, failing before its fix.
+# `make test-fault` runs them with the rest of tests/reliability (CI runs it); `make test` leaves them out, which
+# keeps it near 8 minutes on 2 cores (they took about 175 s of its 940 s of tests on 5 Dec 2026).
+HOSTILE_ROUND = re.compile(r"tests/reliability/test_hostile_round\d+\.py$")
+
+
 def pytest_collection_modifyitems(items):
     rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # a stable sort
+    for item in items:
+        if HOSTILE_ROUND.search(item.nodeid.split("::")[0]):
+            item.add_marker(pytest.mark.hostile_rounds)
 
 
 def pytest_sessionstart(session):
