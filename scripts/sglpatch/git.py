@@ -216,7 +216,7 @@ class Git:
         return self.run(*args, stdin=data)
 
     def run_bytes(self, *args: str) -> bytes:
-        """Raw stdout, for blob contents that must round-trip byte for byte."""
+        """Raw stdout, for blob contents and file names that must round-trip byte for byte."""
         status, out, err = self.call(args)
         if status != 0:
             raise GitFailed(shown_command(self.workdir, args), status, err.decode("utf-8", "replace"))
@@ -230,10 +230,7 @@ class Git:
         names (os.fsdecode, as `try_path`): under a locale that is not UTF-8 (ISO-8859-1, say) a name decoded as
         UTF-8 is another file's once Python encodes it again, and an edit there went unseen."""
         command, *rest = args  # -z before the rest: after a `--` it would be a path
-        status, out, err = self.call((command, "-z", *rest))
-        if status != 0:
-            raise GitFailed(shown_command(self.workdir, (command, "-z", *rest)), status, err.decode("utf-8", "replace"))
-        return [os.fsdecode(path) for path in out.split(b"\0") if path]
+        return [os.fsdecode(path) for path in self.run_bytes(command, "-z", *rest).split(b"\0") if path]
 
     def rev_parse(self, rev: str) -> str | None:
         status, out, _ = self.try_run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
