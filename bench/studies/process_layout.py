@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
-from bench.engine.processes import layout_of, no_aslr  # noqa: E402
+from bench.engine.processes import layout_of, prepare_child  # noqa: E402
 
 MODES = ("random", "hash", "layout")
 
@@ -81,25 +81,21 @@ def worker() -> None:
         print(f"{(time.perf_counter() - start) * 1000.0:.4f}", flush=True)
 
 
-def start(mode: str, cpu: int) -> subprocess.Popen:
+def start(mode: str, cpu: int) -> tuple[subprocess.Popen, dict]:
+    """A worker on `cpu` started as `mode` asks, and what it was given (bench/engine/processes.layout_of)."""
     env = dict(os.environ)
     env.pop("PYTHONHASHSEED", None)
     if mode in ("hash", "layout"):
         env["PYTHONHASHSEED"] = "0"
-
-    def prepare() -> None:
-        os.sched_setaffinity(0, {cpu})
-        if mode == "layout":
-            no_aslr()
-
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
         text=True,
-        preexec_fn=prepare,
+        preexec_fn=lambda: prepare_child([cpu], mode == "layout"),
     )
+    return process, layout_of(process.pid, env)
 
 
 def block(process: subprocess.Popen, units: int) -> float:
@@ -121,7 +117,8 @@ def summarize(log_times: list[list[float]], round_means: list[float], shuffles: 
     rounds = len(round_means)
     within = statistics.fmean(statistics.variance(r) for r in residual)
     between = statistics.variance(own)  # of the means of `rounds` blocks
-    icc = max(0.0, between - within / rounds) / (max(0.0, between - within / rounds) + within)
+    own_share = max(0.0, between - within / rounds)  # the variance of the workers' own speeds
+    icc = own_share / (own_share + within)
     observed = statistics.pstdev(own)
     as_wide = 0
     columns = list(zip(*residual, strict=True))
@@ -140,11 +137,8 @@ def summarize(log_times: list[list[float]], round_means: list[float], shuffles: 
 
 def run(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
-    workers = {mode: [start(mode, args.cpu) for _ in range(args.processes)] for mode in args.modes}
-    layouts = {
-        mode: [layout_of(p.pid, {"PYTHONHASHSEED": "0"} if mode != "random" else {}) for p in procs]
-        for mode, procs in workers.items()
-    }
+    started = {mode: [start(mode, args.cpu) for _ in range(args.processes)] for mode in args.modes}
+    workers = {mode: [process for process, _ in pairs] for mode, pairs in started.items()}
     everyone = [(mode, i) for mode in args.modes for i in range(args.processes)]
     times = {key: [] for key in everyone}
     try:
@@ -165,7 +159,7 @@ def run(args: argparse.Namespace) -> dict:
         log_times = [times[(mode, i)] for i in range(args.processes)]
         out[mode] = {
             **summarize(log_times, round_means, args.shuffles, rng),
-            "aslr": sorted({x["aslr"] for x in layouts[mode]}, key=str),
+            "aslr": sorted({layout["aslr"] for _, layout in started[mode]}, key=str),
         }
     return out
 
