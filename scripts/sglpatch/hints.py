@@ -32,12 +32,19 @@ def _command(make: str, cli: str) -> str:
     return f"`{make if typed_make() else cli}`"
 
 
+def _on(make: str, cli: str, root: Path | str) -> str:
+    """`make ... SGLANG=ROOT` / `sglpatch ... --sglang ROOT`, ROOT quoted: a folder named `my checkout` or
+    `x;touch y` is one argument, and only text."""
+    where = shlex.quote(str(root))
+    return _command(f"{make} SGLANG={where}", f"{cli} --sglang {where}")
+
+
 def apply() -> str:
     return _command("make apply", "sglpatch apply")
 
 
 def apply_to(root: Path | str) -> str:
-    return _command(f"make apply SGLANG={shlex.quote(str(root))}", f"sglpatch apply --sglang {shlex.quote(str(root))}")
+    return _on("make apply", "sglpatch apply", root)
 
 
 def continue_rebase(root: Path | str) -> str:
@@ -59,21 +66,18 @@ def rebase_line(line: str, onto: str) -> str:
 
 
 def _rebase(variable: str, flag: str, root: Path | str) -> str:
-    where = shlex.quote(str(root))
-    return _command(f"make rebase {variable} SGLANG={where}", f"sglpatch rebase {flag} --sglang {where}")
+    return _on(f"make rebase {variable}", f"sglpatch rebase {flag}", root)
 
 
 def recover(root: Path | str | None = None) -> str:
     """`make recover SGLANG=ROOT` / `sglpatch recover --sglang ROOT` (without ROOT: the default base's)."""
     if root is None:
         return _command("make recover", "sglpatch recover")
-    where = shlex.quote(str(root))  # a folder named `my checkout` or `x;touch y` is one argument, and only text
-    return _command(f"make recover SGLANG={where}", f"sglpatch recover --sglang {where}")
+    return _on("make recover", "sglpatch recover", root)
 
 
 def revert(root: Path | str) -> str:
-    where = shlex.quote(str(root))
-    return _command(f"make revert SGLANG={where}", f"sglpatch revert --sglang {where}")
+    return _on("make revert", "sglpatch revert", root)
 
 
 def clean() -> str:
