@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from sglpatch.git import init_repo
+from sglpatch.lines import default_patch_dir
 from sglpatch.pin import load_pin
-from sglpatch.project import default_patch_dir
 from sglpatch.rebase.releases import check_out_release
 from sglpatch.series import load_series
 from sglpatch.wheels import fetch_wheel

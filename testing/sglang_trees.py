@@ -17,8 +17,8 @@ import pytest
 
 from sglpatch import cli
 from sglpatch.git import Git, init_repo
+from sglpatch.lines import default_patch_dir
 from sglpatch.pin import load_pin
-from sglpatch.project import default_patch_dir
 from sglpatch.rebase.releases import check_out_release
 from sglpatch.series_writer import render_series, write_series_files
 from sglpatch.wheels import fetch_wheel

@@ -147,6 +147,11 @@ def default_line(root: Path | None = None) -> Line:
     return _some_lines(root)[0]
 
 
+def default_patch_dir() -> Path:
+    """The default line's folder: the oldest line, the one `make apply` with no argument uses."""
+    return default_line().directory
+
+
 def newest_line(root: Path | None = None) -> Line:
     return _some_lines(root)[-1]
 

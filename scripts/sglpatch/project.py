@@ -2,7 +2,7 @@
 
 A series line is a folder `patches/<tag>/` holding `series` and `pin.json`, one per
 supported sglang base; its name is the pinned tag (`v0.5.14`). Which line a command
-uses is decided in `lines.py`.
+uses, and the default line's folder, are decided in `lines.py`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,6 @@ PROJECT_ROOT = Path(os.environ.get("SGLPATCH_PROJECT", Path(__file__).resolve().
 
 def patches_root() -> Path:
     return PROJECT_ROOT / "patches"
-
-
-def default_patch_dir() -> Path:
-    """The default line's folder: the oldest line, the one `make apply` with no argument uses."""
-    from sglpatch.lines import default_line  # lines reads the folder layout this module names
-
-    return default_line().directory
 
 
 def default_base_dir() -> Path:

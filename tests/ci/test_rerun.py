@@ -9,7 +9,7 @@ import pytest
 
 from sglpatch.cli import main
 from sglpatch.errors import FatalError
-from sglpatch.project import default_patch_dir
+from sglpatch.lines import default_patch_dir
 from sglpatch.series import FileDiff, Patch, load_series
 from sglpatch.upstream.pr_groups import group_patches
 from sglpatch.upstream.rerun import (

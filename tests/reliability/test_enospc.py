@@ -24,7 +24,7 @@ import json
 
 import pytest
 
-from sglpatch.project import default_patch_dir
+from sglpatch.lines import default_patch_dir
 from sglpatch.series import load_series
 from testing.fault_harness import (
     FULL_GRID,

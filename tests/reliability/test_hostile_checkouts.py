@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sglpatch.git import Git
-from sglpatch.project import default_patch_dir
+from sglpatch.lines import default_patch_dir
 from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, copy_tree, diff_states, make_labs, run_state
 from testing.hostile import assert_refused
 from testing.sglang_trees import BACKEND, SECOND, replace_in

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from sglpatch.git import Git, blob_id
+from sglpatch.lines import default_patch_dir
 from sglpatch.pin import load_pin
-from sglpatch.project import default_patch_dir
 from sglpatch.series import PACKAGE_PREFIX
 from testing.fault_harness import OPERATIONS, PATCHED, PRISTINE, Lab, diff_states, make_labs, run_state
 from testing.hostile import assert_refused, assert_state, read_only, without_override, writable

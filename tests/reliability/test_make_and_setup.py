@@ -23,7 +23,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from sglpatch.git import Git
-from sglpatch.project import PROJECT_ROOT, default_patch_dir
+from sglpatch.lines import default_patch_dir
+from sglpatch.project import PROJECT_ROOT
 from sglpatch.series import load_series
 from testing import tmp_root
 from testing.fault_harness import default_sigint

@@ -6,8 +6,7 @@ import re
 
 import pytest
 
-from sglpatch.lines import default_line
-from sglpatch.project import default_patch_dir
+from sglpatch.lines import default_line, default_patch_dir
 from sglpatch.series import load_series
 from testing.sglang_trees import SECOND, one_patch_series
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sglpatch.project import default_patch_dir
+from sglpatch.lines import default_patch_dir
 from sglpatch.series import load_series
 
 pytestmark = pytest.mark.network  # releases 0.5.15 and 0.5.16 from PyPI, unless cached

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from sglpatch.git import Git
-from sglpatch.project import default_patch_dir
+from sglpatch.lines import default_patch_dir
 from sglpatch.series import load_series
 from sglpatch.wheels import cache_dir
 from testing.sglang_trees import BACKEND, OVERLAP, SECOND, changed_line, make_series, one_patch_series

@@ -7,10 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglpatch.errors import FatalError
-from sglpatch.lines import all_lines
+from sglpatch.lines import all_lines, default_patch_dir
 from sglpatch.message_format import missing_parts
 from sglpatch.pin import load_pin, parse_pin
-from sglpatch.project import default_patch_dir
 from sglpatch.series import load_series, parse_patch, parse_series_text
 
 PROJECT_PATCHES = default_patch_dir()

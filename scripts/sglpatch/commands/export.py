@@ -10,11 +10,10 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
-from sglpatch.lines import line_named
+from sglpatch.lines import default_patch_dir, line_named
 from sglpatch.message_format import missing_parts
 from sglpatch.output import plural, say
 from sglpatch.pin import PIN_FILE, load_pin
-from sglpatch.project import default_patch_dir
 from sglpatch.series import SUMS_FILE, parse_patch, refuse_half_rewritten
 from sglpatch.series_writer import (
     listed_patches,

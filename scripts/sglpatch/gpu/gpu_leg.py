@@ -34,7 +34,8 @@ from pathlib import Path
 
 from sglpatch.errors import FatalError
 from sglpatch.gpu import ci_summary
-from sglpatch.project import PROJECT_ROOT, default_base_dir, default_patch_dir
+from sglpatch.lines import default_patch_dir
+from sglpatch.project import PROJECT_ROOT, default_base_dir
 from sglpatch.project_kind import SGLANG
 from sglpatch.series import TEST_TREE_PREFIX, load_series, sha256_hex
 
