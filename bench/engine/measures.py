@@ -191,9 +191,18 @@ def host_per_run(runs: list[dict], batch_size: int, skip: int) -> list[dict]:
                 # the run's wall-clock span, in the probe records' clock: what a later reading of the
                 # engine's logs cuts its records by (bench/studies/host_modes.py)
                 "window": [run["t_start"], run["t_end"]] if "t_start" in run else None,
+                # where a run's time outside its decode steps goes: its prompts' ids handed over, and
+                # the first token of any request after the run's start
+                "prompt_s": run.get("prompt_s"),
+                "first_token_s": first_token_s(run),
             }
         )
     return out
+
+
+def first_token_s(run: dict) -> float | None:
+    firsts = [o["chunks"][0][0] for o in run.get("outputs", []) if o.get("chunks")]
+    return min(firsts) - run["t_start"] if firsts and "t_start" in run else None
 
 
 def steps_on_cpu(steps: list[dict]) -> tuple[float | None, list[int]]:

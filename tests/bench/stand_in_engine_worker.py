@@ -47,6 +47,7 @@ class StandInEngine:
         config = json.loads((Path(spec["engine"]["model_path"]) / "config.json").read_text())
         self.index_share = bool(config.get("index_share_for_mtp_iteration"))
         self.generates = 0
+        self.prompts = engine_worker.PromptCache(spec["vocab_size"])  # the real worker's, timed as it times it
         self.next_n = spec["engine"]["speculative_num_draft_tokens"]
         # sglang sizes its KV pool to max_total_tokens, or smaller where the GPU's memory is short
         self.kv_tokens = spec["engine"]["max_total_tokens"]
@@ -108,8 +109,12 @@ class StandInEngine:
             self.die_as_a_cuda_fault_does()
         if not self.patched and self.run_kind == "stall" and decoding:
             self.hang_as_a_stalled_engine_does()
+        prompt_s = 0.0
         for r in requests:
             pool_index, length = r["prompt"]
+            t0 = time.perf_counter()
+            assert len(self.prompts.ids(pool_index, length)) == length
+            prompt_s += time.perf_counter() - t0
             ids = [(pool_index * 7 + length + k) % 1000 for k in range(r["max_new_tokens"])]
             if self.patched and self.run_kind == "diverge" and pool_index == 0 and len(ids) > 3:
                 ids[3] += 1
@@ -178,6 +183,7 @@ class StandInEngine:
         answer = {
             "t_start": t_start,
             "t_end": t_end,
+            "prompt_s": prompt_s,
             "outputs": outputs,
             "stand_in": True,
             "tokens_per_s": engine_worker.tokens_per_s(outputs, t_start, t_end),

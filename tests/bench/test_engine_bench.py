@@ -123,6 +123,18 @@ def test_prompts_are_prefixes_of_the_pool_prompts():
     assert min(long) >= engine_worker.MIN_TOKEN_ID and max(long) < 32000
 
 
+def test_a_worker_draws_each_prompt_once_and_hands_each_request_its_own_list():
+    prompts = engine_worker.PromptCache(32000)
+    short = prompts.ids(3, 4097)
+    assert short == engine_worker.prompt_ids(3, 4097, 32000)
+    long = prompts.ids(3, 9000)  # longer than any drawn: drawn again, the shorter one its prefix
+    assert long == engine_worker.prompt_ids(3, 9000, 32000) and long[:4097] == short
+    built = prompts.built[3]
+    again = prompts.ids(3, 4097)
+    again[0] = -1  # sglang may keep or change what it is handed: the next request is not touched
+    assert prompts.ids(3, 4097) == short and prompts.built[3] is built
+
+
 def test_every_case_fits_the_pool_and_asks_for_distinct_prompts():
     for cases in grid.GRIDS.values():
         for spec in cases:
@@ -673,6 +685,7 @@ def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
         for run, cpus in zip(row["patched"]["host_runs"], row["patched"]["cpus_runs"], strict=True):
             assert run["draft_host_ms"] == 3.0 and run["step_on_cpu_share"] == pytest.approx(0.9)
             assert run["window"][0] < run["window"][1]  # the run's span, for a later reading of the probe's records
+            assert run["prompt_s"] >= 0 and run["first_token_s"] == pytest.approx(0.0, abs=0.01)  # outside the steps
             # read from this machine's /proc/stat around the run, over the cores the engine was pinned to
             # (every vCPU where there are too few to pin: this machine's 2 in CI)
             assert run["host_cpus"]["cpus"] == (cpus or run["host_cpus"]["cpus"]) and run["host_cpus"]["ticks"] >= 0
