@@ -4,12 +4,9 @@ inside a run, and give the floor an interval that holds 1."""
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import random
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.studies import floor_design  # noqa: E402
+from testing.probe_archives import steps_archive  # noqa: E402
 
 ENGINES = ("pristine", "pristine_b", "patched")
 STEPS = 17  # step records a run (48 tokens at 3 a step, as the H100 floor calls)
@@ -46,14 +44,7 @@ def _archive(tmp_path: Path, pause: bool = False) -> str:
             first = pause and rnd == 0 and label == "pristine"
             engines[label] += _run(t, speed, vcpu=(k + rnd) % 3, rng=rng, pause_after=0 if first else None)
             t += 0.9  # start to start, away from the gap bins' edges (a run's first timed step moves with its speed)
-    path = tmp_path / "call_engines.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for label, records in engines.items():
-            data = "\n".join(json.dumps(r) for r in records).encode()
-            info = tarfile.TarInfo(f"./probe-n4-{label}/steps.jsonl")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return str(path)
+    return steps_archive(tmp_path / "call_engines.tar.gz", engines)
 
 
 def test_a_speed_drawn_per_run_is_held_within_runs_and_fitted_as_the_draw(tmp_path):

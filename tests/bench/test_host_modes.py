@@ -3,10 +3,8 @@ run's mode from its draft loop, and the ratios within a mode that the mode mix d
 
 from __future__ import annotations
 
-import io
 import json
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.studies import host_modes  # noqa: E402
+from testing.probe_archives import steps_archive  # noqa: E402
 
 
 def _run(t0: float, draft_ms: float, step_ms: float, steps: int = 24) -> list[dict]:
@@ -26,14 +25,7 @@ def _run(t0: float, draft_ms: float, step_ms: float, steps: int = 24) -> list[di
 
 
 def _archive(tmp_path: Path, engines: dict[str, list[dict]]) -> str:
-    path = tmp_path / "engines.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for label, records in engines.items():
-            data = "\n".join(json.dumps(r) for r in records).encode()
-            info = tarfile.TarInfo(f"./probe-n4-{label}/steps.jsonl")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return str(path)
+    return steps_archive(tmp_path / "engines.tar.gz", engines)
 
 
 def test_modes_are_counted_and_compared_within_themselves(tmp_path):
