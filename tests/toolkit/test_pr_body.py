@@ -186,6 +186,32 @@ def test_an_engine_run_past_the_version_check_says_so_in_the_body(tmp_path):
     assert "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1" in listed
 
 
+def test_an_engine_run_names_its_patches_and_whether_they_are_this_prs_commits(tmp_path):
+    """The series' own numbering (0001, 0002) means nothing upstream, and a run may have measured an earlier
+    version of the change, or another patch under it: the list names each patch and says which are this PR's."""
+    from sglpatch.series import sha256_hex
+
+    series = [
+        {"name": "0001-DSA-Run-SM90-paged-MQA-logits-in-one-DeepGEMM-call.patch", "sha256": "0" * 64},
+        {"name": "0002-rows.patch", "sha256": sha256_hex(PATCH.data)},
+    ]
+    run = {"run": "engine_h200_run9.json", "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": series}
+    (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [_engine_row("v0.5.14", 4, 32)]}))
+    speed = _main_and_appendix(render_body(_group(engine={"file": "engine.json"}), tmp_path, stack=[]))[1]
+    [listed] = [line for line in speed.splitlines() if line.startswith("- `engine_h200_run9.json`")]
+    assert "patches 0001" not in listed
+    assert "`DSA-Run-SM90-paged-MQA-logits-in-one-DeepGEMM-call` (not in this PR)" in listed
+    assert "`rows` (this PR's commit)" in listed
+
+
+def test_an_engine_run_on_an_earlier_version_of_the_change_says_so(tmp_path):
+    series = [{"name": "0001-rows.patch", "sha256": "1" * 64}]
+    run = {"run": "engine_h200_run9.json", "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": series}
+    (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [_engine_row("v0.5.14", 4, 32)]}))
+    speed = _main_and_appendix(render_body(_group(engine={"file": "engine.json"}), tmp_path, stack=[]))[1]
+    assert "`rows` (an earlier version of this PR's commit)" in speed
+
+
 @pytest.mark.parametrize(
     "path",
     [
@@ -344,6 +370,28 @@ def test_the_bodies_that_go_upstream_keep_the_rules():
         main, _ = _main_and_appendix(body)
         assert len(main) <= MAIN_TEXT_LIMIT, group_id
         assert count_tables(main) == 1 and "| measure | result | what ran |" in main, group_id
+
+
+def test_a_held_groups_body_cites_no_project_path_or_term(monkeypatch):
+    """A held group goes upstream once its reason is gone; `make pr` then renders it for the first time, so a
+    project path or term in its notes would first show there. Rendered here as if it were not held. Its length
+    is not held to the limit here: a held group's numbers are rewritten when its reason goes (the v0.5.23
+    line's sm90-dg-next-n-rows is over it today)."""
+    import dataclasses
+
+    from sglpatch.upstream import pr_body
+
+    monkeypatch.setattr(pr_body, "MAIN_TEXT_LIMIT", 10**6)
+
+    held = [
+        group
+        for line in all_lines()
+        if not (config := load_groups(load_series(line.directory)))["backport"]
+        for group in config["groups"]
+        if group.held
+    ]
+    for group in held:
+        render_body(dataclasses.replace(group, held=None), PROJECT_ROOT, stack=[])
 
 
 def test_a_body_names_the_groups_stacked_on_it_except_held_ones():

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.series import TEST_TREE_PREFIX, Patch
+from sglpatch.series import TEST_TREE_PREFIX, Patch, sha256_hex
 
 _PARAGRAPH = re.compile(r"^(Why|What|Upstream|Drop when):\s*", re.MULTILINE)
 _SECRET = re.compile(
@@ -307,7 +307,7 @@ def speed_section(group: Group, project: Path) -> list[str]:
     """The engine table, then the indexer step alone; without an engine run, the benchmark."""
     if not group.engine:
         return _benchmark_section(group, project)
-    lines = _engine_table(_load_json(project / group.engine["file"]), group.engine)
+    lines = _engine_table(_load_json(project / group.engine["file"]), group.engine, group.patches)
     if group.benchmark:
         lines += ["", "**The indexer step alone** (it explains the gain above; it is not what a user sees):", ""]
         lines += _benchmark_section(group, project)
@@ -328,9 +328,10 @@ def _benchmark_section(group: Group, project: Path) -> list[str]:
 _GATE_SKIPPED = " (past sglang's sglang-kernel version check: `SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1`)"
 
 
-def _engine_table(data: dict, cited: dict) -> list[str]:
+def _engine_table(data: dict, cited: dict, ours: list[Patch]) -> list[str]:
     """sglang's own engine with MTP, pristine against patched (bench/engine_ab.py runs, combined), the rows of
-    the cited line, next_n values, runs and batch sizes (each optional)."""
+    the cited line, next_n values, runs and batch sizes (each optional); each run names the patches it applied
+    and which of them are this PR's commits (`ours`)."""
     runs = {run["run"]: run for run in data["runs"]}
     rows = [
         r
@@ -353,12 +354,12 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
     for name in sorted({r["run"] for r in rows}):
         run = runs[name]
         v = run.get("versions") or {}
-        patches = ", ".join(p["name"][:4] for p in run.get("series", [])) or "?"
+        patches = ", ".join(_run_patch(p, ours) for p in run.get("series", [])) or "?"
         lines.append(
             f"- `{name}`: {run['line']}, {run['parallel']}, {v.get('gpu', '?')}, torch {v.get('torch', '?')}, "
             f"sgl-deep-gemm {v.get('sgl-deep-gemm', '?')}, sglang-kernel {v.get('sglang-kernel', '?')}"
             f"{_GATE_SKIPPED if run.get('sgl_kernel_version_check_skipped') else ''}, "
-            f"patches {patches}{_command_suffix(run.get('command'))}"
+            f"patches applied: {patches}{_command_suffix(run.get('command'))}"
         )
     lines += [
         "",
@@ -380,6 +381,23 @@ def _engine_table(data: dict, cited: dict) -> list[str]:
             f"{share} | {r['tokens_identical']} |"
         )
     return lines
+
+
+def _patch_title(name: str) -> str:
+    """A patch file's name without the series' own number and the suffix: `0002-DSA-Rows.patch` -> `DSA-Rows`."""
+    return re.sub(r"^\d{4}-", "", name.removesuffix(".patch"))
+
+
+def _run_patch(applied: dict, ours: list[Patch]) -> str:
+    """A patch an engine run applied, as an upstream reader can place it: this PR's commit byte for byte, an
+    earlier version of one (the same name, other bytes), or a patch this PR does not carry. The series' own
+    numbers (0001, 0002) are left out: they mean nothing upstream, and a patch's number moves."""
+    title = _patch_title(applied["name"])
+    if applied.get("sha256") in {sha256_hex(p.data) for p in ours}:
+        return f"`{title}` (this PR's commit)"
+    if title in {_patch_title(p.name) for p in ours}:
+        return f"`{title}` (an earlier version of this PR's commit)"
+    return f"`{title}` (not in this PR)"
 
 
 def _acceptance(rows: list[dict]) -> str:
