@@ -230,7 +230,12 @@ class Git:
         names (os.fsdecode, as `try_path`): under a locale that is not UTF-8 (ISO-8859-1, say) a name decoded as
         UTF-8 is another file's once Python encodes it again, and an edit there went unseen."""
         command, *rest = args  # -z before the rest: after a `--` it would be a path
-        return [os.fsdecode(path) for path in self.run_bytes(command, "-z", *rest).split(b"\0") if path]
+        return self.entries(command, "-z", *rest)
+
+    def entries(self, *args: str) -> list[str]:
+        """The entries of a listing run with -z (`ls-files -s`, `ls-tree`, `status --porcelain`), each decoded as
+        Python decodes file names, as `paths`: the name in each is the file's own under any locale."""
+        return split_entries(self.run_bytes(*args))
 
     def rev_parse(self, rev: str) -> str | None:
         status, out, _ = self.try_run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
@@ -332,6 +337,11 @@ def _log(workdir: Path, args: tuple[str, ...], status: int, stderr: bytes) -> No
     if status != 0 and stderr.strip():
         for line in stderr.decode("utf-8", "replace").rstrip().splitlines():
             print(f"  | {line}", file=sys.stderr, flush=True)
+
+
+def split_entries(listed: bytes) -> list[str]:
+    """The NUL-separated entries of a `-z` listing, decoded as Python decodes file names (os.fsdecode)."""
+    return [os.fsdecode(entry) for entry in listed.split(b"\0") if entry]
 
 
 def init_repo(path: Path, bare: bool = False) -> Git:

@@ -302,11 +302,9 @@ def _refuse_files_in_the_way(target: Target, onto: str, asked: str, series: Seri
     """A file HEAD does not track where ONTO or the series has one: git's checkout of ONTO and its cherry-picks
     overwrite a git-ignored file there (an untracked one stops them part-way), and the way back deletes it."""
     git = target.git
-    listed = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", "HEAD", onto, strip=False)
-    wanted = list(dict.fromkeys([*filter(None, listed.split("\0")), *series.touched_paths]))
-    tracked = set(
-        filter(None, git.run("ls-tree", "-r", "-z", "--name-only", "HEAD", "--", *wanted, strip=False).split("\0"))
-    )
+    listed = git.paths("diff", "--name-only", "--no-renames", "--diff-filter=A", "HEAD", onto)
+    wanted = list(dict.fromkeys([*listed, *series.touched_paths]))
+    tracked = set(git.paths("ls-tree", "-r", "--name-only", "HEAD", "--", *wanted))
     for path in wanted:
         if path not in tracked and os.path.lexists(target.local_path(path)):
             raise FatalError(

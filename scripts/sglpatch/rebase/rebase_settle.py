@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id
+from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id, split_entries
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.safety.durable import fsync_dir, write_durably
 from sglpatch.safety.interrupts import fault_point, write_phase
@@ -280,10 +280,10 @@ def _written_from(git: Git, data: bytes, blobs: set[str]) -> bool:
 
 def _tree_blobs(git: Git, commit: str) -> dict[str, str]:
     """Blob id of every file in `commit` ({} when the commit is not in the repository)."""
-    status, listed, _ = git.try_run("ls-tree", "-r", "-z", commit, strip=False)
+    status, listed, _ = git.call(("ls-tree", "-r", "-z", commit))
     if status != 0:
         return {}
-    return {e.split("\t", 1)[1]: e.split()[2] for e in filter(None, listed.split("\0"))}
+    return {e.split("\t", 1)[1]: e.split()[2] for e in split_entries(listed)}
 
 
 def _free_room(folder: Path) -> None:

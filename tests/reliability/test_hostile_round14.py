@@ -1,0 +1,94 @@
+"""The hostile trial of round 14: what round 13 left untried (the listings still decoded as UTF-8 under a locale
+that is not, the DeepGEMM line's commands, `drift` and `pr` under the user's git variables, kills of `rebase
+--abort` inside its git) and more (docs/reliability.md, round 14).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from sglpatch.git import SGLPATCH_IDENTITY, Git
+from testing.killed_cli import cli_child
+from testing.sglang_trees import as_tester
+from testing.tree_bytes import tree_state
+
+LATIN1 = "de_DE.ISO-8859-1"
+PAST_ASCII = "python/sglang/café.py"
+
+
+def _latin1_locale(tmp_path) -> dict[str, str]:
+    """The environment of a shell under an ISO-8859-1 locale (made with localedef into a folder of the test's,
+    as round 13 did), in which Python takes file names for ISO-8859-1."""
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    made = subprocess.run(["localedef", "-i", "de_DE", "-f", "ISO-8859-1", str(locales / LATIN1)], capture_output=True)
+    if made.returncode not in (0, 1) or not (locales / LATIN1).exists():
+        pytest.skip(f"no ISO-8859-1 locale can be made here: {made.stderr.decode(errors='replace')}")
+    return {"LOCPATH": str(locales), "LC_ALL": LATIN1}
+
+
+def _as_sglpatch(git: Git) -> Git:
+    name, email = SGLPATCH_IDENTITY
+    return git.with_env(
+        GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email
+    )
+
+
+def _default_base_with_a_name_past_ascii(series_project, base_repo):
+    """build/sglang as sglpatch lays it out, from a release whose tree holds `café.py` (the release commit, by
+    sglpatch's identity, amended to hold it: no commit of the user's)."""
+    where = series_project / "build" / "sglang"
+    where.parent.mkdir()
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(where)], check=True)
+    (where / PAST_ASCII).write_text("x = 1\n")
+    git = _as_sglpatch(Git(where))
+    git.run("add", PAST_ASCII)
+    git.run("commit", "-q", "--amend", "--no-edit")
+    return where
+
+
+def test_clean_keeps_a_skip_worktree_edit_in_a_name_past_ascii_under_a_latin1_locale(
+    series_project, base_repo, tmp_path
+):
+    """build/sglang with an edit to `café.py`, marked `--skip-worktree` (round 12's case), and `make clean` from a
+    shell under `LC_ALL=de_DE.ISO-8859-1`: clean listed the marked files with `ls-files -s -z` decoded as UTF-8,
+    so Python looked for `caf\\xe9.py`, found no file and took it for one a sparse checkout left out: the checkout
+    was deleted with the edit, exit 0. Now the names are decoded as Python decodes file names: refused."""
+    where = _default_base_with_a_name_past_ascii(series_project, base_repo)
+    Git(where).run("update-index", "--skip-worktree", PAST_ASCII)
+    (where / PAST_ASCII).write_text("x = 2  # my edit\n")
+    child = cli_child("clean", SGLPATCH_PROJECT=series_project, **_latin1_locale(tmp_path))
+    assert child.returncode == 2 and "holds edits to python/sglang/caf" in child.stderr, (child.stdout, child.stderr)
+    assert (where / PAST_ASCII).read_text() == "x = 2  # my edit\n"
+
+
+def _rebase_args(checkout, patches, report, onto) -> tuple:
+    return ("--sglang", checkout, "--patches", patches, "--report-dir", report, "--onto", onto, "--release", "0.5.14")
+
+
+def test_a_rebase_onto_a_release_adding_a_name_past_ascii_keeps_the_users_ignored_file_there_under_latin1(
+    sglpatch, checkout, patches, tmp_path
+):
+    """ONTO adds `café.py`, where the user keeps a file of their own that git ignores (`.git/info/exclude`), and
+    the rebase runs from a shell under `LC_ALL=de_DE.ISO-8859-1`. Its check for files in the way of ONTO decoded
+    `git diff --name-only -z` as UTF-8 and looked for `caf\\xe9.py`: no file, so the checkout of ONTO wrote over the
+    user's file, "rebased", exit 0. Now the names are decoded as Python decodes file names: refused, nothing
+    changed."""
+    git = as_tester(Git(checkout))
+    git.run("switch", "-q", "-c", "adds")
+    (checkout / PAST_ASCII).write_text("upstream = 1\n")
+    git.run("add", PAST_ASCII)
+    git.run("commit", "-q", "-m", "upstream adds a file past ASCII")
+    git.run("switch", "-q", "main")
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    with open(checkout / ".git" / "info" / "exclude", "a", encoding="utf-8") as exclude:
+        exclude.write("café.py\n")
+    (checkout / PAST_ASCII).write_text("mine = 1\n")
+    before = tree_state(checkout)
+    child = cli_child(
+        "rebase", *_rebase_args(checkout, patches, tmp_path / "report", "adds"), **_latin1_locale(tmp_path)
+    )
+    assert child.returncode == 2 and "is there already" in child.stderr, (child.stdout, child.stderr)
+    assert tree_state(checkout) == before
