@@ -67,6 +67,10 @@ _NO_MONITOR = ("-c", "core.fsmonitor=false")
 # git ran gpg on a signed commit (upstream's merges are) and wrote gpg's lines into stdout before it, where a
 # rebase of a DeepGEMM line read its new pin's date and a refusal the subject of a commit of the user's.
 _NO_SIGNATURES = ("-c", "log.showSignature=false")
+# Every `git apply` we run applies a patch as written: the user's `apply.whitespace=fix` (or `strip`) took the
+# trailing spaces off its added lines (apply wrote another text than the patch's, and a rebase wrote the patch again
+# without them), and `apply.ignoreWhitespace` let it land where only the context's spacing matched.
+APPLY = ("apply", "--whitespace=nowarn", "--no-ignore-whitespace")
 # For apply's and revert's switch of branch (and a rebase's writes, `Git.sparse_as_it_is`): a `git checkout`
 # applies the sparse-checkout patterns to the whole work tree, and where the user set them without applying them
 # (or git left files it could not remove) the switch there and back would delete the files they keep. Without

@@ -11,7 +11,7 @@ import pytest
 
 from sglpatch.git import SGLPATCH_IDENTITY, Git
 from testing.killed_cli import cli_child
-from testing.sglang_trees import as_tester
+from testing.sglang_trees import SECOND, as_tester, one_patch_series, upstream_branches
 from testing.tree_bytes import tree_state
 
 LATIN1 = "de_DE.ISO-8859-1"
@@ -64,6 +64,10 @@ def test_clean_keeps_a_skip_worktree_edit_in_a_name_past_ascii_under_a_latin1_lo
     assert (where / PAST_ASCII).read_text() == "x = 2  # my edit\n"
 
 
+def _series_files(folder) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
 def _rebase_args(checkout, patches, report, onto) -> tuple:
     return ("--sglang", checkout, "--patches", patches, "--report-dir", report, "--onto", onto, "--release", "0.5.14")
 
@@ -92,3 +96,55 @@ def test_a_rebase_onto_a_release_adding_a_name_past_ascii_keeps_the_users_ignore
     )
     assert child.returncode == 2 and "is there already" in child.stderr, (child.stdout, child.stderr)
     assert tree_state(checkout) == before
+
+
+# -- the user's git configuration for `git apply` ------------------------------------------------------------
+
+_SPACES = 'NOTE = """two spaces at the end:  \n"""'
+
+
+def _series_of_trailing_spaces(base_repo, project_pin, tmp_path):
+    """A patch adding a string whose line ends in two spaces (a markdown line break, say)."""
+    message = "[Spec] A note ending in spaces\n\nWhy: check test.\n\nUpstream-PR: 1\n"
+    edit = (SECOND, "class GlobalConfig", f"{_SPACES}\nclass GlobalConfig")
+    return one_patch_series(base_repo, project_pin, tmp_path / "spaces", message, edit)
+
+
+def _user_config(tmp_path, monkeypatch, text: str) -> None:
+    """The user's global git configuration (~/.gitconfig), with no identity, as the suite runs."""
+    config = tmp_path / "user-gitconfig"
+    config.write_text(f"[user]\n\tuseConfigOnly = true\n{text}")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+
+
+@pytest.mark.parametrize("kind", ["checkout", "package"])
+def test_apply_writes_a_patch_as_written_whatever_apply_whitespace_says(
+    sglpatch, checkout, package, base_repo, project_pin, tmp_path, monkeypatch, kind
+):
+    """`apply.whitespace=fix` in the user's ~/.gitconfig (a common setting, to clean the patches they apply): the
+    toolkit's `git apply` took the two spaces off the end of the patch's added line, inside a string: the target
+    held another text than the patch, "applied 1 patch", exit 0, and status said "the series is in". Now every
+    `git apply` the toolkit runs applies the patch as written."""
+    patches = _series_of_trailing_spaces(base_repo, project_pin, tmp_path)
+    _user_config(tmp_path, monkeypatch, "[apply]\n\twhitespace = fix\n")
+    target = checkout if kind == "checkout" else package
+    code, out, err = sglpatch("apply", "--sglang", target, "--patches", patches)
+    assert code == 0, (out, err)
+    written = (target / SECOND if kind == "checkout" else package.parent / "sglang" / "global_config.py").read_text()
+    assert _SPACES in written, [line for line in written.splitlines() if "two spaces" in line]
+
+
+def test_a_rebase_keeps_a_patchs_trailing_spaces_whatever_apply_whitespace_says(
+    sglpatch, checkout, base_repo, project_pin, tmp_path, monkeypatch
+):
+    """The same setting, then a rebase onto a branch that changes no file of the patch: the series was written
+    again from what `git apply` had fixed, the user's patch without its spaces, "rebased", exit 0. Now the
+    series is the same bytes."""
+    patches = _series_of_trailing_spaces(base_repo, project_pin, tmp_path)
+    before = _series_files(patches)
+    _user_config(tmp_path, monkeypatch, "[apply]\n\twhitespace = fix\n")
+    upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 0 and "rebased onto quiet" in out, (out, err)
+    assert _series_files(patches) == before
