@@ -148,3 +148,19 @@ def test_a_rebase_keeps_a_patchs_trailing_spaces_whatever_apply_whitespace_says(
     code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
     assert code == 0 and "rebased onto quiet" in out, (out, err)
     assert _series_files(patches) == before
+
+
+def test_a_rebase_writes_blank_context_lines_as_the_series_format_has_them_whatever_the_users_config_says(
+    sglpatch, checkout, patches, tmp_path, monkeypatch
+):
+    """`diff.suppressBlankEmpty=true` in the user's ~/.gitconfig (or in the checkout's config): the rebase's
+    format-patch wrote each blank context line as an empty line instead of a single space: every patch with one
+    (both of the test series) rewritten, "rebased", exit 0 (round 12 pinned format-patch's other settings). Now the
+    series is the same bytes."""
+    before = _series_files(patches)
+    upstream_branches(checkout, quiet=True)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    _user_config(tmp_path, monkeypatch, "[diff]\n\tsuppressBlankEmpty = true\n")
+    code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
+    assert code == 0 and "rebased onto quiet" in out, (out, err)
+    assert _series_files(patches) == before
