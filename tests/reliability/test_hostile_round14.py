@@ -5,13 +5,17 @@ that is not, the DeepGEMM line's commands, `drift` and `pr` under the user's git
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
 from sglpatch.git import SGLPATCH_IDENTITY, Git
+from testing import git_cut
 from testing.killed_cli import cli_child
-from testing.sglang_trees import SECOND, as_tester, one_patch_series, upstream_branches
+from testing.sglang_trees import SECOND, as_tester, one_patch_series, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
 LATIN1 = "de_DE.ISO-8859-1"
@@ -164,3 +168,53 @@ def test_a_rebase_writes_blank_context_lines_as_the_series_format_has_them_whate
     code, out, err = sglpatch("rebase", *_rebase_args(checkout, patches, tmp_path / "report", "quiet"))
     assert code == 0 and "rebased onto quiet" in out, (out, err)
     assert _series_files(patches) == before
+
+
+# -- kills inside git of `rebase --abort` (testing/git_cut.py) ----------------------------------------------
+
+
+def _cut_run(args, env) -> subprocess.CompletedProcess:
+    """The CLI in a session of its own: the git cut kills its whole process group (the run, its git, itself)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+        start_new_session=True,
+    )
+
+
+def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one(
+    sglpatch, checkout, patches, tmp_path
+):
+    """`rebase --abort` of a stopped rebase, killed inside one of its git commands (each of the 10 points where its
+    `cherry-pick --abort`, `git checkout -f` and `update-ref -d` write a file or hold a ref's lock), then `--abort`
+    again, as the stopped rebase asks. Before: git's lock (index.lock, HEAD.lock, ORIG_HEAD.lock, packed-refs.lock)
+    stayed, so the second --abort failed in a git (`... failed (128)`) and recover refused, naming --abort: no way
+    out (7 points); or it said "rebase aborted" with ORIG_HEAD.lock left; or it took the files its killed checkout
+    had removed or written for changes of the user's and refused (3 points); the user's ORIG_HEAD was left as git
+    wrote it. Now an --abort records that it began (and ORIG_HEAD), and run again removes the locks that run left
+    and takes files as the original branch has them for its own: each point ends as an uninterrupted --abort."""
+    report = tmp_path / "report"
+    git = stopped_at_a_conflict(sglpatch, checkout, patches, report)
+    git.run("update-ref", "--no-deref", "ORIG_HEAD", "main")  # the user's own way back, kept by the rebase
+    saved = tmp_path / "saved"
+    subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
+    cut = git_cut.install(tmp_path / "cut")
+    abort = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", report, "--abort"]
+    trace, count = tmp_path / "trace", tmp_path / "count"
+    assert _cut_run(abort, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
+    aborted = tree_state(checkout)
+    points = trace.read_text().splitlines()
+    assert len(points) >= 8, points
+    left = []
+    for point in range(1, len(points) + 1):
+        shutil.rmtree(checkout)
+        subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
+        count.unlink(missing_ok=True)
+        assert _cut_run(abort, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        again = _cut_run(abort, {})
+        if again.returncode != 0 or tree_state(checkout) != aborted:
+            left.append((points[point - 1], again.returncode, again.stderr))
+    assert not left, left

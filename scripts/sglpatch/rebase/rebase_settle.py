@@ -25,6 +25,7 @@ from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
 from sglpatch.targets import RESERVE, STATE_FILE, CheckoutRecord, Target, write_record
+from sglpatch.targets.git_locks import remove_own
 from sglpatch.targets.rebase_store import (
     INSTALLING,
     SERIES_REF,
@@ -35,6 +36,8 @@ from sglpatch.targets.rebase_store import (
     remove_state_folder,
     save,
 )
+from sglpatch.targets.target_state import RebaseInProgress
+from sglpatch.targets.target_state import read as read_state
 
 
 def finish_or_roll_back(target: Target, folder: Path, state: RebaseState) -> str:
@@ -67,18 +70,15 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
 
     The original branch is checked out as it is now: had the user moved it meanwhile, that stays. The room
     the rebase kept aside for this is freed first."""
-    if state.phase == INSTALLING:
-        raise FatalError(
-            f"the rebase had finished and was writing its result: {hints.recover(git.workdir)} completes it"
-        )
-    if state.begun:
-        _refuse_untracked_in_the_way_back(git, state)
+    refuse_roll_back(git, state)
     _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             with orig_head_kept(git):
                 git.try_run(*git.sparse_as_it_is(), "cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
+        if state.aborting:  # an --abort killed inside the block above left ORIG_HEAD as git's
+            _put_back_orig_head(git, state.orig_head)
         try:
             git.run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "-f", state.original)
         except GitFailed:
@@ -94,6 +94,26 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
                 fault_point(f"rebase rollback: {ref} deleted")
         _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def refuse_roll_back(git: Git, state: RebaseState) -> None:
+    """Refuse, before anything is written, a roll-back that cannot be done or would write over a file of the
+    user's."""
+    if state.phase == INSTALLING:
+        raise FatalError(
+            f"the rebase had finished and was writing its result: {hints.recover(git.workdir)} completes it"
+        )
+    if state.begun:
+        _refuse_untracked_in_the_way_back(git, state)
+
+
+def remove_locks_of_a_cut_abort(target: Target) -> None:
+    """An --abort killed inside its git (a closed terminal, an OOM kill) left git's locks (index.lock, HEAD.lock,
+    a ref's), which every git after it refuses, and a second --abort stopped at them (or went through, one left):
+    removed when that run left them; a lock of another's, or of a live git, is refused, nothing changed."""
+    state = read_state(target)
+    if isinstance(state, RebaseInProgress):
+        remove_own(state.locks, target.root)
 
 
 def _refuse_untracked_in_the_way_back(git: Git, state: RebaseState) -> None:
