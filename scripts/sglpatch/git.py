@@ -50,6 +50,10 @@ _RESHAPING_VARS = (
     "GIT_GLOB_PATHSPECS",
     "GIT_NOGLOB_PATHSPECS",
     "GIT_ICASE_PATHSPECS",
+    # the object format of a repository `git init` makes: the toolkit's own (its scratch workspaces, the default
+    # bases) are SHA-1, as the pins' blob ids and the user's checkouts they borrow objects from; under `sha256`
+    # every apply, status, rebase and drift failed in the scratch's `read-tree`, with no word of why
+    "GIT_DEFAULT_HASH",
 )
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 # Who sglpatch's own commits are by: the scratch commits only it sees (a workspace, a stand-in, the series as

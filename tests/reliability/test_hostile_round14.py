@@ -218,3 +218,22 @@ def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_o
         if again.returncode != 0 or tree_state(checkout) != aborted:
             left.append((points[point - 1], again.returncode, again.stderr))
     assert not left, left
+
+
+# -- the user's shell ----------------------------------------------------------------------------------------
+
+
+def test_apply_status_and_revert_go_through_whatever_git_default_hash_says(sglpatch, checkout, patches, monkeypatch):
+    """`GIT_DEFAULT_HASH=sha256` in the user's shell (set to try SHA-256 repositories): the scratch repositories
+    the toolkit makes were SHA-256 while the user's checkout, whose objects they borrow, is SHA-1: apply, status,
+    rebase and drift each failed in one line "`git -C /tmp/sglpatch-ws-... read-tree <id>` failed (128)" that named
+    no cause (nothing changed). Now the variable is not passed: git makes the toolkit's repositories as without
+    it, and apply and revert go through."""
+    before = tree_state(checkout)
+    monkeypatch.setenv("GIT_DEFAULT_HASH", "sha256")
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, (out, err)
+    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
+    assert code == 0 and "the series is in" in out, (out, err)
+    assert sglpatch("revert", "--sglang", checkout)[0] == 0
+    assert tree_state(checkout) == before
