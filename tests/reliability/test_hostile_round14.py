@@ -16,7 +16,7 @@ from sglpatch.git import SGLPATCH_IDENTITY, Git
 from testing import git_cut
 from testing.killed_cli import cli_child
 from testing.sglang_trees import SECOND, as_tester, one_patch_series, stopped_at_a_conflict, upstream_branches
-from testing.tree_bytes import tree_state
+from testing.tree_bytes import refused, tree_state
 
 LATIN1 = "de_DE.ISO-8859-1"
 PAST_ASCII = "python/sglang/café.py"
@@ -237,3 +237,16 @@ def test_apply_status_and_revert_go_through_whatever_git_default_hash_says(sglpa
     assert code == 0 and "the series is in" in out, (out, err)
     assert sglpatch("revert", "--sglang", checkout)[0] == 0
     assert tree_state(checkout) == before
+
+
+def test_clean_names_the_files_of_a_staged_rename_as_they_are(series_project, base_repo, sglpatch):
+    """`git mv` of a file in build/sglang (staged, not committed), then `make clean`: `git status --porcelain -z`
+    lists a rename as two names, the second without a status, and clean cut three characters off each entry: the
+    refusal named `hon/sglang/global_config.py`, a file that is nowhere. Now renames are listed as a deletion and
+    an addition: both names as they are."""
+    where = series_project / "build" / "sglang"
+    where.parent.mkdir()
+    subprocess.run(["git", "clone", "-q", str(base_repo), str(where)], check=True)
+    Git(where).run("mv", SECOND, "python/sglang/my_config.py")
+    err = refused(sglpatch, series_project, command="clean")
+    assert f"edits to {SECOND}, python/sglang/my_config.py" in err, err

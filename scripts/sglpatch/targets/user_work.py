@@ -39,7 +39,10 @@ def work_of_the_user(target: Target, record: CheckoutRecord) -> list[str]:
 
 def _uncommitted(git: Git) -> list[str]:
     """Phrases naming the work tree's edits and untracked files (not the ignored ones)."""
-    changed = git.entries("--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=normal")
+    # --no-renames: a rename is two names, the second with no status of its own
+    changed = git.entries(
+        "--no-optional-locks", "status", "--porcelain", "-z", "--no-renames", "--untracked-files=normal"
+    )
     entries = [entry for entry in changed if len(entry) > 3]
     edits = [entry[3:] for entry in entries if not entry.startswith("??")] + _hidden_edits(git)
     untracked = [entry[3:] for entry in entries if entry.startswith("??")]
