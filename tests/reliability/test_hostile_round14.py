@@ -194,8 +194,9 @@ def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_o
     stayed, so the second --abort failed in a git (`... failed (128)`) and recover refused, naming --abort: no way
     out (7 points); or it said "rebase aborted" with ORIG_HEAD.lock left; or it took the files its killed checkout
     had removed or written for changes of the user's and refused (3 points); the user's ORIG_HEAD was left as git
-    wrote it. Now an --abort records that it began (and ORIG_HEAD), and run again removes the locks that run left
-    and takes files as the original branch has them for its own: each point ends as an uninterrupted --abort."""
+    wrote it; --continue went on from the half-undone rebase into refusals that sent the user elsewhere. Now an
+    --abort records that it began (and ORIG_HEAD); run again, it removes the locks that run left and takes files as
+    the original branch has them for its own: each point ends as an uninterrupted --abort; --continue is refused."""
     report = tmp_path / "report"
     git = stopped_at_a_conflict(sglpatch, checkout, patches, report)
     git.run("update-ref", "--no-deref", "ORIG_HEAD", "main")  # the user's own way back, kept by the rebase
@@ -214,6 +215,10 @@ def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_o
         subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
         count.unlink(missing_ok=True)
         assert _cut_run(abort, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        cut_short = tree_state(checkout)
+        go_on = _cut_run([*abort[:-1], "--continue"], {})
+        assert go_on.returncode == 2 and "an --abort of this rebase was cut short" in go_on.stderr, go_on.stderr
+        assert tree_state(checkout) == cut_short
         again = _cut_run(abort, {})
         if again.returncode != 0 or tree_state(checkout) != aborted:
             left.append((points[point - 1], again.returncode, again.stderr))

@@ -485,6 +485,11 @@ def _stopped_rebase(target: Target, folder: Path, state: RebaseState | None) -> 
     stopped = state.stopped
     if stopped is None:
         rebase_store.refuse_in_progress(target)
+    if state.aborting:  # it may have undone the pick, the resolution or the switch: there is no going on from it
+        raise FatalError(
+            f"an --abort of this rebase was cut short, which it cannot go on from; nothing was changed: run "
+            f"{hints.abort_rebase(target.root)} again"
+        )
     rebase_store.check_can_go_on(state, folder, target.root)
     _refuse_moved_since_stop(target.git, state, stopped)
     patch_dir = Path(state.patch_dir)
