@@ -1,6 +1,6 @@
 """The hostile trial of round 14: what round 13 left untried (the listings still decoded as UTF-8 under a locale
-that is not, the DeepGEMM line's commands, `drift` and `pr` under the user's git variables, kills of `rebase
---abort` inside its git) and more (docs/reliability.md, round 14).
+that is not, kills of `rebase --abort` inside its git, the user's git variables) and the user's git settings for
+`git apply` and format-patch (docs/reliability.md, round 14).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from sglpatch.git import SGLPATCH_IDENTITY, Git
+from sglpatch.git import Git
 from testing import git_cut
 from testing.killed_cli import cli_child
 from testing.sglang_trees import SECOND, as_tester, one_patch_series, stopped_at_a_conflict, upstream_branches
@@ -33,13 +33,6 @@ def _latin1_locale(tmp_path) -> dict[str, str]:
     return {"LOCPATH": str(locales), "LC_ALL": LATIN1}
 
 
-def _as_sglpatch(git: Git) -> Git:
-    name, email = SGLPATCH_IDENTITY
-    return git.with_env(
-        GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email
-    )
-
-
 def _default_base_with_a_name_past_ascii(series_project, base_repo):
     """build/sglang as sglpatch lays it out, from a release whose tree holds `café.py` (the release commit, by
     sglpatch's identity, amended to hold it: no commit of the user's)."""
@@ -47,7 +40,7 @@ def _default_base_with_a_name_past_ascii(series_project, base_repo):
     where.parent.mkdir()
     subprocess.run(["git", "clone", "-q", str(base_repo), str(where)], check=True)
     (where / PAST_ASCII).write_text("x = 1\n")
-    git = _as_sglpatch(Git(where))
+    git = Git(where).as_sglpatch()
     git.run("add", PAST_ASCII)
     git.run("commit", "-q", "--amend", "--no-edit")
     return where
