@@ -49,6 +49,7 @@ from sglpatch.targets import (
     make_reserve,
     rebase_store,
     refuse_commits_past_the_series,
+    remove_locks_of_a_cut_abort,
     room_to_switch_back,
 )
 from sglpatch.targets.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
@@ -623,7 +624,7 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
         raise FatalError("no rebase in progress here")
     git = target.git
     if state.aborting:
-        rebase_settle.remove_locks_of_a_cut_abort(target)
+        remove_locks_of_a_cut_abort(target)
     _refuse_changes_beside_the_stop(git, state, "--abort", going_back=True)
     mine = _commits_made_while_stopped(git, state, "aborted")
     rebase_settle.refuse_roll_back(git, state)

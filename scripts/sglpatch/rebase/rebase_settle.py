@@ -25,7 +25,6 @@ from sglpatch.safety.interrupts import fault_point, write_phase
 from sglpatch.series import REWRITE_MARKER
 from sglpatch.series_writer import listed_patches, refuse_unlisted_in_the_way, write_series_files
 from sglpatch.targets import RESERVE, STATE_FILE, CheckoutRecord, Target, write_record
-from sglpatch.targets.git_locks import remove_own
 from sglpatch.targets.rebase_store import (
     INSTALLING,
     SERIES_REF,
@@ -36,8 +35,6 @@ from sglpatch.targets.rebase_store import (
     remove_state_folder,
     save,
 )
-from sglpatch.targets.target_state import RebaseInProgress
-from sglpatch.targets.target_state import read as read_state
 
 
 def finish_or_roll_back(target: Target, folder: Path, state: RebaseState) -> str:
@@ -105,15 +102,6 @@ def refuse_roll_back(git: Git, state: RebaseState) -> None:
         )
     if state.begun:
         _refuse_untracked_in_the_way_back(git, state)
-
-
-def remove_locks_of_a_cut_abort(target: Target) -> None:
-    """An --abort killed inside its git (a closed terminal, an OOM kill) left git's locks (index.lock, HEAD.lock,
-    a ref's), which every git after it refuses, and a second --abort stopped at them (or went through, one left):
-    removed when that run left them; a lock of another's, or of a live git, is refused, nothing changed."""
-    state = read_state(target)
-    if isinstance(state, RebaseInProgress):
-        remove_own(state.locks, target.root)
 
 
 def _refuse_untracked_in_the_way_back(git: Git, state: RebaseState) -> None:
