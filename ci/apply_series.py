@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from sglpatch.errors import FatalError  # noqa: E402
-from sglpatch.git import Git  # noqa: E402
+from sglpatch.git import APPLY, Git  # noqa: E402
 from sglpatch.series import SERIES_FILE, parse_series_text  # noqa: E402
 
 HEADER = re.compile(r"^(?:diff --git a/(\S+) b/\S+|--- (?:a/)?(\S+))")
@@ -106,11 +106,11 @@ def apply_one(patch: Path, root: Path, level: int) -> str:
     if shutil.which("git"):
         # GIT_CEILING_DIRECTORIES: never let git take a repository above the package folder for its own
         git = Git(root, {"GIT_CEILING_DIRECTORIES": "/"})
-        options = (f"-p{level}", "--whitespace=nowarn")
-        status, _, err = git.try_run("apply", *options, "--check", str(patch))
+        options = (f"-p{level}",)
+        status, _, err = git.try_run(*APPLY, *options, "--check", str(patch))
         if status != 0:
             raise SystemExit(f"git apply --check {patch.name} failed:\n{err}")
-        git.run("apply", *options, str(patch))
+        git.run(*APPLY, *options, str(patch))
         return "git apply"
     if shutil.which("patch"):
         base = ["patch", f"-p{level}", "--forward", "--batch", "--fuzz=0", "-i", str(patch)]

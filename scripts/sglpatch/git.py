@@ -50,6 +50,10 @@ _RESHAPING_VARS = (
     "GIT_GLOB_PATHSPECS",
     "GIT_NOGLOB_PATHSPECS",
     "GIT_ICASE_PATHSPECS",
+    # the object format of a repository `git init` makes: the toolkit's own (its scratch workspaces, the default
+    # bases) are SHA-1, as the pins' blob ids and the user's checkouts they borrow objects from; under `sha256`
+    # every apply, status, rebase and drift failed in the scratch's `read-tree`, with no word of why
+    "GIT_DEFAULT_HASH",
 )
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 # Who sglpatch's own commits are by: the scratch commits only it sees (a workspace, a stand-in, the series as
@@ -67,6 +71,10 @@ _NO_MONITOR = ("-c", "core.fsmonitor=false")
 # git ran gpg on a signed commit (upstream's merges are) and wrote gpg's lines into stdout before it, where a
 # rebase of a DeepGEMM line read its new pin's date and a refusal the subject of a commit of the user's.
 _NO_SIGNATURES = ("-c", "log.showSignature=false")
+# Every `git apply` we run applies a patch as written: the user's `apply.whitespace=fix` (or `strip`) took the
+# trailing spaces off its added lines (apply wrote another text than the patch's, and a rebase wrote the patch again
+# without them), and `apply.ignoreWhitespace` let it land where only the context's spacing matched.
+APPLY = ("apply", "--whitespace=nowarn", "--no-ignore-whitespace")
 # For apply's and revert's switch of branch (and a rebase's writes, `Git.sparse_as_it_is`): a `git checkout`
 # applies the sparse-checkout patterns to the whole work tree, and where the user set them without applying them
 # (or git left files it could not remove) the switch there and back would delete the files they keep. Without
@@ -230,7 +238,12 @@ class Git:
         names (os.fsdecode, as `try_path`): under a locale that is not UTF-8 (ISO-8859-1, say) a name decoded as
         UTF-8 is another file's once Python encodes it again, and an edit there went unseen."""
         command, *rest = args  # -z before the rest: after a `--` it would be a path
-        return [os.fsdecode(path) for path in self.run_bytes(command, "-z", *rest).split(b"\0") if path]
+        return self.entries(command, "-z", *rest)
+
+    def entries(self, *args: str) -> list[str]:
+        """The entries of a listing run with -z (`ls-files -s`, `ls-tree`, `status --porcelain`), each decoded as
+        Python decodes file names, as `paths`: the name in each is the file's own under any locale."""
+        return split_entries(self.run_bytes(*args))
 
     def rev_parse(self, rev: str) -> str | None:
         status, out, _ = self.try_run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
@@ -332,6 +345,11 @@ def _log(workdir: Path, args: tuple[str, ...], status: int, stderr: bytes) -> No
     if status != 0 and stderr.strip():
         for line in stderr.decode("utf-8", "replace").rstrip().splitlines():
             print(f"  | {line}", file=sys.stderr, flush=True)
+
+
+def split_entries(listed: bytes) -> list[str]:
+    """The NUL-separated entries of a `-z` listing, decoded as Python decodes file names (os.fsdecode)."""
+    return [os.fsdecode(entry) for entry in listed.split(b"\0") if entry]
 
 
 def init_repo(path: Path, bare: bool = False) -> Git:

@@ -45,9 +45,11 @@ SERIES_HEADER = """\
 # a rebase the user's checkout): `diff.noprefix` wrote `--- python/...` (malformed: the rebase stopped at its end
 # for ever), `format.signOff` added the user's Signed-off-by to every patch of another author, `format.from` put
 # the user in `From:`, `format.coverLetter` wrote a 0000 patch with no diff, `diff.context`, `format.headers`,
-# `format.notes`, `format.suffix`, `i18n.logOutputEncoding`, ... changed the bytes or the names of the patches.
+# `format.notes`, `format.suffix`, `i18n.logOutputEncoding`, `diff.suppressBlankEmpty` (a blank context line
+# written empty), ... changed the bytes or the names of the patches.
 _SERIES_FORMAT = tuple(
-    "-c format.numbered=auto -c format.useAutoBase=false -c core.quotePath=true format-patch"
+    "-c format.numbered=auto -c format.useAutoBase=false -c core.quotePath=true -c diff.suppressBlankEmpty=false"
+    " format-patch"
     " --src-prefix=a/ --dst-prefix=b/ --unified=3 --inter-hunk-context=0 --diff-algorithm=myers --indent-heuristic"
     " --no-relative -O/dev/null --encoding=UTF-8 --filename-max-length=64 --suffix=.patch --no-signoff"
     " --no-cover-letter --no-attach --no-thread --no-notes --no-add-header --no-to --no-cc --no-from --no-base".split()

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.git import Git, init_repo
+from sglpatch.git import APPLY, Git, init_repo
 from sglpatch.safety import scratch
 from sglpatch.series import Patch
 
@@ -150,12 +150,12 @@ class Workspace:
     # -- patches -------------------------------------------------------------------
 
     def applies(self, patch: Patch, reverse: bool = False, three_way: bool = False) -> bool:
-        args = ["apply", "--cached", "--check"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
+        args = [*APPLY, "--cached", "--check"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
         status, _, _ = self.git.try_run(*args, "-", stdin=patch.data)
         return status == 0
 
     def apply(self, patch: Patch, reverse: bool = False, three_way: bool = False) -> ApplyFailure | None:
-        args = ["apply", "--cached"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
+        args = [*APPLY, "--cached"] + (["-R"] if reverse else []) + (["--3way"] if three_way else [])
         before = self.git.run("write-tree")
         # the patch's own bytes: a package folder's view of a patch exists in memory only
         status, _, err = self.git.try_run(*args, "-", stdin=patch.data)

@@ -49,6 +49,7 @@ from sglpatch.targets import (
     make_reserve,
     rebase_store,
     refuse_commits_past_the_series,
+    remove_locks_of_a_cut_abort,
     room_to_switch_back,
 )
 from sglpatch.targets.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
@@ -302,11 +303,9 @@ def _refuse_files_in_the_way(target: Target, onto: str, asked: str, series: Seri
     """A file HEAD does not track where ONTO or the series has one: git's checkout of ONTO and its cherry-picks
     overwrite a git-ignored file there (an untracked one stops them part-way), and the way back deletes it."""
     git = target.git
-    listed = git.run("diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", "HEAD", onto, strip=False)
-    wanted = list(dict.fromkeys([*filter(None, listed.split("\0")), *series.touched_paths]))
-    tracked = set(
-        filter(None, git.run("ls-tree", "-r", "-z", "--name-only", "HEAD", "--", *wanted, strip=False).split("\0"))
-    )
+    listed = git.paths("diff", "--name-only", "--no-renames", "--diff-filter=A", "HEAD", onto)
+    wanted = list(dict.fromkeys([*listed, *series.touched_paths]))
+    tracked = set(git.paths("ls-tree", "-r", "--name-only", "HEAD", "--", *wanted))
     for path in wanted:
         if path not in tracked and os.path.lexists(target.local_path(path)):
             raise FatalError(
@@ -487,6 +486,11 @@ def _stopped_rebase(target: Target, folder: Path, state: RebaseState | None) -> 
     stopped = state.stopped
     if stopped is None:
         rebase_store.refuse_in_progress(target)
+    if state.aborting:  # it may have undone the pick, the resolution or the switch: there is no going on from it
+        raise FatalError(
+            f"an --abort of this rebase was cut short, which it cannot go on from; nothing was changed: run "
+            f"{hints.abort_rebase(target.root)} again"
+        )
     rebase_store.check_can_go_on(state, folder, target.root)
     _refuse_moved_since_stop(target.git, state, stopped)
     patch_dir = Path(state.patch_dir)
@@ -619,9 +623,15 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
     if state is None:
         raise FatalError("no rebase in progress here")
     git = target.git
-    _refuse_changes_beside_the_stop(git, state, "--abort")
+    if state.aborting:
+        remove_locks_of_a_cut_abort(target)
+    _refuse_changes_beside_the_stop(git, state, "--abort", going_back=True)
     mine = _commits_made_while_stopped(git, state, "aborted")
+    rebase_settle.refuse_roll_back(git, state)
     with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
+        if state.begun and not state.aborting:  # from here the git locks a kill leaves are this run's
+            state.aborting, state.orig_head = True, git.rev_parse("ORIG_HEAD")
+            save(folder, state)
         if mine:
             git.run("update-ref", mine, "HEAD")
         rebase_settle.roll_back(git, folder, state)
@@ -635,9 +645,10 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
 _WHOLE_PATCH = "--binary --no-ext-diff --no-textconv --no-color"  # every byte, whatever the user's diff config
 
 
-def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -> None:
+def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str, going_back: bool = False) -> None:
     """While a rebase waits, the files of the patch it stopped at are the user's to resolve, and `option` throws
-    that away (`git checkout -f`, `git reset --hard`); a change to any other file is work of the user's."""
+    that away (`git checkout -f`, `git reset --hard`); a change to any other file is work of the user's, but, when
+    `option` goes back to the original branch (--abort), not one that is already as that branch has it."""
     stopped = state.stopped
     if stopped is None or not state.begun:
         return
@@ -645,7 +656,8 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
     if state.patches and state.commits and stopped.patch in state.patches:
         picked = state.commits[state.patches.index(stopped.patch)]
         ours |= set(git.paths("diff-tree", "-r", "--name-only", "--no-commit-id", picked))
-    beside = [path for path in git.paths("diff", "--name-only", "--no-renames", "HEAD") if path not in ours]
+    changed = git.paths("diff", "--name-only", "--no-renames", "HEAD")
+    beside = [p for p in changed if p not in ours and not (going_back and _as_the_abort_leaves_it(git, state, p))]
     if beside:
         files, root = shlex.join(beside), shlex.quote(str(git.workdir))
         # a folder that took a file's place: the diff saves the file's deletion, not the folder's (ignored) files,
@@ -661,6 +673,20 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str) -
             f"stashes nothing while a pick conflicts), {keep}put the files back as HEAD has them "
             f"(`git --literal-pathspecs -C {root} checkout HEAD -- {files}`), then run this again"
         )
+
+
+def _as_the_abort_leaves_it(git: Git, state: RebaseState, path: str) -> bool:
+    """Whether `path` is what --abort puts there: the original branch's bytes (as committed, or as git writes
+    them); or no file, after an --abort cut short inside its `git checkout -f`, which removes a file before it
+    writes it again. Nothing of the user's is thrown away there."""
+    local = git.workdir / path
+    if not os.path.lexists(local):
+        return state.aborting
+    if not local.is_file() or local.is_symlink():
+        return False
+    data = local.read_bytes()
+    written = (git.call(("cat-file", how, f"{state.original}:{path}")) for how in ("blob", "--filters"))
+    return any(status == 0 and data == theirs for status, theirs, _ in written)
 
 
 def _commits_made_while_stopped(git: Git, state: RebaseState, why: str) -> str | None:

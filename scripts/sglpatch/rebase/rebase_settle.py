@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id
+from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id, split_entries
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.safety.durable import fsync_dir, write_durably
 from sglpatch.safety.interrupts import fault_point, write_phase
@@ -67,18 +67,15 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
 
     The original branch is checked out as it is now: had the user moved it meanwhile, that stays. The room
     the rebase kept aside for this is freed first."""
-    if state.phase == INSTALLING:
-        raise FatalError(
-            f"the rebase had finished and was writing its result: {hints.recover(git.workdir)} completes it"
-        )
-    if state.begun:
-        _refuse_untracked_in_the_way_back(git, state)
+    refuse_roll_back(git, state)
     _free_room(folder)
     if state.begun:
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             with orig_head_kept(git):
                 git.try_run(*git.sparse_as_it_is(), "cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
+        if state.aborting:  # an --abort killed inside the block above left ORIG_HEAD as git's
+            _put_back_orig_head(git, state.orig_head)
         try:
             git.run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "-f", state.original)
         except GitFailed:
@@ -94,6 +91,17 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
                 fault_point(f"rebase rollback: {ref} deleted")
         _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def refuse_roll_back(git: Git, state: RebaseState) -> None:
+    """Refuse, before anything is written, a roll-back that cannot be done or would write over a file of the
+    user's."""
+    if state.phase == INSTALLING:
+        raise FatalError(
+            f"the rebase had finished and was writing its result: {hints.recover(git.workdir)} completes it"
+        )
+    if state.begun:
+        _refuse_untracked_in_the_way_back(git, state)
 
 
 def _refuse_untracked_in_the_way_back(git: Git, state: RebaseState) -> None:
@@ -280,10 +288,10 @@ def _written_from(git: Git, data: bytes, blobs: set[str]) -> bool:
 
 def _tree_blobs(git: Git, commit: str) -> dict[str, str]:
     """Blob id of every file in `commit` ({} when the commit is not in the repository)."""
-    status, listed, _ = git.try_run("ls-tree", "-r", "-z", commit, strip=False)
+    status, listed, _ = git.call(("ls-tree", "-r", "-z", commit))
     if status != 0:
         return {}
-    return {e.split("\t", 1)[1]: e.split()[2] for e in filter(None, listed.split("\0"))}
+    return {e.split("\t", 1)[1]: e.split()[2] for e in split_entries(listed)}
 
 
 def _free_room(folder: Path) -> None:

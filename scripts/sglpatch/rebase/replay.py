@@ -29,7 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from sglpatch.errors import FatalError
-from sglpatch.git import Git
+from sglpatch.git import APPLY, Git
 from sglpatch.series import PACKAGE_PREFIX, Patch, Series
 from sglpatch.workspace import Workspace, explain_failure
 
@@ -138,7 +138,7 @@ def upstream_reason(git: Git, rev: str, patch: Patch, history: tuple[str, str] |
     if history and number and number.isdigit() and (landed := landed_pr_commit(git, number, history)):
         return f"upstream PR #{number} is in {landed}"
     git.run("read-tree", rev)
-    status, _, _ = git.try_run("apply", "--cached", "--check", "-R", str(patch.path))
+    status, _, _ = git.try_run(*APPLY, "--cached", "--check", "-R", str(patch.path))
     return "its change is already there (reverse-applies)" if status == 0 else None
 
 
@@ -172,7 +172,7 @@ def land(
     if reason and not merge_upstream:
         return Step(Landing.UPSTREAM, reason)
     git.run("read-tree", current)
-    if git.try_run("apply", "--cached", str(patch.path))[0] == 0:
+    if git.try_run(*APPLY, "--cached", str(patch.path))[0] == 0:
         return Step(Landing.CLEAN, reason, git.run("write-tree"))
     tree, conflicted = merge_onto(git, current, commit)
     if tree is None:
@@ -219,7 +219,7 @@ def carry_patches(
 def conflict_hunk(git: Git, current: str, patch: Patch, path: str) -> str:
     """Where `patch` fails on commit `current` in `path`: 'PATH, hunk #N @@ ... @@' (or the reason)."""
     git.run("read-tree", current)
-    status, _, err = git.try_run("apply", "--cached", "--check", f"--include={path}", str(patch.path))
+    status, _, err = git.try_run(*APPLY, "--cached", "--check", f"--include={path}", str(patch.path))
     failure = explain_failure(patch, err) if status else None
     if failure and failure.hunk:
         return f"{failure.path}, {failure.hunk}"

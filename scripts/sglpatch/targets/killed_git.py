@@ -18,6 +18,7 @@ from sglpatch.targets.checkout_record import CheckoutRecord
 from sglpatch.targets.git_locks import GitLock, refuse_others, remove_own
 from sglpatch.targets.target import Target, dirty_paths
 from sglpatch.targets.target_state import RebaseInProgress
+from sglpatch.targets.target_state import read as read_state
 from sglpatch.targets.write_check import remove_file_and_emptied_folders, tree_blobs, written_by_git
 from sglpatch.targets.write_states import WriteState
 
@@ -48,6 +49,15 @@ def settle_rebase_git(state: RebaseInProgress) -> None:
     with write_phase():
         remove_own(state.locks, state.target.root)
         _remove_killed_git_files(state)
+
+
+def remove_locks_of_a_cut_abort(target: Target) -> None:
+    """An --abort killed inside its git (a closed terminal, an OOM kill) left git's locks (index.lock, HEAD.lock,
+    a ref's), which every git after it refuses, and a second --abort stopped at them (or went through, one left):
+    removed when that run left them; a lock of another's, or of a live git, is refused, nothing changed."""
+    state = read_state(target)
+    if isinstance(state, RebaseInProgress):
+        remove_own(state.locks, target.root)
 
 
 def _refuse_unexplained_changes(state: RebaseInProgress) -> None:

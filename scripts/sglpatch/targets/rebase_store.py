@@ -192,6 +192,8 @@ class RebaseState:
     out_digest: str | None = None  # out_dir when the rebase began (empty: a new line)
     tags_made: list[str] = field(default_factory=list)  # the release tags it made in the checkout (rolled back)
     run: RunMark | None = None  # the run that saved it last (the git locks a killed run left are its own)
+    aborting: bool = False  # an --abort of the stopped rebase began (run again, it settles what that one left)
+    orig_head: str | None = None  # ORIG_HEAD when the --abort began, which a kill inside its git can leave moved
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
     @property
@@ -250,6 +252,8 @@ class RebaseState:
             out_digest=typed("out_digest", str),
             tags_made=[n for n in typed("tags_made", list, []) if isinstance(n, str) and n and not n.startswith("-")],
             run=_run_mark(data.get("run")),
+            aborting=typed("aborting", bool, False),
+            orig_head=typed("orig_head", str),
             unfit=unfit,
         )
 
@@ -258,7 +262,7 @@ class RebaseState:
         data: dict = {}
         for name in _SAVED:
             value = getattr(self, name)
-            if value is None or (name in ("dropped", "resolved_by_hand", "tags_made") and not value):
+            if value is None or (name in ("dropped", "resolved_by_hand", "tags_made", "aborting") and not value):
                 continue
             if name == "outcomes":
                 value = [o.to_json() for o in value]

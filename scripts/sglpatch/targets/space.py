@@ -40,10 +40,9 @@ def room_to_switch_back(target: Target, commit: str, away: str, touched: list[st
     """Bytes `git checkout -f COMMIT` writes coming back from AWAY (with the series' files changed on top):
     COMMIT's version of each file that differs, the index, packed-refs."""
     git = target.git
-    changed = set(filter(None, git.run("diff", "--name-only", "-z", commit, away, strip=False).split("\0")))
-    changed |= set(touched)
+    changed = set(git.paths("diff", "--name-only", commit, away)) | set(touched)
     size = 0
-    for entry in filter(None, git.run("ls-tree", "-r", "-l", "-z", commit, strip=False).split("\0")):
+    for entry in git.entries("ls-tree", "-r", "-l", "-z", commit):
         meta, path = entry.split("\t", 1)
         if path in changed:  # a submodule (gitlink) has no size here: `-`
             size += (int(length) if (length := meta.split()[3]).isdigit() else 0) + _PAGE

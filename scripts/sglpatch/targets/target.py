@@ -115,10 +115,10 @@ class Target:
 
 def dirty_paths(target: Target, paths: list[str]) -> list[str]:
     # --no-optional-locks: a check writes nothing (git status would refresh the index, and on a full disk fail)
-    listed = target.git.run(
-        "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths, strip=False
+    listed = target.git.entries(
+        "--no-optional-locks", "status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", *paths
     )
-    return sorted({entry[3:] for entry in listed.split("\0") if len(entry) > 3})
+    return sorted({entry[3:] for entry in listed if len(entry) > 3})
 
 
 def branch_refusal(target: Target, branch: str, option: str) -> str | None:

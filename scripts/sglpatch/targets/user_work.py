@@ -8,6 +8,7 @@ phrase, for the refusal.
 from __future__ import annotations
 
 import json
+import os
 
 from sglpatch.errors import CorruptState, FatalError
 from sglpatch.git import SGLPATCH_IDENTITY, Git
@@ -38,8 +39,11 @@ def work_of_the_user(target: Target, record: CheckoutRecord) -> list[str]:
 
 def _uncommitted(git: Git) -> list[str]:
     """Phrases naming the work tree's edits and untracked files (not the ignored ones)."""
-    changed = git.run("--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=normal", strip=False)
-    entries = [entry for entry in changed.split("\0") if len(entry) > 3]
+    # --no-renames: a rename is two names, the second with no status of its own
+    changed = git.entries(
+        "--no-optional-locks", "status", "--porcelain", "-z", "--no-renames", "--untracked-files=normal"
+    )
+    entries = [entry for entry in changed if len(entry) > 3]
     edits = [entry[3:] for entry in entries if not entry.startswith("??")] + _hidden_edits(git)
     untracked = [entry[3:] for entry in entries if entry.startswith("??")]
     return ([f"edits to {_some(edits)}"] if edits else []) + ([f"untracked {_some(untracked)}"] if untracked else [])
@@ -50,7 +54,7 @@ def _hidden_edits(git: Git) -> list[str]:
     --assume-unchanged`, or `--skip-worktree`, which users set to keep an edit of theirs out of git's way), so their
     bytes are compared with the entry's here. A file not on disk is none (a sparse checkout leaves them out)."""
     entries = {}
-    for entry in git.run("ls-files", "-v", "-s", "-z", strip=False).split("\0"):
+    for entry in git.entries("ls-files", "-v", "-s", "-z"):
         meta, _, path = entry.partition("\t")
         tag, mode, blob, stage = (meta.split() + ["", "", "", ""])[:4]
         if (tag == "S" or tag.islower()) and stage == "0" and mode.startswith("100") and "\n" not in path:
@@ -59,7 +63,7 @@ def _hidden_edits(git: Git) -> list[str]:
     if not entries:
         return []
     paths = list(entries)
-    found = git.run("hash-object", "--stdin-paths", stdin="".join(f"{path}\n" for path in paths).encode()).split()
+    found = git.run("hash-object", "--stdin-paths", stdin=b"".join(os.fsencode(f"{path}\n") for path in paths)).split()
     return [path for path, blob in zip(paths, found, strict=True) if blob != entries[path]]
 
 

@@ -100,9 +100,8 @@ def remove_file_and_emptied_folders(path: Path, root: Path) -> None:
 
 def tree_blobs(target: Target, commit: str, paths: list[str]) -> dict[str, str]:
     """Blob id per path that exists in `commit`."""
-    listed = target.git.run("ls-tree", "-r", "-z", commit, "--", *paths, strip=False)
     found = {}
-    for entry in filter(None, listed.split("\0")):
+    for entry in target.git.entries("ls-tree", "-r", "-z", commit, "--", *paths):
         meta, path = entry.split("\t", 1)
         found[path] = meta.split()[2]
     return found
