@@ -353,9 +353,13 @@ def split_entries(listed: bytes) -> list[str]:
 
 
 def init_repo(path: Path, bare: bool = False) -> Git:
+    """A repository of the toolkit's own (a scratch workspace, a default base, a releases store). Made from no
+    template: the user's (`GIT_TEMPLATE_DIR`, `init.templateDir`) put their hooks in it, and a
+    reference-transaction hook there that refuses (one guarding the user's branches) failed every apply and rebase
+    in the scratch's `update-ref`, with no word of why."""
     path.mkdir(parents=True, exist_ok=True)
     repo = Git(path)
-    repo.run("init", "-q", *(["--bare"] if bare else []), "--initial-branch=main", ".")
+    repo.run("init", "-q", "--template=", *(["--bare"] if bare else []), "--initial-branch=main", ".")
     return repo
 
 
