@@ -5,9 +5,16 @@ series path, two `clean` runs at once) (docs/reliability.md, round 15).
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 
-from testing.sglang_trees import upstream_branches
+from sglpatch.git import Git
+from testing import git_cut
+from testing.sglang_trees import stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
 
@@ -51,3 +58,64 @@ def test_apply_status_rebase_and_revert_go_through_whatever_hooks_the_users_git_
     args = ("--report-dir", tmp_path / "report", "--onto", "quiet", "--release", "0.5.14")
     code, out, err = sglpatch("rebase", "--sglang", checkout, "--patches", patches, *args)
     assert code == 0 and "rebased onto quiet" in out, (out, err)
+
+
+# -- kills inside git of `rebase --drop` (testing/git_cut.py) ----------------------------------------------
+
+
+def _cut_run(args, env) -> subprocess.CompletedProcess:
+    """The CLI in a session of its own: the git cut kills its whole process group (the run, its git, itself)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+        start_new_session=True,
+    )
+
+
+def _as_dropped(checkout) -> dict[str, str]:
+    """The checkout byte for byte (ORIG_HEAD, the index and the work tree included), but for what a run made at
+    another second differs in: the rebase's settled state file and its branch, whose commits' dates differ
+    (their trees, which HEAD's stands for, and the branch HEAD names do not)."""
+    state = {k: v for k, v in tree_state(checkout).items() if "sglpatch-state" not in k and "/sglpatch/onto-" not in k}
+    git = Git(checkout)
+    return {**state, "HEAD": git.run("symbolic-ref", "HEAD"), "tree": git.run("rev-parse", "HEAD^{tree}")}
+
+
+def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one(sglpatch, checkout, patches, tmp_path):
+    """`rebase --drop 1` of the patch a rebase stopped at, killed inside one of its git commands (each point where
+    its `cherry-pick --quit`, `reset --hard`, `update-ref` and the replay after it write a file or hold a ref's
+    lock), then `--drop 1` again (as round 13 found it goes through after a kill between git commands). Before:
+    at 4 of the points git's lock (CHERRY_PICK_HEAD.lock, index.lock, HEAD.lock, ORIG_HEAD.lock) stayed, the
+    second --drop failed in a git (`... reset -q --hard ... failed (128)`), and recover refused, saying the rebase
+    was waiting for the user (`--continue`): no way out but deleting a lock by hand. Now a --drop records that it
+    began, with ORIG_HEAD, before its first write; run again, it removes the git locks that run left and puts
+    ORIG_HEAD back (at 2 points a killed `reset --hard` had left it moved, where an uninterrupted --drop leaves it
+    as the user had it): each point ends as an uninterrupted --drop (or, past the drop's record, as round 13 found: recover settles it).
+    """
+    git = stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
+    saved = tmp_path / "saved"
+    subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
+    cut = git_cut.install(tmp_path / "cut")
+    drop = ["rebase", "--sglang", checkout, "--drop", "1"]
+    trace, count = tmp_path / "trace", tmp_path / "count"
+    assert _cut_run(drop, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
+    dropped = _as_dropped(checkout)
+    points = trace.read_text().splitlines()
+    assert len(points) >= 6, points
+    left = []
+    for point in range(1, len(points) + 1):
+        shutil.rmtree(checkout)
+        subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
+        count.unlink(missing_ok=True)
+        assert _cut_run(drop, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        again = _cut_run(drop, {})
+        if again.returncode != 0 and "sglpatch recover" in again.stderr:
+            again = _cut_run(["recover", "--sglang", checkout], {})
+            continue  # past the drop's record: recover rolls back or finishes (round 13)
+        if again.returncode != 0 or _as_dropped(checkout) != dropped:
+            left.append((points[point - 1], again.returncode, again.stderr))
+    assert not left, left
+    assert git.run("status", "--porcelain") == ""
