@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,3 +120,52 @@ def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one
             left.append((points[point - 1], again.returncode, again.stderr))
     assert not left, left
     assert git.run("status", "--porcelain") == ""
+
+
+# -- two `clean` runs at once ---------------------------------------------------------------------------------
+
+_CLEAN_PAUSED = """
+import pathlib, shutil, sys, time
+from sglpatch import cli
+from sglpatch.commands import clean
+ready, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+real = shutil.rmtree
+def paused(path, *args, **kwargs):
+    ready.write_text("")
+    while not go.exists():
+        time.sleep(0.05)
+    return real(path, *args, **kwargs)
+clean.shutil.rmtree = paused
+sys.exit(cli.main(["clean"]))
+"""
+
+
+def test_a_second_clean_while_one_deletes_build_is_refused(series_project, sglpatch, tmp_path):
+    """`make clean` in two terminals (or a second while the first deletes a large build/): the second found the
+    first's `build.deleting`, said "deleting build.deleting, left by a clean cut short" (no clean had been cut
+    short) and deleted it beside the first, which then failed in one line naming a file the second had deleted
+    (`cannot access f289`, exit 2, its work done). Now one clean runs at a time: the second is refused in one
+    line, the first ends as when alone."""
+    (series_project / "build" / "reports").mkdir(parents=True)
+    (series_project / "build" / "reports" / "drift.md").write_text("a report\n")
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    first = subprocess.Popen(
+        [sys.executable, "-c", _CLEAN_PAUSED, str(ready), str(go)],
+        env={**os.environ, "SGLPATCH_PROJECT": str(series_project)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(600):
+            if ready.exists() or first.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), first.communicate()
+        code, out, err = sglpatch("clean")
+    finally:
+        go.write_text("")
+        out_first, err_first = first.communicate(timeout=60)
+    assert code == 2 and err.count("\n") == 1 and "another `sglpatch clean` is deleting" in err, (out, err)
+    assert first.returncode == 0, (out_first, err_first)
+    assert not (series_project / "build").exists() and not (series_project / "build.deleting").exists()
