@@ -94,8 +94,8 @@ def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one
     was waiting for the user (`--continue`): no way out but deleting a lock by hand. Now a --drop records that it
     began, with ORIG_HEAD, before its first write; run again, it removes the git locks that run left and puts
     ORIG_HEAD back (at 2 points a killed `reset --hard` had left it moved, where an uninterrupted --drop leaves it
-    as the user had it): each point ends as an uninterrupted --drop (or, past the drop's record, as round 13 found: recover settles it).
-    """
+    as the user had it): each point ends as an uninterrupted --drop (or, past the drop's record, as round 13
+    found, recover settles it); before that record, recover names the --drop to run again."""
     git = stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
     saved = tmp_path / "saved"
     subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
@@ -106,19 +106,24 @@ def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one
     dropped = _as_dropped(checkout)
     points = trace.read_text().splitlines()
     assert len(points) >= 6, points
-    left = []
+    left, before_the_record = [], 0
     for point in range(1, len(points) + 1):
         shutil.rmtree(checkout)
         subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
         count.unlink(missing_ok=True)
         assert _cut_run(drop, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
-        again = _cut_run(drop, {})
-        if again.returncode != 0 and "sglpatch recover" in again.stderr:
-            again = _cut_run(["recover", "--sglang", checkout], {})
+        cut_short = tree_state(checkout)
+        settled = _cut_run(["recover", "--sglang", checkout], {})
+        if settled.returncode == 0:
             continue  # past the drop's record: recover rolls back or finishes (round 13)
+        assert "was cut short" in settled.stderr and "--drop 1" in settled.stderr, settled.stderr
+        assert tree_state(checkout) == cut_short
+        before_the_record += 1
+        again = _cut_run(drop, {})
         if again.returncode != 0 or _as_dropped(checkout) != dropped:
             left.append((points[point - 1], again.returncode, again.stderr))
     assert not left, left
+    assert before_the_record >= 4, before_the_record
     assert git.run("status", "--porcelain") == ""
 
 
