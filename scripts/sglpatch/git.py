@@ -352,10 +352,28 @@ def split_entries(listed: bytes) -> list[str]:
     return [os.fsdecode(entry) for entry in listed.split(b"\0") if entry]
 
 
+_EXCLUDE_AS_GIT_WRITES_IT = (
+    "# git ls-files --others --exclude-from=.git/info/exclude\n"
+    "# Lines that start with '#' are comments.\n"
+    "# For a project mostly in C, the following would be a good set of\n"
+    "# exclude patterns (uncomment them if you want to use them):\n"
+    "# *.[oa]\n"
+    "# *~\n"
+)
+
+
 def init_repo(path: Path, bare: bool = False) -> Git:
+    """A repository of the toolkit's own (a scratch workspace, a default base, a releases store). Made from no
+    template: the user's (`GIT_TEMPLATE_DIR`, `init.templateDir`) put their hooks in it, and a
+    reference-transaction hook there that refuses (one guarding the user's branches) failed every apply and rebase
+    in the scratch's `update-ref`, with no word of why."""
     path.mkdir(parents=True, exist_ok=True)
     repo = Git(path)
-    repo.run("init", "-q", *(["--bare"] if bare else []), "--initial-branch=main", ".")
+    repo.run("init", "-q", "--template=", *(["--bare"] if bare else []), "--initial-branch=main", ".")
+    # what git's own template gives and a user of a default base writes to (`echo scratch/ >> .git/info/exclude`)
+    info = (path if bare else path / ".git") / "info"
+    info.mkdir(exist_ok=True)
+    (info / "exclude").write_text(_EXCLUDE_AS_GIT_WRITES_IT)
     return repo
 
 

@@ -7,11 +7,12 @@ stashes, edits and untracked files are named, with the move that keeps each chec
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shlex
 import shutil
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from sglpatch import hints, project
@@ -33,7 +34,30 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    build = project.PROJECT_ROOT / "build"
+    with _one_clean_at_a_time(project.PROJECT_ROOT):
+        return _clean(project.PROJECT_ROOT / "build")
+
+
+@contextmanager
+def _one_clean_at_a_time(root: Path):
+    """A second clean while one deletes build/ took the first's `build.deleting` for one left by a clean cut short,
+    said so and deleted it beside the first, which then failed in one line naming a file the other had deleted
+    (exit 2, its work done): refused instead (a lock on the project folder itself: no file is made)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FatalError(
+                f"another `sglpatch clean` is deleting {show_path(root / 'build')} now; nothing was changed: let it "
+                "finish"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _clean(build: Path) -> int:
     doomed = build.with_name(DELETING)
     if doomed.is_symlink() or doomed.exists() and not doomed.is_dir():
         raise FatalError(

@@ -65,6 +65,13 @@ def _recover_checkout(state: TargetState) -> None:
     _remove_leftovers(state)
     if isinstance(state, RebaseInProgress):
         rebase = state.rebase
+        if state.stopped and rebase.dropping:  # its locks are that run's: the --drop run again removes them
+            stopped = rebase.stopped.patch
+            number = rebase.patches.index(stopped) + 1 if stopped in rebase.patches else 0
+            raise FatalError(
+                f"a --drop of {stopped} in {target.root} was cut short, and only it settles what it left; nothing "
+                f"was changed: run {hints.drop_rebase(number, target.root)} again"
+            )
         if state.stopped:
             raise FatalError(
                 f"{rebase.describe_stop()} in {target.root}, waiting for you (not an interruption): "

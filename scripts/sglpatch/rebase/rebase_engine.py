@@ -49,7 +49,7 @@ from sglpatch.targets import (
     make_reserve,
     rebase_store,
     refuse_commits_past_the_series,
-    remove_locks_of_a_cut_abort,
+    remove_locks_of_a_cut_run,
     room_to_switch_back,
 )
 from sglpatch.targets.rebase_store import DROPPED, REPLAYING, SERIES_REF, PatchResult, RebaseState, Stop, StopKind, save
@@ -539,6 +539,8 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
         )
     mine = None
     if stopped.patch in names:
+        if state.dropping:  # a --drop of it was cut short inside its git: the locks that run left, before any git
+            remove_locks_of_a_cut_run(target)
         _refuse_changes_beside_the_stop(target.git, state, f"--drop {spec}")
         mine = _commits_made_while_stopped(target.git, state, "dropped")
     later = [n for n in names if n != stopped.patch and n not in state.dropped]
@@ -551,6 +553,10 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
         if stopped.patch not in names:
             say(f"{stopped.describe()}: resolve it, then {hints.continue_rebase(target.root)}")
             return 0
+        if not state.dropping:  # from here the git locks a kill leaves are this run's, and ORIG_HEAD the user's
+            state.dropping, state.orig_head = True, target.git.rev_parse("ORIG_HEAD")
+            with write_phase():
+                save(folder, state)
         if mine:
             with write_phase():
                 target.git.run("update-ref", mine, "HEAD")
@@ -567,13 +573,15 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
     with write_phase():
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
-        with rebase_settle.orig_head_kept(git):
-            git.run(*git.sparse_as_it_is(), "reset", "-q", "--hard", before)
+        git.run(*git.sparse_as_it_is(), "reset", "-q", "--hard", before)
+        # as when the --drop began: a run of it killed inside its git may have left ORIG_HEAD as the reset wrote it
+        rebase_settle.put_back_orig_head(git, state.orig_head)
         fault_point(f"rebase: {stopped.patch} taken out")
     if recorded:
         state.outcomes = [o for o in state.outcomes if o.patch != stopped.patch]
         state.next = state.patches.index(stopped.patch)
     state.dropped = state.dropped + [stopped.patch] if stopped.patch not in state.dropped else state.dropped
+    state.dropping = False  # recorded: a lock left after this is not the --drop's
     _record(folder, state, stopped.patch, DROPPED, LEFT_OUT)
     state.checked = state.next
 
@@ -624,7 +632,7 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
         raise FatalError("no rebase in progress here")
     git = target.git
     if state.aborting:
-        remove_locks_of_a_cut_abort(target)
+        remove_locks_of_a_cut_run(target)
     _refuse_changes_beside_the_stop(git, state, "--abort", going_back=True)
     mine = _commits_made_while_stopped(git, state, "aborted")
     rebase_settle.refuse_roll_back(git, state)

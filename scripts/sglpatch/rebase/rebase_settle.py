@@ -75,7 +75,7 @@ def roll_back(git: Git, folder: Path, state: RebaseState) -> None:
                 git.try_run(*git.sparse_as_it_is(), "cherry-pick", "--abort")
             fault_point("rebase rollback: cherry-pick aborted")
         if state.aborting:  # an --abort killed inside the block above left ORIG_HEAD as git's
-            _put_back_orig_head(git, state.orig_head)
+            put_back_orig_head(git, state.orig_head)
         try:
             git.run(*NO_HOOKS, *git.sparse_as_it_is(), "checkout", "-q", "-f", state.original)
         except GitFailed:
@@ -167,10 +167,10 @@ def orig_head_kept(git: Git):
     and the checkout's own ORIG_HEAD (the user's way back after their own reset or merge) is not the rebase's."""
     was = git.rev_parse("ORIG_HEAD")
     yield
-    _put_back_orig_head(git, was)
+    put_back_orig_head(git, was)
 
 
-def _put_back_orig_head(git: Git, was: str | None) -> None:
+def put_back_orig_head(git: Git, was: str | None) -> None:
     if was is not None:
         git.run("update-ref", "--no-deref", "ORIG_HEAD", was)
     elif git.rev_parse("ORIG_HEAD") is not None:

@@ -15,7 +15,7 @@ from sglpatch.targets.checkout_apply import apply_to_checkout
 from sglpatch.targets.checkout_record import STATE_FILE, CheckoutRecord
 from sglpatch.targets.checkout_record import write_state as write_record
 from sglpatch.targets.checkout_undo import undo_checkout
-from sglpatch.targets.killed_git import remove_locks_of_a_cut_abort, settle_rebase_git
+from sglpatch.targets.killed_git import remove_locks_of_a_cut_run, settle_rebase_git
 from sglpatch.targets.package_writes import apply_to_package, journal_progress, settle_package, undo_package
 from sglpatch.targets.plan import ApplyPlan, make_plan
 from sglpatch.targets.space import RESERVE, make_reserve, room_to_switch_back
@@ -79,7 +79,7 @@ __all__ = [
     "undo_package",
     "settle_package",
     "settle_rebase_git",
-    "remove_locks_of_a_cut_abort",
+    "remove_locks_of_a_cut_run",
     "journal_progress",
     # what a checkout holds: edits, the user's own work, a commit's files
     "dirty_paths",

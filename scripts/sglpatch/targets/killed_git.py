@@ -51,10 +51,11 @@ def settle_rebase_git(state: RebaseInProgress) -> None:
         _remove_killed_git_files(state)
 
 
-def remove_locks_of_a_cut_abort(target: Target) -> None:
-    """An --abort killed inside its git (a closed terminal, an OOM kill) left git's locks (index.lock, HEAD.lock,
-    a ref's), which every git after it refuses, and a second --abort stopped at them (or went through, one left):
-    removed when that run left them; a lock of another's, or of a live git, is refused, nothing changed."""
+def remove_locks_of_a_cut_run(target: Target) -> None:
+    """An --abort or a --drop killed inside its git (a closed terminal, an OOM kill) left git's locks (index.lock,
+    HEAD.lock, a ref's), which every git after it refuses, and a second --abort (or --drop) stopped at them (or went
+    through, one left): removed when that run left them; a lock of another's, or of a live git, is refused,
+    nothing changed."""
     state = read_state(target)
     if isinstance(state, RebaseInProgress):
         remove_own(state.locks, target.root)

@@ -193,6 +193,7 @@ class RebaseState:
     tags_made: list[str] = field(default_factory=list)  # the release tags it made in the checkout (rolled back)
     run: RunMark | None = None  # the run that saved it last (the git locks a killed run left are its own)
     aborting: bool = False  # an --abort of the stopped rebase began (run again, it settles what that one left)
+    dropping: bool = False  # a --drop of the stopped patch began (run again, it removes the git locks that one left)
     orig_head: str | None = None  # ORIG_HEAD when the --abort began, which a kill inside its git can leave moved
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
@@ -253,6 +254,7 @@ class RebaseState:
             tags_made=[n for n in typed("tags_made", list, []) if isinstance(n, str) and n and not n.startswith("-")],
             run=_run_mark(data.get("run")),
             aborting=typed("aborting", bool, False),
+            dropping=typed("dropping", bool, False),
             orig_head=typed("orig_head", str),
             unfit=unfit,
         )
@@ -262,7 +264,9 @@ class RebaseState:
         data: dict = {}
         for name in _SAVED:
             value = getattr(self, name)
-            if value is None or (name in ("dropped", "resolved_by_hand", "tags_made", "aborting") and not value):
+            if value is None or (
+                name in ("dropped", "resolved_by_hand", "tags_made", "aborting", "dropping") and not value
+            ):
                 continue
             if name == "outcomes":
                 value = [o.to_json() for o in value]
