@@ -352,14 +352,7 @@ def split_entries(listed: bytes) -> list[str]:
     return [os.fsdecode(entry) for entry in listed.split(b"\0") if entry]
 
 
-_EXCLUDE_AS_GIT_WRITES_IT = (
-    "# git ls-files --others --exclude-from=.git/info/exclude\n"
-    "# Lines that start with '#' are comments.\n"
-    "# For a project mostly in C, the following would be a good set of\n"
-    "# exclude patterns (uncomment them if you want to use them):\n"
-    "# *.[oa]\n"
-    "# *~\n"
-)
+_EXCLUDE_FILE = "# files this repository ignores beside its .gitignore files, one pattern a line\n"
 
 
 def init_repo(path: Path, bare: bool = False) -> Git:
@@ -373,7 +366,7 @@ def init_repo(path: Path, bare: bool = False) -> Git:
     # what git's own template gives and a user of a default base writes to (`echo scratch/ >> .git/info/exclude`)
     info = (path if bare else path / ".git") / "info"
     info.mkdir(exist_ok=True)
-    (info / "exclude").write_text(_EXCLUDE_AS_GIT_WRITES_IT)
+    (info / "exclude").write_text(_EXCLUDE_FILE)
     return repo
 
 
