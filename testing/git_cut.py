@@ -21,6 +21,9 @@ hundreds of files.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 FILTER = "sglpatchcut"
@@ -90,3 +93,16 @@ def environment(folder: Path, repo: Path, counter: Path, trace: Path | None = No
     if at:
         env["SGLPATCH_GIT_CUT_AT"] = str(at)
     return env
+
+
+def run_cli(args, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The CLI in a session of its own, with ``env`` (from `environment`) beside this process's: the cut kills its
+    whole process group (the run, its git, itself), not the test."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+        start_new_session=True,
+    )

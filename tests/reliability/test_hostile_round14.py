@@ -5,10 +5,8 @@ that is not, kills of `rebase --abort` inside its git, the user's git variables)
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -166,18 +164,6 @@ def test_a_rebase_writes_blank_context_lines_as_the_series_format_has_them_whate
 # -- kills inside git of `rebase --abort` (testing/git_cut.py) ----------------------------------------------
 
 
-def _cut_run(args, env) -> subprocess.CompletedProcess:
-    """The CLI in a session of its own: the git cut kills its whole process group (the run, its git, itself)."""
-    return subprocess.run(
-        [sys.executable, "-m", "sglpatch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=300,
-        start_new_session=True,
-    )
-
-
 def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one(
     sglpatch, checkout, patches, tmp_path
 ):
@@ -198,7 +184,7 @@ def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_o
     cut = git_cut.install(tmp_path / "cut")
     abort = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", report, "--abort"]
     trace, count = tmp_path / "trace", tmp_path / "count"
-    assert _cut_run(abort, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
+    assert git_cut.run_cli(abort, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
     aborted = tree_state(checkout)
     points = trace.read_text().splitlines()
     assert len(points) >= 8, points
@@ -207,12 +193,12 @@ def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_o
         shutil.rmtree(checkout)
         subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
         count.unlink(missing_ok=True)
-        assert _cut_run(abort, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        assert git_cut.run_cli(abort, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
         cut_short = tree_state(checkout)
-        go_on = _cut_run([*abort[:-1], "--continue"], {})
+        go_on = git_cut.run_cli([*abort[:-1], "--continue"], {})
         assert go_on.returncode == 2 and "an --abort of this rebase was cut short" in go_on.stderr, go_on.stderr
         assert tree_state(checkout) == cut_short
-        again = _cut_run(abort, {})
+        again = git_cut.run_cli(abort, {})
         if again.returncode != 0 or tree_state(checkout) != aborted:
             left.append((points[point - 1], again.returncode, again.stderr))
     assert not left, left

@@ -64,18 +64,6 @@ def test_apply_status_rebase_and_revert_go_through_whatever_hooks_the_users_git_
 # -- kills inside git of `rebase --drop` (testing/git_cut.py) ----------------------------------------------
 
 
-def _cut_run(args, env) -> subprocess.CompletedProcess:
-    """The CLI in a session of its own: the git cut kills its whole process group (the run, its git, itself)."""
-    return subprocess.run(
-        [sys.executable, "-m", "sglpatch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=300,
-        start_new_session=True,
-    )
-
-
 def _as_dropped(checkout) -> dict[str, str]:
     """The checkout byte for byte (ORIG_HEAD, the index and the work tree included), but for what a run made at
     another second differs in: the rebase's settled state file and its branch, whose commits' dates differ
@@ -102,7 +90,7 @@ def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one
     cut = git_cut.install(tmp_path / "cut")
     drop = ["rebase", "--sglang", checkout, "--drop", "1"]
     trace, count = tmp_path / "trace", tmp_path / "count"
-    assert _cut_run(drop, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
+    assert git_cut.run_cli(drop, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
     dropped = _as_dropped(checkout)
     points = trace.read_text().splitlines()
     assert len(points) >= 6, points
@@ -111,15 +99,15 @@ def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one
         shutil.rmtree(checkout)
         subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
         count.unlink(missing_ok=True)
-        assert _cut_run(drop, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        assert git_cut.run_cli(drop, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
         cut_short = tree_state(checkout)
-        settled = _cut_run(["recover", "--sglang", checkout], {})
+        settled = git_cut.run_cli(["recover", "--sglang", checkout], {})
         if settled.returncode == 0:
             continue  # past the drop's record: recover rolls back or finishes (round 13)
         assert "was cut short" in settled.stderr and "--drop 1" in settled.stderr, settled.stderr
         assert tree_state(checkout) == cut_short
         before_the_record += 1
-        again = _cut_run(drop, {})
+        again = git_cut.run_cli(drop, {})
         if again.returncode != 0 or _as_dropped(checkout) != dropped:
             left.append((points[point - 1], again.returncode, again.stderr))
     assert not left, left
