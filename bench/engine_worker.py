@@ -107,7 +107,6 @@ class EngineWorker:
         self.vocab_size = vocab_size
         self.engine = sglang.Engine(**engine_args)
         self.prompts = PromptCache(vocab_size)
-        self.prompt_s = 0.0
         self.generates = 0
         self.recording = False
 
@@ -143,17 +142,20 @@ class EngineWorker:
         mode = mode or {}
         write_mode(self.probe_dir, mode)
         if bool(mode.get("record_positions")) != self.recording:
-            self._run(self._generate_all([ARMING_REQUEST], f"arm{self.generates}"))
+            arming = [self.prompts.ids(*ARMING_REQUEST["prompt"])]
+            self._run(self._generate_all([ARMING_REQUEST], f"arm{self.generates}", arming))
             self.recording = bool(mode.get("record_positions"))
         self.generates += 1
-        self.prompt_s = 0.0
         t_start = time.time()
-        outputs = self._run(self._generate_all(requests, f"r{self.generates}"))
+        t0 = time.perf_counter()
+        prompts = [self.prompts.ids(*r["prompt"]) for r in requests]
+        prompt_s = time.perf_counter() - t0
+        outputs = self._run(self._generate_all(requests, f"r{self.generates}", prompts))
         t_end = time.time()
         answer = {
             "t_start": t_start,
             "t_end": t_end,
-            "prompt_s": self.prompt_s,
+            "prompt_s": prompt_s,
             "outputs": outputs,
             "tokens_per_s": tokens_per_s(outputs, t_start, t_end),
         }
@@ -169,21 +171,21 @@ class EngineWorker:
     def _run(self, coroutine):
         return self.engine.loop.run_until_complete(coroutine)
 
-    async def _generate_all(self, requests: list[dict], tag: str) -> list[dict]:
-        return await asyncio.gather(*(self._generate_one(r, f"{tag}.{i}") for i, r in enumerate(requests)))
+    async def _generate_all(self, requests: list[dict], tag: str, prompts: list[list[int]]) -> list[dict]:
+        """Each request with its prompt's ids (``prompts``, in the same order)."""
+        runs = (
+            self._generate_one(r, ids, f"{tag}.{i}") for i, (r, ids) in enumerate(zip(requests, prompts, strict=True))
+        )
+        return await asyncio.gather(*runs)
 
-    async def _generate_one(self, request: dict, rid: str) -> dict:
+    async def _generate_one(self, request: dict, input_ids: list[int], rid: str) -> dict:
         if request.get("delay_s"):
             await asyncio.sleep(request["delay_s"])
-        pool_index, length = request["prompt"]
         params = {"temperature": 0.0, "max_new_tokens": request["max_new_tokens"], "ignore_eos": True}
         extra = {}
         if request.get("top_logprobs"):
             extra = {"return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": -1}
         chunks, last = [], None
-        t0 = time.perf_counter()
-        input_ids = self.prompts.ids(pool_index, length)
-        self.prompt_s += time.perf_counter() - t0
         stream = await self.engine.async_generate(
             input_ids=input_ids,
             sampling_params=params,

@@ -194,7 +194,7 @@ class RebaseState:
     run: RunMark | None = None  # the run that saved it last (the git locks a killed run left are its own)
     aborting: bool = False  # an --abort of the stopped rebase began (run again, it settles what that one left)
     dropping: bool = False  # a --drop of the stopped patch began (run again, it removes the git locks that one left)
-    orig_head: str | None = None  # ORIG_HEAD when the --abort began, which a kill inside its git can leave moved
+    orig_head: str | None = None  # ORIG_HEAD when the --abort (or --drop) began: a kill inside its git can move it
     unfit: str | None = None  # why --continue cannot go on from this state (not saved)
 
     @property
