@@ -17,6 +17,7 @@ import pytest
 from sglpatch.errors import FatalError
 from sglpatch.git import Git
 from sglpatch.project_kind import DEEP_GEMM
+from sglpatch.rebase.default_base import ensure_default_base
 from sglpatch.rebase.git_releases import build_git_base, stand_in_of
 from sglpatch.rebase.kernel_compile import SHAPES, SHAPES_FILE, Shape, kernel_source, shapes_of
 from sglpatch.series import check_path_is_safe, load_series
@@ -160,6 +161,20 @@ def test_without_its_source_the_default_base_is_a_stand_in_and_says_so(tmp_path,
     git = Git(base)
     assert stand_in_of(git, LINE) and git.rev_parse(LINE)
     assert not (base / "setup.py").exists() and (base / KERNEL).is_file()
+
+
+def test_a_stand_in_base_left_in_place_says_how_the_real_commit_replaces_it(tmp_path, line_pin, monkeypatch, capsys):
+    """A later command reuses the stand-in even with the source set: each says so and names the move that keeps it."""
+    monkeypatch.setenv("SGLPATCH_DEEP_GEMM_SOURCE", "stand-in")
+    base = build_git_base(line_pin, tmp_path / "deep_gemm-54e2261")
+    assert "move it aside (`mv -n " in capsys.readouterr().out
+    before = fingerprint(base)
+    monkeypatch.delenv("SGLPATCH_DEEP_GEMM_SOURCE")
+    assert ensure_default_base(line_pin, base) == base
+    said = capsys.readouterr().out
+    assert f"note: {base} holds a stand-in for deep_gemm 54e2261" in said
+    assert "to lay out deepseek-ai/DeepGEMM 54e2261 in its place" in said and f"`mv -n {base} " in said
+    assert fingerprint(base) == before
 
 
 def test_a_source_without_the_pinned_commit_is_a_one_line_refusal_of_rebase(sglpatch, dg_checkout, deep_gemm_source):

@@ -15,9 +15,9 @@ from pathlib import Path
 from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, init_repo
-from sglpatch.output import timed
+from sglpatch.output import say, timed
 from sglpatch.pin import Pin, drifted_files
-from sglpatch.rebase.git_releases import build_git_base
+from sglpatch.rebase.git_releases import build_git_base, replace_stand_in, stand_in_description, stand_in_of
 from sglpatch.rebase.releases import check_out_release
 from sglpatch.wheels import fetch_wheel
 
@@ -27,6 +27,9 @@ def ensure_default_base(pin: Pin, dest: Path) -> Path:
     if (dest / ".git").exists():
         if Git(dest).rev_parse(pin.tag) is None:
             raise FatalError(f"{dest} exists but has no tag {pin.tag}; {_made_elsewhere(dest)}")
+        if pin.project.from_git and stand_in_of(Git(dest), pin.tag):
+            say(f"note: {dest} holds a stand-in for {pin.describe()}, {stand_in_description(pin)}")
+            say(f"note: {replace_stand_in(pin, dest)}")
         return dest
     if dest.exists():
         raise FatalError(f"{dest} exists but is not a git repo; {_made_elsewhere(dest)}")

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from sglpatch import hints
 from sglpatch.errors import FatalError
 from sglpatch.git import Git, git_reason, init_repo
 from sglpatch.output import progress, say, show_path, timed
@@ -105,6 +106,7 @@ def build_git_base(pin: Pin, dest: Path) -> Path:
             drift = drifted_files(pin, _blobs(repo, list(pin.blobs)))
         else:
             say(f"note: {why}: {pin.describe()} is laid out from a stand-in, {stand_in_description(pin)}")
+            say(f"note: {replace_stand_in(pin, dest)}")
             lay_out_stand_in(repo, pin)
             drift = [p for p in drifted_files(pin, _blobs(repo, list(pin.blobs))) if in_stand_in(pin, p)]
         if drift:
@@ -118,6 +120,15 @@ def stand_in_description(pin: Pin) -> str:
     return (
         f"the package folder of {pin.wheel.filename.split('-py3')[0]} from PyPI at the checkout's paths "
         f"(not {pin.project.upstream} {pin.release}: no csrc/, setup.py or tests/)"
+    )
+
+
+def replace_stand_in(pin: Pin, dest: Path) -> str:
+    """How the stand-in at `dest` gives way to the real commit: it stays (a later apply reuses it, reachable
+    source or not) until it is moved aside, and never is by sglpatch: it may hold the user's commits."""
+    return (
+        f"to lay out {pin.project.upstream} {pin.release} in its place, with the source reachable "
+        f"({source_variable(pin.project)}: a clone or URL), move it aside ({hints.move_aside(dest)}) and apply again"
     )
 
 

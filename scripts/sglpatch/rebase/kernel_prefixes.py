@@ -34,8 +34,8 @@ def check_line(name: str, base: Path, series: Series, pin: Pin) -> int:
         kept = [part for part in parts if part is not None]
         say(
             f"line {name}: on a stand-in, {stand_in}: {len(kept)} of {plural(len(patches), 'patch')} touch its "
-            "files; their csrc/, setup.py and tests/ parts are not checked here (the real source is: set "
-            "SGLPATCH_DEEP_GEMM_SOURCE)"
+            "files; their csrc/, setup.py and tests/ parts are not checked here (the note above says how the "
+            "real source takes the stand-in's place)"
         )
         patches, names = kept, [part.name for part in kept]
     failures = 0
