@@ -22,6 +22,7 @@ hundreds of files.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,27 @@ def run_cli(args, env: dict[str, str]) -> subprocess.CompletedProcess:
         timeout=300,
         start_new_session=True,
     )
+
+
+class EachPoint:
+    """One command cut at each of its points in turn, on a repository put back as it was before each cut.
+
+    `whole()` runs it uncut (it must succeed) and lists its points; `cut_at(n)` restores the repository and runs
+    it again, killed at point n. Whatever the caller checks between them is its own."""
+
+    def __init__(self, args, repo: Path, scratch: Path):
+        self.args, self.repo, self.saved = args, repo, scratch / "saved"
+        self.cut, self.trace, self.count = install(scratch / "cut"), scratch / "trace", scratch / "count"
+        subprocess.run(["cp", "-a", str(repo), str(self.saved)], check=True)
+
+    def whole(self) -> list[str]:
+        done = run_cli(self.args, environment(self.cut, self.repo, self.count, trace=self.trace))
+        assert done.returncode == 0, done.stderr
+        return self.trace.read_text().splitlines()
+
+    def cut_at(self, point: int) -> None:
+        shutil.rmtree(self.repo)
+        subprocess.run(["cp", "-a", str(self.saved), str(self.repo)], check=True)
+        self.count.unlink(missing_ok=True)
+        cut = run_cli(self.args, environment(self.cut, self.repo, self.count, at=point))
+        assert cut.returncode == -9, (point, cut.returncode, cut.stderr)

@@ -5,7 +5,6 @@ that is not, kills of `rebase --abort` inside its git, the user's git variables)
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -179,21 +178,14 @@ def test_an_abort_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_o
     report = tmp_path / "report"
     git = stopped_at_a_conflict(sglpatch, checkout, patches, report)
     git.run("update-ref", "--no-deref", "ORIG_HEAD", "main")  # the user's own way back, kept by the rebase
-    saved = tmp_path / "saved"
-    subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
-    cut = git_cut.install(tmp_path / "cut")
     abort = ["rebase", "--sglang", checkout, "--patches", patches, "--report-dir", report, "--abort"]
-    trace, count = tmp_path / "trace", tmp_path / "count"
-    assert git_cut.run_cli(abort, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
+    cuts = git_cut.EachPoint(abort, checkout, tmp_path)
+    points = cuts.whole()
     aborted = tree_state(checkout)
-    points = trace.read_text().splitlines()
     assert len(points) >= 8, points
     left = []
     for point in range(1, len(points) + 1):
-        shutil.rmtree(checkout)
-        subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
-        count.unlink(missing_ok=True)
-        assert git_cut.run_cli(abort, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        cuts.cut_at(point)
         cut_short = tree_state(checkout)
         go_on = git_cut.run_cli([*abort[:-1], "--continue"], {})
         assert go_on.returncode == 2 and "an --abort of this rebase was cut short" in go_on.stderr, go_on.stderr

@@ -6,7 +6,6 @@ series path, two `clean` runs at once) (docs/reliability.md, round 15).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -85,21 +84,14 @@ def test_a_drop_killed_inside_its_git_and_run_again_ends_as_an_uninterrupted_one
     as the user had it): each point ends as an uninterrupted --drop (or, past the drop's record, as round 13
     found, recover settles it); before that record, recover names the --drop to run again."""
     git = stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
-    saved = tmp_path / "saved"
-    subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
-    cut = git_cut.install(tmp_path / "cut")
     drop = ["rebase", "--sglang", checkout, "--drop", "1"]
-    trace, count = tmp_path / "trace", tmp_path / "count"
-    assert git_cut.run_cli(drop, git_cut.environment(cut, checkout, count, trace=trace)).returncode == 0
+    cuts = git_cut.EachPoint(drop, checkout, tmp_path)
+    points = cuts.whole()
     dropped = _as_dropped(checkout)
-    points = trace.read_text().splitlines()
     assert len(points) >= 6, points
     left, before_the_record = [], 0
     for point in range(1, len(points) + 1):
-        shutil.rmtree(checkout)
-        subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
-        count.unlink(missing_ok=True)
-        assert git_cut.run_cli(drop, git_cut.environment(cut, checkout, count, at=point)).returncode == -9
+        cuts.cut_at(point)
         cut_short = tree_state(checkout)
         settled = git_cut.run_cli(["recover", "--sglang", checkout], {})
         if settled.returncode == 0:
