@@ -463,6 +463,11 @@ def resume(target: Target, folder: Path, state: RebaseState | None) -> int:
     git = target.git
     if state is None:
         raise FatalError("no rebase in progress here")
+    if state.stopped and state.dropping:  # the pick may be undone, the locks are that run's: it settles them
+        raise FatalError(
+            f"a --drop of {state.stopped.patch} was cut short, which --continue cannot go on from; nothing was "
+            f"changed: run {hints.drop_rebase(_number(state), target.root)} again, or {hints.abort_rebase(target.root)}"
+        )
     stopped, series = _stopped_rebase(target, folder, state)
     with _settled_if_interrupted(target, folder), _stopped_on_error(target, folder):
         if stopped.kind != StopKind.CONFLICT:  # the user fixed it: amended the commit, or the cause
@@ -565,6 +570,11 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
         return _replay(target, folder, state, series)
 
 
+def _number(state: RebaseState) -> int:
+    """The stopped patch's number in the series, as --drop takes it."""
+    return state.patches.index(state.stopped.patch) + 1 if state.stopped.patch in state.patches else 0
+
+
 def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Stop) -> None:
     """Undo what the rebase did for the patch it stopped at (a conflicted pick, or its recorded commit), back
     to the commit it went onto, and record it as left out. Safe to run again after a kill."""
@@ -631,14 +641,17 @@ def abort(target: Target, folder: Path, state: RebaseState | None) -> int:
     if state is None:
         raise FatalError("no rebase in progress here")
     git = target.git
-    if state.aborting:
+    if state.stopped is None and not state.aborting:  # a run killed mid-way: recover settles it, edits refused
+        rebase_store.refuse_in_progress(target)
+    if state.aborting or state.dropping:  # an --abort or a --drop cut short inside its git: that run's locks
         remove_locks_of_a_cut_run(target)
     _refuse_changes_beside_the_stop(git, state, "--abort", going_back=True)
     mine = _commits_made_while_stopped(git, state, "aborted")
     rebase_settle.refuse_roll_back(git, state)
     with write_phase(f"the rebase was rolled back: {target.root} is as it was"):
         if state.begun and not state.aborting:  # from here the git locks a kill leaves are this run's
-            state.aborting, state.orig_head = True, git.rev_parse("ORIG_HEAD")
+            # a --drop cut short recorded ORIG_HEAD before its `reset --hard` could move it: that one stays
+            state.aborting, state.orig_head = True, state.orig_head if state.dropping else git.rev_parse("ORIG_HEAD")
             save(folder, state)
         if mine:
             git.run("update-ref", mine, "HEAD")
