@@ -18,7 +18,8 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id, split_entries
+from sglpatch.git import NO_HOOKS, Git, GitFailed, blob_id, git_reason, shown_command, split_entries
+from sglpatch.output import say
 from sglpatch.rebase._series_digest import folder_digest, folder_files, own_files, series_digest
 from sglpatch.safety.durable import fsync_dir, write_durably
 from sglpatch.safety.interrupts import fault_point, write_phase
@@ -228,8 +229,7 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         fault_point("rebase install: series folder marked")
     branch = plan.record.branch
     if git.current_branch() != branch:
-        new = () if git.rev_parse(f"refs/heads/{branch}") else ("-b",)
-        git.run(*git.sparse_as_it_is(), "checkout", "-q", *new, branch)  # with patterns set, git rereads the tree
+        _switch_to(git, branch)
         fault_point("rebase install: branch made")
     if plan.files:
         staged = folder / STAGED_SERIES
@@ -251,6 +251,19 @@ def install(target: Target, folder: Path, state: RebaseState) -> None:
         fault_point("rebase install: series ref deleted")
     _remove_emptied_ref_folders(git)
     remove_state_folder(folder)
+
+
+def _switch_to(git: Git, branch: str) -> None:
+    """HEAD onto the rebased branch (made here the first time). A post-checkout hook of the user's runs after git
+    switched and its exit is git's: one that failed left the rebase cut short at its last step, saying only that
+    the checkout failed; as apply does, that is a note, the switch done."""
+    new = () if git.rev_parse(f"refs/heads/{branch}") else ("-b",)
+    args = (*git.sparse_as_it_is(), "checkout", "-q", *new, branch)  # with patterns set, git rereads the tree
+    status, _, err = git.try_run(*args)
+    if status != 0 and git.current_branch() != branch:
+        raise GitFailed(shown_command(git.workdir, args), status, err)
+    if status != 0:
+        say(f"note: git's post-checkout hook exited {status} after the switch to {branch} ({git_reason(err)})")
 
 
 def _remove_files_a_cut_switch_left(git: Git, state: RebaseState) -> None:
