@@ -71,6 +71,11 @@ _NO_MONITOR = ("-c", "core.fsmonitor=false")
 # git ran gpg on a signed commit (upstream's merges are) and wrote gpg's lines into stdout before it, where a
 # rebase of a DeepGEMM line read its new pin's date and a refusal the subject of a commit of the user's.
 _NO_SIGNATURES = ("-c", "log.showSignature=false")
+# Every message we read or write is UTF-8, as the patches' text is: the user's `i18n.commitEncoding=ISO-8859-1` gave
+# the commits apply and a rebase make an `encoding ISO-8859-1` header over UTF-8 text, and the rebase wrote the series
+# again from them decoded as Latin-1 (`Zoë` became `ZoÃ«` in From, subject and body); `i18n.logOutputEncoding` would
+# re-encode what `git log` prints.
+_UTF8_MESSAGES = ("-c", "i18n.commitEncoding=UTF-8", "-c", "i18n.logOutputEncoding=UTF-8")
 # Every `git apply` we run applies a patch as written: the user's `apply.whitespace=fix` (or `strip`) took the
 # trailing spaces off its added lines (apply wrote another text than the patch's, and a rebase wrote the patch again
 # without them), and `apply.ignoreWhitespace` let it land where only the context's spacing matched.
@@ -191,7 +196,7 @@ class Git:
         feed = stdin if isinstance(stdin, bytes) else None
         try:
             result = subprocess.run(
-                ["git", *_NO_AUTO_GC, *_NO_MONITOR, *_NO_SIGNATURES, *self.options, *args],
+                ["git", *_NO_AUTO_GC, *_NO_MONITOR, *_NO_SIGNATURES, *_UTF8_MESSAGES, *self.options, *args],
                 cwd=self.workdir,
                 env=clean_environment(self.env),
                 input=feed,
@@ -355,13 +360,20 @@ def split_entries(listed: bytes) -> list[str]:
 _EXCLUDE_FILE = "# files this repository ignores beside its .gitignore files, one pattern a line\n"
 
 
+def own_repo(path: Path) -> Git:
+    """git in a repository of the toolkit's own (a scratch workspace, a releases store): no hook of the user's
+    runs there. Their `core.hooksPath` is config, not template: a reference-transaction hook in it that refuses
+    updates in a repository with no remote failed every apply in the scratch's `update-ref`, with no word of why."""
+    return Git(path, options=NO_HOOKS)
+
+
 def init_repo(path: Path, bare: bool = False) -> Git:
     """A repository of the toolkit's own (a scratch workspace, a default base, a releases store). Made from no
     template: the user's (`GIT_TEMPLATE_DIR`, `init.templateDir`) put their hooks in it, and a
     reference-transaction hook there that refuses (one guarding the user's branches) failed every apply and rebase
     in the scratch's `update-ref`, with no word of why."""
     path.mkdir(parents=True, exist_ok=True)
-    repo = Git(path)
+    repo = own_repo(path)
     repo.run("init", "-q", "--template=", *(["--bare"] if bare else []), "--initial-branch=main", ".")
     # what git's own template gives and a user of a default base writes to (`echo scratch/ >> .git/info/exclude`)
     info = (path if bare else path / ".git") / "info"

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglpatch.git import APPLY, Git, init_repo
+from sglpatch.git import APPLY, Git, init_repo, own_repo
 from sglpatch.safety import scratch
 from sglpatch.series import Patch
 
@@ -60,7 +60,7 @@ def explain_failure(patch: Patch, stderr: str) -> ApplyFailure:
 class Workspace:
     def __init__(self, root: Path):
         self.root = root
-        self.git = Git(root).as_sglpatch()  # its commits are scratch, unless `commit` is given a committer
+        self.git = own_repo(root).as_sglpatch()  # its commits are scratch, unless `commit` is given a committer
 
     # -- creation ------------------------------------------------------------------
 

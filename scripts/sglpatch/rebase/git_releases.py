@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sglpatch import hints
 from sglpatch.errors import FatalError
-from sglpatch.git import Git, git_reason, init_repo
+from sglpatch.git import Git, git_reason, init_repo, own_repo
 from sglpatch.output import progress, say, show_path, timed
 from sglpatch.pin import Pin, drifted_files
 from sglpatch.project_kind import ProjectKind
@@ -51,7 +51,7 @@ def source_clone(kind: ProjectKind, url: str) -> Git:
     path = cache_dir() / "sources" / f"{kind.name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}.git"
     if not (path / "HEAD").exists():
         init_repo(path, bare=True)
-    return Git(path)
+    return own_repo(path)
 
 
 def fetch_source(kind: ProjectKind, wanted: str | None = None, refresh: bool = False) -> tuple[Git | None, str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from sglpatch.errors import FatalError
-from sglpatch.git import SGLPATCH_IDENTITY, Git, init_repo
+from sglpatch.git import SGLPATCH_IDENTITY, Git, init_repo, own_repo
 from sglpatch.output import progress, show_path
 from sglpatch.project_kind import DEFAULT_KIND, ProjectKind
 from sglpatch.wheels import cache_folder, fetch_wheel, pypi_upload_day
@@ -52,7 +52,7 @@ def releases_repo() -> Git:
     path = cache_folder("releases.git")
     if not (path / "HEAD").exists():
         init_repo(path, bare=True)
-    return Git(path)
+    return own_repo(path)
 
 
 def release_commit(
