@@ -39,6 +39,9 @@ def check_hygiene(git: Git, base: str, tip: str, label: str) -> None:
 
 
 def _findings(git: Git, rev: str, paths: list[str], root: Path) -> Counter:
+    """Each tool's findings in `paths` at `rev`, laid out under `root`: the tools run from a folder of their own
+    with an empty settings file, so no setting of the user's (black's ~/.config/black, a setup.cfg or
+    .codespellrc where `pr` runs, an .isort.cfg) hides a finding sglang's CI would make."""
     files = []
     for path in paths:
         status, _, _ = git.try_run("cat-file", "-e", f"{rev}:{path}")
@@ -49,18 +52,25 @@ def _findings(git: Git, rev: str, paths: list[str], root: Path) -> Counter:
         local.write_bytes(git.run_bytes("show", f"{rev}:{path}"))
         files.append(local)
     found: Counter = Counter()
+    settings = root.with_name(root.name + "-settings")
+    settings.mkdir()
+    (settings / "empty.toml").write_text("")
     for local in files:
         rel = str(local.relative_to(root))
         for tool in TOOLS:
-            for what in _run_tool(tool, local):
+            for what in _run_tool(tool, local, settings):
                 found[(tool, rel, what)] += 1
     return found
 
 
-def _run_tool(tool: str, path: Path) -> list[str]:
+def _run_tool(tool: str, path: Path, settings: Path) -> list[str]:
+    empty = str(settings / "empty.toml")
     commands = {
-        "black": ["-m", "black", "--check", "--quiet", str(path)],
-        "isort": ["-m", "isort", "--check-only", "--profile", "black", "-p", "sglang", "--quiet", str(path)],
+        "black": ["-m", "black", "--config", empty, "--check", "--quiet", str(path)],
+        "isort": [
+            *("-m", "isort", "--settings-path", str(settings), "--check-only", "--profile", "black"),
+            *("-p", "sglang", "--quiet", str(path)),
+        ],
         "ruff": [
             "-m",
             "ruff",
@@ -73,9 +83,11 @@ def _run_tool(tool: str, path: Path) -> list[str]:
             "concise",
             str(path),
         ],
-        "codespell": ["-m", "codespell_lib", str(path)],
+        "codespell": ["-m", "codespell_lib", "--config", empty, str(path)],
     }
-    result = subprocess.run([sys.executable, *commands[tool]], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, *commands[tool]], capture_output=True, text=True, check=False, cwd=settings
+    )
     if "No module named" in result.stderr:
         raise FatalError(f"{tool} is not installed; `pip install black isort ruff codespell` (make test installs them)")
     if result.returncode == 0:
