@@ -3,6 +3,9 @@ a commit whose message lacks what the series format requires is refused before a
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from sglpatch.git import Git
@@ -14,6 +17,7 @@ COMPLETE = (
     "[Spec] Mark the global config for an export\n\nWhy: an export to check.\n\nWhat: one comment.\n\n"
     "Drop when: never; a test.\n\nUpstream-PR: 1\nPatch-Group: export-test\nDrop-When: never\n"
 )
+_OUT = {"capture_output": True, "check": True}
 EDIT = (SECOND, "class GlobalConfig:", "# exported\nclass GlobalConfig:")
 
 
@@ -82,3 +86,24 @@ def test_a_patch_the_series_does_not_list_survives_an_export_and_is_never_overwr
     code, out, err = sglpatch("export", "--from", dev.workdir, "--line", "v0.5.14", "--patches", exported)
     assert code == 2 and str(in_the_way) in err and "move that file away" in err, err
     assert fingerprint(exported) == before
+
+
+def test_a_commit_made_under_a_latin1_commit_encoding_exports_as_utf8(sglpatch, tmp_path, exported, monkeypatch):
+    """A user whose git keeps messages in Latin-1 (`i18n.commitEncoding` and `i18n.logOutputEncoding`
+    ISO-8859-1): their commit's bytes are Latin-1 under an `encoding` header, and the patch is still UTF-8."""
+    config = tmp_path / "user-gitconfig"
+    config.write_text("[i18n]\n\tcommitEncoding = ISO-8859-1\n\tlogOutputEncoding = ISO-8859-1\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    message = tmp_path / "message"
+    message.write_bytes(COMPLETE.replace("an export to check", "the café export").encode("latin-1"))
+    author = "--author=Zoë <zoe@example.com>".encode("latin-1")
+    dev = str(tmp_path / "dev")
+    # the user's own git (not the toolkit's, which reads and writes UTF-8 whatever the config says)
+    env = {**os.environ, "GIT_COMMITTER_NAME": "Zoe", "GIT_COMMITTER_EMAIL": "zoe@example.com"}
+    subprocess.run(["git", "-C", dev, "commit", "-q", "--amend", "-F", str(message), author], check=True, env=env)
+    assert b"encoding ISO-8859-1" in subprocess.run(["git", "-C", dev, "cat-file", "commit", "HEAD"], **_OUT).stdout
+    code, _, err = sglpatch("export", "--from", tmp_path / "dev", "--line", "v0.5.14", "--patches", exported)
+    assert code == 0, err
+    (patch,) = exported.glob("*.patch")
+    text = patch.read_bytes()
+    assert b"charset=UTF-8" in text and "the café export".encode() in text and b"=?UTF-8?q?Zo=C3=AB?=" in text
