@@ -86,8 +86,10 @@ OPERATIONS = {
     "revert": Operation("revert", lambda r: ["revert", "--sglang", str(r.target)], PATCHED, PRISTINE),
     "rebase": Operation(
         "rebase",
-        lambda r: ["rebase", "--sglang", str(r.target), "--patches", str(r.patches), "--report-dir", str(r.reports)]
-        + ["--onto", f"v{ONTO_RELEASE}"],
+        lambda r: (
+            ["rebase", "--sglang", str(r.target), "--patches", str(r.patches), "--report-dir", str(r.reports)]
+            + ["--onto", f"v{ONTO_RELEASE}"]
+        ),
         REBASE_READY,
         REBASED,
         allowed=(REBASE_READY, REBASED),

@@ -141,6 +141,19 @@ def stopped_at_a_conflict(sglpatch, checkout: Path, patches: Path, report_dir: P
     return git
 
 
+def apply_status_revert(sglpatch, checkout: Path, patches: Path) -> None:
+    """Apply, status and revert each go through, and leave `checkout` as it was before."""
+    from testing.tree_bytes import tree_state
+
+    before = tree_state(checkout)
+    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
+    assert code == 0, (out, err)
+    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
+    assert code == 0 and "the series is in" in out, (out, err)
+    assert sglpatch("revert", "--sglang", checkout)[0] == 0
+    assert tree_state(checkout) == before
+
+
 def make_series(
     base_repo: Path, workdir: Path, out: Path, pin, commits: list[tuple[str, list[tuple[str, str, str]]]]
 ) -> Path:

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from sglpatch.git import Git
-from testing import git_cut
+from testing import git_cut, sglang_trees
 from testing.killed_cli import cli_child
 from testing.sglang_trees import SECOND, as_tester, one_patch_series, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import refused, tree_state
@@ -205,14 +205,8 @@ def test_apply_status_and_revert_go_through_whatever_git_default_hash_says(sglpa
     rebase and drift each failed in one line "`git -C /tmp/sglpatch-ws-... read-tree <id>` failed (128)" that named
     no cause (nothing changed). Now the variable is not passed: git makes the toolkit's repositories as without
     it, and apply and revert go through."""
-    before = tree_state(checkout)
     monkeypatch.setenv("GIT_DEFAULT_HASH", "sha256")
-    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
-    assert code == 0, (out, err)
-    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
-    assert code == 0 and "the series is in" in out, (out, err)
-    assert sglpatch("revert", "--sglang", checkout)[0] == 0
-    assert tree_state(checkout) == before
+    sglang_trees.apply_status_revert(sglpatch, checkout, patches)
 
 
 def test_clean_names_the_files_of_a_staged_rename_as_they_are(series_project, base_repo, sglpatch):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sglpatch.git import Git
-from testing import git_cut
+from testing import git_cut, sglang_trees
 from testing.sglang_trees import stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
@@ -47,13 +47,7 @@ def test_apply_status_rebase_and_revert_go_through_whatever_hooks_the_users_git_
         config.write_text(f"[user]\n\tuseConfigOnly = true\n[init]\n\ttemplateDir = {template}\n")
         monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
     upstream_branches(checkout, quiet=True)
-    before = tree_state(checkout)
-    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
-    assert code == 0, (out, err)
-    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
-    assert code == 0 and "the series is in" in out, (out, err)
-    assert sglpatch("revert", "--sglang", checkout)[0] == 0
-    assert tree_state(checkout) == before
+    sglang_trees.apply_status_revert(sglpatch, checkout, patches)
     assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
     args = ("--report-dir", tmp_path / "report", "--onto", "quiet", "--release", "0.5.14")
     code, out, err = sglpatch("rebase", "--sglang", checkout, "--patches", patches, *args)

@@ -142,13 +142,7 @@ def test_apply_status_and_revert_go_through_a_users_hooks_path_that_guards_repos
     revert go through, the checkout as it was (the user's hook still runs in the user's checkout)."""
     for key, value in _hooks_path(tmp_path, "reference-transaction", _NO_REMOTE_NO_UPDATE).items():
         monkeypatch.setenv(key, value)
-    before = tree_state(checkout)
-    code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
-    assert code == 0, (out, err)
-    code, out, err = sglpatch("status", "--sglang", checkout, "--patches", patches)
-    assert code == 0 and "the series is in" in out, (out, err)
-    assert sglpatch("revert", "--sglang", checkout)[0] == 0
-    assert tree_state(checkout) == before
+    sglang_trees.apply_status_revert(sglpatch, checkout, patches)
 
 
 def test_a_rebase_goes_through_a_post_checkout_hook_of_the_users_that_fails(
