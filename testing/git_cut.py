@@ -125,9 +125,13 @@ class EachPoint:
         assert done.returncode == 0, done.stderr
         return self.trace.read_text().splitlines()
 
-    def cut_at(self, point: int) -> None:
+    def restore(self) -> None:
+        """The repository as it was before the first run."""
         shutil.rmtree(self.repo)
         subprocess.run(["cp", "-a", str(self.saved), str(self.repo)], check=True)
+
+    def cut_at(self, point: int) -> None:
+        self.restore()
         self.count.unlink(missing_ok=True)
         cut = run_cli(self.args, environment(self.cut, self.repo, self.count, at=point))
         assert cut.returncode == -9, (point, cut.returncode, cut.stderr)

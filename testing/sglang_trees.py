@@ -23,6 +23,7 @@ from sglpatch.rebase.releases import check_out_release
 from sglpatch.series_writer import render_series, write_series_files
 from sglpatch.wheels import fetch_wheel
 from testing.made_once import made_once
+from testing.tree_bytes import tree_state
 
 BACKEND = "python/sglang/srt/layers/attention/dsa_backend.py"
 OVERLAP = "python/sglang/srt/managers/overlap_utils.py"
@@ -143,8 +144,6 @@ def stopped_at_a_conflict(sglpatch, checkout: Path, patches: Path, report_dir: P
 
 def apply_status_revert(sglpatch, checkout: Path, patches: Path) -> None:
     """Apply, status and revert each go through, and leave `checkout` as it was before."""
-    from testing.tree_bytes import tree_state
-
     before = tree_state(checkout)
     code, out, err = sglpatch("apply", "--sglang", checkout, "--patches", patches)
     assert code == 0, (out, err)

@@ -25,8 +25,7 @@ def _cut_drops(sglpatch, checkout, patches, tmp_path) -> tuple[git_cut.EachPoint
     stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
     cuts = git_cut.EachPoint(["rebase", "--sglang", checkout, "--drop", "1"], checkout, tmp_path)
     points = cuts.whole()
-    shutil.rmtree(checkout)
-    subprocess.run(["cp", "-a", str(cuts.saved), str(checkout)], check=True)
+    cuts.restore()
     assert git_cut.run_cli(["rebase", "--sglang", checkout, "--abort"], {}).returncode == 0
     return cuts, points, tree_state(checkout)
 

@@ -25,9 +25,10 @@ from sglpatch.wheels import fetch_wheel
 def ensure_default_base(pin: Pin, dest: Path) -> Path:
     """The line's default base at `dest`: there already (a git repo with the pin's tag), or built from the pin."""
     if (dest / ".git").exists():
-        if Git(dest).rev_parse(pin.tag) is None:
+        there = Git(dest)
+        if there.rev_parse(pin.tag) is None:
             raise FatalError(f"{dest} exists but has no tag {pin.tag}; {_made_elsewhere(dest)}")
-        if pin.project.from_git and stand_in_of(Git(dest), pin.tag):
+        if pin.project.from_git and stand_in_of(there, pin.tag):
             say(f"note: {dest} holds a stand-in for {pin.describe()}, {stand_in_description(pin)}")
             say(f"note: {replace_stand_in(pin, dest)}")
         return dest

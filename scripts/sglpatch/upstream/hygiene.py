@@ -29,8 +29,11 @@ def check_hygiene(git: Git, base: str, tip: str, label: str) -> None:
     if not paths:
         return
     with tempfile.TemporaryDirectory(prefix="sglpatch-lint-") as tmp:
-        before = _findings(git, base, paths, Path(tmp) / "base")
-        after = _findings(git, tip, paths, Path(tmp) / "tip")
+        settings = Path(tmp) / "settings"
+        settings.mkdir()
+        (settings / "empty.toml").write_text("")
+        before = _findings(git, base, paths, Path(tmp) / "base", settings)
+        after = _findings(git, tip, paths, Path(tmp) / "tip", settings)
     added = after - before
     if added:
         shown = "; ".join(f"{tool} {what} in {path}" for tool, path, what in sorted(added)[:4])
@@ -38,9 +41,9 @@ def check_hygiene(git: Git, base: str, tip: str, label: str) -> None:
         raise FatalError(f"{label}: the branch adds lint findings: {shown}{more}; fix them before pushing")
 
 
-def _findings(git: Git, rev: str, paths: list[str], root: Path) -> Counter:
-    """Each tool's findings in `paths` at `rev`, laid out under `root`: the tools run from a folder of their own
-    with an empty settings file, so no setting of the user's (black's ~/.config/black, a setup.cfg or
+def _findings(git: Git, rev: str, paths: list[str], root: Path, settings: Path) -> Counter:
+    """Each tool's findings in `paths` at `rev`, laid out under `root`: the tools run from `settings`, a folder of
+    their own with an empty settings file, so no setting of the user's (black's ~/.config/black, a setup.cfg or
     .codespellrc where `pr` runs, an .isort.cfg) hides a finding sglang's CI would make."""
     files = []
     for path in paths:
@@ -52,9 +55,6 @@ def _findings(git: Git, rev: str, paths: list[str], root: Path) -> Counter:
         local.write_bytes(git.run_bytes("show", f"{rev}:{path}"))
         files.append(local)
     found: Counter = Counter()
-    settings = root.with_name(root.name + "-settings")
-    settings.mkdir()
-    (settings / "empty.toml").write_text("")
     for local in files:
         rel = str(local.relative_to(root))
         for tool in TOOLS:
