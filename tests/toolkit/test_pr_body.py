@@ -186,14 +186,16 @@ def test_an_engine_run_past_the_version_check_says_so_in_the_body(tmp_path):
     assert "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1" in listed
 
 
-def test_an_engine_run_names_its_patches_and_whether_they_are_this_prs_commits(tmp_path):
+@pytest.mark.parametrize("digits", [64, 12], ids=["a run's own JSON", "the combined report"])
+def test_an_engine_run_names_its_patches_and_whether_they_are_this_prs_commits(tmp_path, digits):
     """The series' own numbering (0001, 0002) means nothing upstream, and a run may have measured an earlier
-    version of the change, or another patch under it: the list names each patch and says which are this PR's."""
+    version of the change, or another patch under it: the list names each patch and says which are this PR's.
+    The combined report (make engine-report) keeps 12 hex digits of each patch's sha256."""
     from sglpatch.series import sha256_hex
 
     series = [
-        {"name": "0001-DSA-Run-SM90-paged-MQA-logits-in-one-DeepGEMM-call.patch", "sha256": "0" * 64},
-        {"name": "0002-rows.patch", "sha256": sha256_hex(PATCH.data)},
+        {"name": "0001-DSA-Run-SM90-paged-MQA-logits-in-one-DeepGEMM-call.patch", "sha256": "0" * digits},
+        {"name": "0002-rows.patch", "sha256": sha256_hex(PATCH.data)[:digits]},
     ]
     run = {"run": "engine_h200_run9.json", "line": "v0.5.14", "parallel": "tp1", "versions": {}, "series": series}
     (tmp_path / "engine.json").write_text(json.dumps({"runs": [run], "rows": [_engine_row("v0.5.14", 4, 32)]}))

@@ -391,9 +391,11 @@ def _patch_title(name: str) -> str:
 def _run_patch(applied: dict, ours: list[Patch]) -> str:
     """A patch an engine run applied, as an upstream reader can place it: this PR's commit byte for byte, an
     earlier version of one (the same name, other bytes), or a patch this PR does not carry. The series' own
-    numbers (0001, 0002) are left out: they mean nothing upstream, and a patch's number moves."""
+    numbers (0001, 0002) are left out: they mean nothing upstream, and a patch's number moves. The combined
+    engine report (bench/engine/report.py) keeps a sha256's first 12 hex digits; a run's own JSON keeps it whole."""
     title = _patch_title(applied["name"])
-    if applied.get("sha256") in {sha256_hex(p.data) for p in ours}:
+    applied_hash = applied.get("sha256") or ""
+    if len(applied_hash) >= 12 and any(sha256_hex(p.data).startswith(applied_hash) for p in ours):
         return f"`{title}` (this PR's commit)"
     if title in {_patch_title(p.name) for p in ours}:
         return f"`{title}` (an earlier version of this PR's commit)"
