@@ -68,34 +68,54 @@ def step_interval_percentiles(runs: list[dict], batch_size: int, skip: int) -> d
     return {f"p{p}": cuts[p - 1] for p in PERCENTILES}
 
 
-def _first_token_s(run: dict) -> float | None:
-    starts = [o["chunks"][0][0] for o in run.get("outputs", []) if o.get("chunks")]
-    return min(starts) if starts else None
+def streaming_span(run: dict) -> tuple[float, float] | None:
+    """The wall time in which every request of the run was decoding: from the moment the last of them had
+    its first decode step's tokens (its second chunk) to the moment the first of them had its last (None
+    where they never all decoded at once). Before it some requests are still in their prefill: at 32 x 64k
+    the earliest first token came 0.11-0.20 s before the batch's first decode step
+    (results/engine_h200_floor64k_same_layout.json)."""
+    chunks = [o["chunks"] for o in run.get("outputs", []) if o.get("chunks")]
+    if not chunks or any(len(c) < 2 for c in chunks):
+        return None
+    start, end = max(c[1][0] for c in chunks), min(c[-1][0] for c in chunks)
+    return (start, end) if end > start else None
 
 
-def decode_span_s(run: dict) -> float | None:
-    """From the run's first streamed token to its last."""
-    first = _first_token_s(run)
-    ends = [o["chunks"][-1][0] for o in run.get("outputs", []) if o.get("chunks")]
-    return max(ends) - first if first is not None else None
+def _tokens_at(chunks: list, t: float) -> float:
+    """Completion tokens a request had streamed by wall time ``t``, each chunk's tokens spread evenly over the
+    time since the chunk before it: tokens come a whole step's worth at once, and a count that jumped as a
+    window's edge crossed one would move a short window's rate by a step in ten."""
+    before = None
+    for at, n in chunks:
+        if at <= t:
+            before = (at, n)
+            continue
+        if before is None:
+            return 0.0
+        return before[1] + (n - before[1]) * (t - before[0]) / (at - before[0])
+    return float(before[1]) if before else 0.0
 
 
-def _tokens_by(chunks: list, t: float) -> int:
-    """Completion tokens a request had streamed by wall time ``t``."""
-    return max((n for at, n in chunks if at <= t), default=0)
+def tokens_per_s_window_runs(runs: list[dict], window_s: float | None) -> list[float | None]:
+    """Each run's output tokens per second over ``window_s`` from the start of its streaming span (every
+    request decoding; streaming_span), in run order (None for a run without one)."""
+    rates: list[float | None] = []
+    for run in runs:
+        span = streaming_span(run)
+        if span is None or not window_s:
+            rates.append(None)
+            continue
+        chunks = [o["chunks"] for o in run["outputs"] if o.get("chunks")]
+        start = span[0]
+        tokens = sum(_tokens_at(c, start + window_s) - _tokens_at(c, start) for c in chunks)
+        rates.append(tokens / window_s)
+    return rates
 
 
 def tokens_per_s_window(runs: list[dict], window_s: float | None) -> float | None:
-    """Output tokens per second over the same wall time in every run (``window_s`` from each run's
-    first streamed token), the median over runs: a rate no run's length or tail moves."""
-    rates = []
-    for run in runs:
-        first = _first_token_s(run)
-        if first is None or not window_s:
-            continue
-        chunks = [o["chunks"] for o in run["outputs"] if o.get("chunks")]
-        tokens = sum(_tokens_by(c, first + window_s) - _tokens_by(c, first) for c in chunks)
-        rates.append(tokens / window_s)
+    """Output tokens per second over the same wall time in every run (``window_s`` from the moment every
+    request of the run decodes), the median over runs: a rate no run's length, prefill or tail moves."""
+    rates = [r for r in tokens_per_s_window_runs(runs, window_s) if r is not None]
     return statistics.median(rates) if rates else None
 
 

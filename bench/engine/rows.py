@@ -23,7 +23,6 @@ from bench.engine.compare import compare_draft_positions, compare_outputs, compa
 from bench.engine.grid import Case
 from bench.engine.measures import (
     STEP_PARTS,
-    decode_span_s,
     host_per_run,
     indexer_share,
     layouts_seen,
@@ -33,8 +32,10 @@ from bench.engine.measures import (
     step_interval_ms_per_run,
     step_interval_percentiles,
     step_parts,
+    streaming_span,
     tokens_per_s,
     tokens_per_s_window,
+    tokens_per_s_window_runs,
     tpot_ms,
     tpot_ms_per_run,
     verify_step_us,
@@ -77,6 +78,7 @@ def engine_summary(runs: list[dict], batch_size: int, skip: int, window_s: float
         "parts": step_parts(runs, batch_size, skip),
         "step_interval_ms_percentiles": step_interval_percentiles(runs, batch_size, skip),
         "tokens_per_s_window": tokens_per_s_window(runs, window_s),
+        "tokens_per_s_window_runs": tokens_per_s_window_runs(runs, window_s),
     }
 
 
@@ -109,6 +111,10 @@ def floor(first: list[dict], second: list[dict], bs: int, skip: int, window_s: f
         ),
         "tokens_per_s": ratio(tokens_per_s(second), tokens_per_s(first)),
         "tokens_per_s_window": ratio(tokens_per_s_window(second, window_s), tokens_per_s_window(first, window_s)),
+        # a rate: the second process's over the first's, so that above 1 is the first slower, as for the times
+        "tokens_per_s_window_mean_of_runs_interval": ratio_interval(
+            tokens_per_s_window_runs(second, window_s), tokens_per_s_window_runs(first, window_s)
+        ),
         "step_interval_percentiles": percentile_ratios(
             step_interval_percentiles(first, bs, skip), step_interval_percentiles(second, bs, skip)
         ),
@@ -116,8 +122,10 @@ def floor(first: list[dict], second: list[dict], bs: int, skip: int, window_s: f
 
 
 def fixed_window_s(runs: dict) -> float | None:
-    """The wall time every timed run of every engine streamed tokens throughout: the shortest decode span."""
-    spans = [span for rs in runs.values() for run in rs if (span := decode_span_s(run))]
+    """The wall time every timed run of every engine had all its requests decoding throughout: the shortest
+    streaming span (measures.streaming_span; until 6 Dec 2026 the span from a run's earliest first token to
+    its last token, which at 32 x 64k held the other requests' prefill)."""
+    spans = [span[1] - span[0] for rs in runs.values() for run in rs if (span := streaming_span(run))]
     return min(spans) if spans else None
 
 
@@ -247,9 +255,15 @@ def case_row(
         "draft_positions": drafts,
         "draft_positions_identical": (drafts or {}).get("identical"),
         "draft_positions_two_pristine": processes_drafts,
-        # the same wall time from every run's first token (the shortest run's), and the step gaps' tail
+        # the same wall time in every run from when all its requests decode (the shortest such span), and the step gaps' tail
         "window_s": window,
         "speedup_tokens_per_s_window": ratio(patched["tokens_per_s_window"], pristine["tokens_per_s_window"]),
+        "speedup_tokens_per_s_window_mean_of_runs_interval": ratio_interval(
+            patched["tokens_per_s_window_runs"], pristine["tokens_per_s_window_runs"]
+        ),
+        # where the window starts in each run: rows before 6 Dec 2026 (no such key) took it from the run's
+        # earliest first token, and counted whole chunks
+        "window_from": "every request decoding, chunks spread over their gaps",
         "speedup_step_interval_percentiles": percentile_ratios(
             pristine["step_interval_ms_percentiles"], patched["step_interval_ms_percentiles"]
         ),

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from engine_runs import run_bench  # this folder, as pytest puts it on the path
 
-from bench.engine import compare, measures, report
+from bench.engine import compare, measures, report, rows
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench" / "engine_probe"))
@@ -53,6 +53,8 @@ def test_every_draft_position_is_compared_and_each_engines_memory_is_in_its_row(
         assert set(row["patched"]["step_interval_ms_percentiles"]) == {"p10", "p50", "p90", "p99"}
         assert row["window_s"] > 0 and row["speedup_tokens_per_s_window"] == pytest.approx(1.0)
         assert row["aa_noise_processes"]["tokens_per_s_window"] == pytest.approx(1.0)
+        assert row["aa_noise_processes"]["tokens_per_s_window_mean_of_runs_interval"]["ratio"] == pytest.approx(1.0)
+        assert len(row["patched"]["tokens_per_s_window_runs"]) == len(row["patched"]["tpot_ms_runs"])
     for seed in doc["seed_cases"]:
         assert seed["draft_positions_identical"] == 1.0 and seed["draft_reference"].startswith("patched_eager")
         assert set(seed["mem_gb"]) == {"pristine", "patched", "patched_eager"}
@@ -135,13 +137,50 @@ def test_step_gap_percentiles_and_tokens_per_s_over_one_wall_time():
     tail = measures.step_interval_percentiles([{"verify": verify}], 2, 0)
     assert tail["p50"] == pytest.approx(10.0) and tail["p99"] > tail["p90"] >= tail["p50"] >= tail["p10"]
     assert measures.step_interval_percentiles([{"verify": verify[:2]}], 2, 0) is None
-    fast = {"outputs": [{"chunks": [[0.0, 1], [0.5, 6], [1.0, 11], [2.0, 21]]}, {"chunks": [[0.1, 1], [1.1, 11]]}]}
+    # two requests decoding together from 0.5 s (each one's second chunk) to 1.5 s (the first one's last)
+    fast = {
+        "outputs": [
+            {"chunks": [[0.0, 1], [0.5, 6], [1.0, 11], [2.0, 21]]},
+            {"chunks": [[0.1, 1], [0.5, 6], [1.0, 11], [1.5, 16]]},
+        ]
+    }
     slow = {"outputs": [{"chunks": [[0.0, 1], [1.0, 6], [3.0, 16]]}]}
-    assert measures.decode_span_s(fast) == pytest.approx(2.0) and measures.decode_span_s(slow) == pytest.approx(3.0)
-    # one second from the run's first token: 10 tokens and the other request's first in the fast run, 5 in
-    # the slow one; the median over runs
-    assert measures.tokens_per_s_window([fast], 1.0) == pytest.approx(11.0)
-    assert measures.tokens_per_s_window([fast, slow], 1.0) == pytest.approx(8.0)
+    assert measures.streaming_span(fast) == (0.5, 1.5) and measures.streaming_span(slow) == (1.0, 3.0)
+    assert rows.fixed_window_s({"a": [fast], "b": [slow]}) == pytest.approx(1.0)
+    assert measures.streaming_span({"outputs": [{"chunks": [[0.0, 1]]}]}) is None
+    # one second from there: 10 tokens each in the fast run, 5 in the slow one (half of the 10 it streams
+    # over the two seconds to its next chunk); the median over runs
+    assert measures.tokens_per_s_window([fast], 1.0) == pytest.approx(20.0)
+    assert measures.tokens_per_s_window_runs([fast, slow], 1.0) == pytest.approx([20.0, 5.0])
+    assert measures.tokens_per_s_window([fast, slow], 1.0) == pytest.approx(12.5)
+
+
+def _streamed(first_tokens: list[float], decode_from: float, every: float, steps: int = 16) -> dict:
+    """One run's requests: each its first token (the prefill's) when given, then 3 tokens a decode step, every
+    request in every step, from ``decode_from`` every ``every`` seconds."""
+    return {
+        "outputs": [
+            {"chunks": [[first, 1]] + [[decode_from + k * every, 1 + 3 * (k + 1)] for k in range(steps)]}
+            for first in first_tokens
+        ]
+    }
+
+
+def test_tokens_per_s_window_counts_the_decode_and_no_whole_steps():
+    """At 32 x 64k (results/engine_h200_floor64k_same_layout.json) the window was 0.25 s from a run's earliest
+    first token, which came 0.11-0.20 s before the batch's first decode step: the rate counted mostly how long
+    the other requests' prefill took, in whole steps of 96 tokens, and two processes of the same code gave 1.30.
+    Two runs of one decode cadence whose prefills end 0.1 s apart, and windows of no whole number of steps, give
+    the cadence's rate."""
+    every = 0.017
+    late = _streamed([0.0, 0.15], decode_from=0.17, every=every)
+    early = _streamed([0.0, 0.05], decode_from=0.07, every=every)
+    window = rows.fixed_window_s({"a": [late], "b": [early]})
+    assert window == pytest.approx(15 * every)
+    cadence = 2 * 3 / every
+    for w in (window, 0.1, 0.05):
+        assert measures.tokens_per_s_window([late], w) == pytest.approx(cadence)
+        assert measures.tokens_per_s_window([early], w) == pytest.approx(cadence)
 
 
 # -- the probe's draft hooks, on classes shaped like sglang's --------------------------------------------
