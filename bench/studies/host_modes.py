@@ -303,6 +303,22 @@ def _between_share(keys: list, values: list[float]) -> float:
     return between / total if total else 0.0
 
 
+def draft_host_intervals(result: dict) -> dict[str, dict]:
+    """Each other engine's draft loop host time against pristine's over the case's timed runs: the ratio of the
+    run means with its 95% interval, the runs' spread and the runs a side for +-3% (bench/engine/precision.py).
+    The same Python code in every engine, so the ratio of the second pristine process to the first is how far
+    a process keeps a host speed of its own through the call; runs are the unit."""
+    base = [r["draft_host_ms"] for r in result["engines"].get("pristine", {}).get("runs", [])]
+    out = {}
+    for label, engine in result["engines"].items():
+        if label == "pristine":
+            continue
+        found = ratio_interval([r["draft_host_ms"] for r in engine["runs"]], base)
+        if found:
+            out[label] = found
+    return out
+
+
 def host_adjusted_floors(results: list[dict], labels: tuple = ("pristine", "pristine_b")) -> list[dict]:
     """How much of each case's two-process floor the runs' host speeds account for: the ratio of the two
     pristine processes' mean log step interval, raw and with each run moved to the case's mean host speed
@@ -594,6 +610,17 @@ def print_study(result: dict) -> None:
             + ", ".join(
                 f"{label} {ms:.3f} ms" + ("" if label == "pristine" else f" ({ms / means['pristine']:.3f}x pristine's)")
                 for label, ms in means.items()
+            )
+        )
+    intervals = draft_host_intervals(result)
+    if intervals:
+        print(
+            "  draft loop host time against pristine's, the ratio of run means [95%] (runs' spread, sd over the mean,"
+            " this engine's / pristine's): "
+            + ", ".join(
+                f"{label} {i['ratio']:.3f}x [{i['ci95'][0]:.3f}-{i['ci95'][1]:.3f}] ({i['run_cv'][0]:.3f} / "
+                f"{i['run_cv'][1]:.3f}, {i['runs'][0]} runs a side)"
+                for label, i in intervals.items()
             )
         )
     for label, modes in result["within_mode_ratios"].items():

@@ -95,6 +95,30 @@ def test_runs_in_time_order_and_by_core_group(tmp_path, capsys):
     assert "pristine by core group: cpu0 1 of 2 fast, draft host 1.00x, cpu5 1 of 2 fast, draft host 1.00x" in out
 
 
+def test_a_second_processs_draft_host_time_against_the_firsts_with_its_interval(tmp_path, capsys):
+    # the same code at a host speed of the process's own: pristine_b's draft loop 10% slower in every run
+    def engine(offset, hosts):
+        runs = [_run(20.0 * k + offset, 3.0, 7.0) for k in range(len(hosts))]
+        return [
+            {**r, "host_ms": host} if r["part"] == "draft" else r
+            for run, host in zip(runs, hosts, strict=True)
+            for r in run
+        ]
+
+    first, second = [1.0, 1.2, 1.1, 0.9], [1.1, 1.32, 1.21, 0.99]
+    archive = _archive(tmp_path, {"pristine": engine(0.0, first), "pristine_b": engine(10.0, second)})
+    (result,) = host_modes.study(archive, 32, skip=2, min_steps=20, fast_below=2.0, reps=4)
+    found = host_modes.draft_host_intervals(result)["pristine_b"]
+    assert found == host_modes.ratio_interval(second, first)
+    assert found["ratio"] == pytest.approx(1.1) and found["ci95"][0] < 1.1 < found["ci95"][1]
+    host_modes.print_study(result)
+    out = capsys.readouterr().out
+    low, high = found["ci95"]
+    assert (
+        f"pristine_b 1.100x [{low:.3f}-{high:.3f}] ({found['run_cv'][0]:.3f} / {found['run_cv'][1]:.3f}, 4 runs" in out
+    )
+
+
 def test_a_runs_step_interval_against_its_hosts_speed_and_the_time_on_a_cpu(tmp_path):
     # each run's host speed scales its draft loop's host time and its step interval alike; the last timed
     # run and the greedy run follow each other 0.2 s apart, as in the drafts grid
