@@ -206,7 +206,8 @@ def draft_and_memory_table(rows: list[dict]) -> list[str]:
         "Draft positions (greedy runs: every draft position of every request, patched against pristine, and "
         "the two pristine processes), memory as sglang reports it once the engine has started (GiB; graphs: "
         "sglang's figure, then the probe's capture rounds), the step gaps' percentiles and output tokens/s over "
-        "the same wall time in every run:",
+        "the same wall time in every run (rows before 6 Dec 2026 took it from a run's earliest first token, "
+        "part of the batch still in its prefill: not shown):",
         "",
         "| run | line | next_n | requests | ctx | lengths | draft positions identical (near-ties) | two pristine | "
         "KV pool | graphs pristine | graphs patched | step gap ms p50 / p90 / p99 pristine -> patched | "
@@ -223,10 +224,19 @@ def draft_and_memory_table(rows: list[dict]) -> list[str]:
             f"{_f((memory.get('patched') or {}).get('kv_pool'), 1)} | {_graphs(memory.get('pristine'))} | "
             f"{_graphs(memory.get('patched'))} | {_tail(r['pristine'])} -> {_tail(r['patched'])} | "
             f"{_f(tail.get('p90'), 3)} ({_f((aa.get('step_interval_percentiles') or {}).get('p90'), 3)}) | "
-            f"{_f(r['pristine'].get('tokens_per_s_window'))} -> {_f(r['patched'].get('tokens_per_s_window'))} | "
-            f"{_f(r.get('speedup_tokens_per_s_window'), 3)} ({_f(aa.get('tokens_per_s_window'), 3)}) |"
+            f"{_window_rate(r, aa)} |"
         )
     return out
+
+
+def _window_rate(row: dict, aa: dict) -> str:
+    """The two tokens/s cells: rows before 6 Dec 2026 (no `window_from`) began the window at a run's earliest
+    first token, where part of the batch was still in its prefill, and counted whole chunks (A/A 0.59-1.30 at
+    32 x 64k; engine-benchmark.md): their values are not shown."""
+    if "window_from" not in row:
+        return "- (old window) | - (-)"
+    rates = f"{_f(row['pristine'].get('tokens_per_s_window'))} -> {_f(row['patched'].get('tokens_per_s_window'))}"
+    return f"{rates} | {_f(row.get('speedup_tokens_per_s_window'), 3)} ({_f(aa.get('tokens_per_s_window'), 3)})"
 
 
 def _drafts(compared: dict | None) -> str:

@@ -44,3 +44,13 @@ def test_a_run_on_the_source_build_names_it_not_the_wheel_behind_it():
     (line,) = [line for line in report.markdown(doc).splitlines() if line.startswith(f"- **{name}**")]
     assert "DeepGEMM built from deepseek-ai/DeepGEMM 54e2261 (line deep_gemm/54e2261, 1 of its patches)" in line
     assert "sgl-deep-gemm" not in line
+
+
+def test_the_old_window_shows_no_tokens_per_s_and_the_new_one_does():
+    """Rows before 6 Dec 2026 began the fixed window at a run's earliest first token (A/A 1.30 at 32 x 64k on
+    the H200): the report leaves their tokens/s out rather than print a rate known to be wrong."""
+    old = json.loads((RESULTS / "engine_h200_floor64k_same_layout.json").read_text())["rows"][0]
+    new = {**old, "window_from": "every request decoding, chunks spread over their gaps"}
+    aa = old["aa_noise_processes"]
+    assert report._window_rate(old, aa) == "- (old window) | - (-)"
+    assert report._window_rate(new, aa) == "1264 -> 2311 | 1.828 (1.301)"
