@@ -219,20 +219,25 @@ class EngineWorker:
         return out
 
     def _probe_records(self, name: str, t_start: float, t_end: float) -> list[dict]:
-        # The probe writes a record once its end event has completed (<= 50 ms later).
+        """The probe's records of one run. The probe writes a timed record once its end event has completed,
+        in a pass every 50 ms, so the run's last forward or two may not be in the file when the run ends: wait
+        (at most 2 s) for a pass at or after the run's end that left nothing pending (``flushed.json``).
+        Before 6 Dec 2026 this took the file as soon as it held a record from the run's last 0.5 s, and a
+        run's last records were missing from 17-29 of 98 runs at 32 x 64k (engine-benchmark.md)."""
         deadline = time.time() + 2.0
-        while True:
-            records = []
-            path = self.probe_dir / name
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    if line.strip():
-                        records.append(json.loads(line))
-            last_t = max((r["t"] for r in records), default=0.0)
-            if last_t >= t_end - 0.5 or time.time() > deadline:
-                break
-            time.sleep(0.1)
+        while time.time() <= deadline and not self._flushed_since(t_end):
+            time.sleep(0.01)
+        path = self.probe_dir / name
+        lines = path.read_text().splitlines() if path.exists() else []
+        records = [json.loads(line) for line in lines if line.strip()]
         return [r for r in records if t_start <= r["t"] <= t_end]
+
+    def _flushed_since(self, t_end: float) -> bool:
+        try:
+            flushed = self._read_json("flushed.json")
+        except ValueError:  # replaced while read
+            return False
+        return bool(flushed) and flushed["t"] >= t_end and flushed["pending"] == 0
 
     def profile(self, tag: str, steps: int) -> dict:
         request = self.probe_dir / "profile.json"

@@ -72,6 +72,7 @@ from pathlib import Path
 
 STEPS_FILE = "steps.jsonl"
 VERIFY_FILE = "verify.jsonl"
+FLUSHED_FILE = "flushed.json"
 POSITIONS_FILE = "positions.jsonl"
 DRAFT_POSITIONS_FILE = "draft_positions.jsonl"
 MEMORY_FILE = "memory.json"
@@ -295,6 +296,9 @@ class Probe:
         while True:
             self.flush_finished(outs)
             self._write_json("draft_loops.json", self.draft_loops)
+            # what the worker waits for before it reads a run's records: a pass at or after the run's end
+            # that left nothing pending
+            self._write_json(FLUSHED_FILE, {"t": time.time(), "pending": len(self.pending)})
             time.sleep(0.05)
 
     def flush_finished(self, outs) -> None:
