@@ -3,7 +3,7 @@
 # from the bundle made by ci/gpu_bundle.py. Run from the repository root, carrying .gpu-bundle.
 #
 #   bash ci/run_engine_gpu.sh [--line v0.5.14|v0.5.23] [--out DIR] [--bundle DIR] [--work DIR]
-#                             [--save-jit-cache] [--sglang-tests GLOB [--sglang-tests-s SECONDS]]
+#                             [--save-jit-cache] [--sglang-tests GLOB [--sglang-tests-s SECONDS]] [--aa-only]
 #                             [-- ENGINE_AB ARGS]   (e.g. -- --next-n 2,4 --grid full)
 #
 # Builds WORK/trees/{pristine,patched} for the line (ci/gpu_box.sh make_line_trees), then runs
@@ -27,7 +27,9 @@ LINE=v0.5.14
 WORK=/tmp/sglpatch-engine
 SGLANG_TESTS=
 SGLANG_TESTS_S=240
+AA_ONLY=0
 BOX_OPTIONS="--line=LINE --sglang-tests=SGLANG_TESTS --sglang-tests-s=SGLANG_TESTS_S"
+BOX_FLAGS="--aa-only=AA_ONLY"
 box_options "$@"
 set -- "${BOX_REST[@]}"
 box_start "run-engine-gpu-$LINE"
@@ -49,6 +51,10 @@ if [ -n "$SGLANG_TESTS" ]; then
   say "sglang-tree tests: exit $?"
 fi
 
+# --aa-only: the engine labelled patched runs the pristine tree too (an A/A call: two pristine processes, every run
+# of the call in their floor; the JSON's meta.patched_is_pristine and its notes say so)
+PATCHED_TREE=$([ "$AA_ONLY" = 1 ] && echo pristine || echo patched)
+
 save_engine_logs() {
   tar -czf "$OUTDIR/engine_logs$SUFFIX.tar.gz" -C "$WORK/engine" $(cd "$WORK/engine" && ls -d engine-*.log probe-* 2>/dev/null) 2>/dev/null
 }
@@ -56,7 +62,7 @@ save_engine_logs() {
 # the background so that TERM reaches this trap at once, not when the driver ends.
 trap 'say "stopped from outside: saving the engine logs"; save_engine_logs; exit 143' TERM INT
 "$PY" "$REPO/bench/engine_ab.py" --line "$LINE" \
-  --pristine "$WORK/trees/pristine" --patched "$WORK/trees/patched" \
+  --pristine "$WORK/trees/pristine" --patched "$WORK/trees/$PATCHED_TREE" \
   --extra-path "${DEEP_GEMM_PATH:+$DEEP_GEMM_PATH:}$WORK/pkgs:$WORK/site" "${ENV_ARGS[@]}" \
   --workdir "$WORK/engine" --out "$OUTDIR/engine_$(card_tag)$SUFFIX.json" --series-record "$OUTDIR/applied_series$SUFFIX.json" \
   --command "$SGLPATCH_RUN_COMMAND" "$@" &

@@ -471,6 +471,11 @@ def main(args: argparse.Namespace) -> int:
         "memory_plan_seed_case": seed_plan,
     }
     bench = Bench(args, meta, sizing, overrides, args.acceptance, labels, workdir, time.time() + args.deadline_s)
+    if meta["patched_is_pristine"]:
+        bench.note(
+            "A/A call: the engine labelled patched runs the pristine tree (--patched is --pristine), so each row's "
+            "patched/pristine ratios are a floor of two pristine processes, with every run of the call in them"
+        )
     if memory.tight(memory_plan):
         bench.note(memory.tight(memory_plan))
     if capped:
@@ -503,6 +508,7 @@ def run_meta(args: argparse.Namespace, env: dict, overrides: dict, sizing: Sizin
         "acceptance": {str(k): v for k, v in args.acceptance.items()},
         "pinned_cpus": args.pin_cpus,
         "same_layout": args.same_layout,
+        "patched_is_pristine": args.patched.resolve() == args.pristine.resolve(),
         "physical_cores": {
             str(cpu): list(core) for cpu, core in physical_cores(sorted(os.sched_getaffinity(0))).items()
         },

@@ -40,7 +40,11 @@ class StandInEngine:
     def __init__(self, spec: dict):
         self.probe_dir = Path(spec["probe_dir"])
         self.label = self.probe_dir.name
-        self.patched = "patched" in self.label
+        # the patched tree's behaviour, unless the run gave this engine the pristine tree (an A/A call): the
+        # tree is the entry after the probe's on the engine's PYTHONPATH (bench/engine/processes.py)
+        entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        runs_pristine = len(entries) > 1 and Path(entries[1]).name == "pristine"
+        self.patched = "patched" in self.label and not runs_pristine
         self.run_kind = self.probe_dir.parent.parent.name  # the test's folder: what this run stands in for
         # the mutations live in the draft-extend graph, which the eager reference never replays
         self.mutation = self.run_kind if self.patched and not spec.get("eager_draft_extend") else None

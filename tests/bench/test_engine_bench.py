@@ -642,6 +642,16 @@ def test_probe_wraps_the_methods_sglang_has(tmp_path, line):
     assert run.stdout.strip().splitlines()[-1] == "[]"  # every one of them wrapped
 
 
+def test_an_aa_call_runs_the_pristine_tree_in_both_engines_and_says_so(tmp_path):
+    """--patched naming the pristine tree: two pristine processes and every run of the call in their floor
+    (half again the runs a side of a call with a third engine); the JSON and its notes say what ran."""
+    status, doc = _bench(tmp_path, "aa", "--patched", str(tmp_path / "pristine"), "--next-n", "2", "--seed-case", "")
+    assert status == 0, doc["notes"]
+    assert doc["meta"]["patched_is_pristine"] and doc["meta"]["engines"] == ["pristine", "patched"]
+    assert any(note.startswith("A/A call: the engine labelled patched runs the pristine tree") for note in doc["notes"])
+    assert [row["speedup_verify"] for row in doc["rows"]] == [pytest.approx(1.0)] * len(grid.GRIDS["targets"])
+
+
 # -- what a user's server gains: accepted drafts, every verify position, a two-process floor ------------
 def test_three_engines_with_simulated_acceptance_end_to_end(tmp_path):
     status, doc = _bench(

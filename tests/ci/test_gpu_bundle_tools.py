@@ -474,7 +474,7 @@ def test_engine_runner_takes_the_sglang_tests_options(tmp_path):
     args = ["--bundle", str(tmp_path / "no-bundle"), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")]
     # past the options, the missing bundle stops it (exit 3)
     run = subprocess.run(
-        ["bash", str(script), *args, "--sglang-tests", "test_*.py", "--sglang-tests-s", "30"],
+        ["bash", str(script), *args, "--sglang-tests", "test_*.py", "--sglang-tests-s", "30", "--aa-only"],
         capture_output=True,
         text=True,
     )
