@@ -542,6 +542,11 @@ def drop(target: Target, folder: Path, state: RebaseState | None, spec: str) -> 
             f"{stopped.patch}); to leave {'it' if len(done) == 1 else 'them'} out, {hints.abort_rebase(target.root)} and start "
             f"again with DROP="
         )
+    if state.dropping and stopped.patch not in names:  # its record would make the cut run's locks look older
+        raise FatalError(
+            f"a --drop of {stopped.patch} was cut short, and only it settles what that run left; nothing was changed: "
+            f"run {hints.drop_rebase(_number(state), target.root)} again first, then this one, or {hints.abort_rebase(target.root)}"
+        )
     mine = None
     if stopped.patch in names:
         if state.dropping:  # a --drop of it was cut short inside its git: the locks that run left, before any git

@@ -1,0 +1,104 @@
+"""The hostile trial of round 17: what round 16 left untried (a rebase that stops again after a `--drop`, its
+`--drop` cut inside its git) (docs/reliability.md, round 17).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from sglpatch.git import Git
+from testing import git_cut
+from testing.sglang_trees import BACKEND, SECOND, make_series, upstream_branches
+from testing.tree_bytes import tree_state
+
+# -- a rebase that stops again after a --drop, its --drop cut inside its git (testing/git_cut.py) -------------------
+
+
+def _chained_series(base_repo, project_pin, tmp_path):
+    """Three patches: the second edits the line the first adds, so that, the first dropped on `newer` (whose edit
+    of that line conflicts with the first), the second conflicts in turn: the rebase stops a second time."""
+    first = "[DSA] Mark the metadata\n\nWhy: a first mark.\n\nUpstream-PR: 27166\n"
+    second = "[DSA] Amend the mark\n\nWhy: builds on the first.\n\nUpstream-PR: 27167\n"
+    third = "[Spec] Mark the global config\n\nWhy: a patch of its own.\n\nUpstream-PR: 29787\n"
+    return make_series(
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "patches",
+        project_pin,
+        [
+            (first, [(BACKEND, "class DSAIndexerMetadata", "# first mark\nclass DSAIndexerMetadata")]),
+            (second, [(BACKEND, "# first mark\n", "# first mark, amended by the second\n")]),
+            (third, [(SECOND, "class GlobalConfig", "# third\nclass GlobalConfig")]),
+        ],
+    )
+
+
+def _stopped_at_the_first(sglpatch, checkout, base_repo, project_pin, tmp_path) -> Git:
+    patches = _chained_series(base_repo, project_pin, tmp_path)
+    git = upstream_branches(checkout)
+    assert sglpatch("apply", "--sglang", checkout, "--patches", patches)[0] == 0
+    args = ("--patches", patches, "--report-dir", tmp_path / "report", "--onto", "newer")
+    code, out, err = sglpatch("rebase", "--sglang", checkout, *args)
+    assert code == 1 and "0001-DSA-Mark-the-metadata.patch conflicts" in err, (out, err)
+    return git
+
+
+def _stopped_again(checkout) -> dict[str, str]:
+    """The checkout byte for byte at the second stop, but for the run that saved the rebase's state last."""
+    state_file = ".git/sglpatch-rebase/state.json"
+    state = {k: v for k, v in tree_state(checkout).items() if k != state_file}
+    saved = json.loads((checkout / state_file).read_text())
+    return {**state, "state": json.dumps({k: v for k, v in saved.items() if k != "run"}, sort_keys=True)}
+
+
+def _points_of_a_drop_that_stops_again(cuts: git_cut.EachPoint, checkout) -> list[str]:
+    """`EachPoint.whole` for a `--drop 1` that ends stopped at patch 2 (exit 1): its points, listed uncut."""
+    env = git_cut.environment(cuts.cut, checkout, cuts.count, trace=cuts.trace)
+    done = git_cut.run_cli(cuts.args, env)
+    assert done.returncode == 1 and "0002-DSA-Amend-the-mark.patch conflicts" in done.stderr, done.stderr
+    return cuts.trace.read_text().splitlines()
+
+
+def _rebase(checkout, *args) -> subprocess.CompletedProcess:
+    return git_cut.run_cli(["rebase", "--sglang", checkout, *args], {})
+
+
+def _one_line(done: subprocess.CompletedProcess) -> bool:
+    return done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_a_later_drop_after_a_drop_cut_short_is_refused_until_that_drop_runs_again(
+    sglpatch, checkout, base_repo, project_pin, tmp_path
+):
+    """A rebase stopped at patch 1, `--drop 1` (after which patch 2 conflicts in turn: the rebase stops again),
+    killed inside its git at each of its points, then `--drop 2` (the user, seeing patch 2 needs patch 1, leaves
+    it out too). Before: at each of the 5 points before the drop's record `--drop 2` said "will leave out ...; a
+    rebase is stopped at 0001 (conflict): resolve it, then --continue", exit 0, its save making the cut run's locks
+    (CHERRY_PICK_HEAD.lock, index.lock, HEAD.lock, ORIG_HEAD.lock) older than the state: --continue then named
+    --drop 1 or --abort, both failed ("... was not left by the interrupted sglpatch run ... delete it"), and recover
+    named --drop 1: no way out without deleting a lock by hand. Now `--drop 2` is refused in one line, nothing
+    changed, naming `--drop 1` again and `--abort`; `--drop 1` then ends at the second stop as an uncut one. Past
+    the record (the replay's pick of patch 2 cut), `--drop 2` names recover, which rolls the rebase back."""
+    _stopped_at_the_first(sglpatch, checkout, base_repo, project_pin, tmp_path)
+    cuts = git_cut.EachPoint(["rebase", "--sglang", checkout, "--drop", "1"], checkout, tmp_path)
+    points = _points_of_a_drop_that_stops_again(cuts, checkout)
+    stopped_again = _stopped_again(checkout)
+    assert _rebase(checkout, "--abort").returncode == 0
+    as_it_was = tree_state(checkout)
+    refused = 0
+    for point in range(1, len(points) + 1):
+        cuts.cut_at(point)
+        cut_short = tree_state(checkout)
+        later = _rebase(checkout, "--drop", "2")
+        assert _one_line(later) and tree_state(checkout) == cut_short, (points[point - 1], later.stderr)
+        if "recover" in later.stderr:  # past the drop's record
+            assert git_cut.run_cli(["recover", "--sglang", checkout], {}).returncode == 0
+            assert tree_state(checkout) == as_it_was, points[point - 1]
+            continue
+        assert "--drop 1" in later.stderr and "--abort" in later.stderr, later.stderr
+        again = _rebase(checkout, "--drop", "1")
+        assert again.returncode == 1 and "0002-DSA-Amend-the-mark.patch conflicts" in again.stderr, again.stderr
+        assert _stopped_again(checkout) == stopped_again, points[point - 1]
+        refused += 1
+    assert refused >= 4, refused
