@@ -102,3 +102,43 @@ def test_a_later_drop_after_a_drop_cut_short_is_refused_until_that_drop_runs_aga
         assert _stopped_again(checkout) == stopped_again, points[point - 1]
         refused += 1
     assert refused >= 4, refused
+
+
+def test_a_drop_cut_inside_its_reset_is_not_taken_for_an_edit_of_the_users(
+    sglpatch, checkout, base_repo, project_pin, tmp_path
+):
+    """While the rebase waits at patch 1, the user commits on its detached HEAD (their resolution, then a file of
+    their own, `MYNOTE.txt`), then runs `--drop 1` (their commits are kept under refs/sglpatch/backup/dropped-*),
+    killed inside its git at each point. Before: where the kill fell inside the drop's `reset --hard` (it had
+    removed MYNOTE.txt, HEAD not yet moved), `--drop 1` again, and `--abort`, refused: "MYNOTE.txt changed while
+    the rebase waited, and 0001 ... does not touch it: ... would throw that away", advising to save a change the
+    user never made. Now a file as the drop's reset leaves it (or, for --abort, as the original branch has it:
+    none) is the cut drop's: `--drop 1` again ends at the second stop, `--abort` back where the rebase began, the
+    user's commits kept under the ref the cut run made."""
+    git = _stopped_at_the_first(sglpatch, checkout, base_repo, project_pin, tmp_path)
+    git.run("checkout", "HEAD", "--", BACKEND)  # resolved as upstream has it, committed
+    git.run("commit", "-q", "--allow-empty", "--no-edit")
+    (checkout / "MYNOTE.txt").write_text("a note of mine\n")
+    git.run("add", "MYNOTE.txt")
+    git.run("commit", "-q", "-m", "a note of mine")
+    mine = git.run("rev-parse", "HEAD")
+    cuts = git_cut.EachPoint(["rebase", "--sglang", checkout, "--drop", "1"], checkout, tmp_path)
+    points = _points_of_a_drop_that_stops_again(cuts, checkout)
+    stopped_again = _stopped_again(checkout)
+    cuts.restore()
+    assert _rebase(checkout, "--abort").returncode == 0
+    aborted = {k: v for k, v in tree_state(checkout).items() if "refs/sglpatch/backup/" not in k}
+    left = []
+    for point in range(1, len(points) + 1):
+        for way, expected, code in (("--drop", stopped_again, 1), ("--abort", aborted, 0)):
+            cuts.cut_at(point)
+            if git_cut.run_cli(["recover", "--sglang", checkout], {}).returncode == 0:
+                break  # past the drop's record: recover rolled the rebase back (the test above)
+            done = _rebase(checkout, *([way, "1"] if way == "--drop" else [way]))
+            now = _stopped_again(checkout) if way == "--drop" else tree_state(checkout)
+            now = {k: v for k, v in now.items() if "refs/sglpatch/backup/" not in k}
+            expected = {k: v for k, v in expected.items() if "refs/sglpatch/backup/" not in k}
+            kept = git.run("for-each-ref", "--contains", mine, "--format=%(refname)", "refs/sglpatch/backup/")
+            if done.returncode != code or now != expected or not kept:
+                left.append((points[point - 1], way, done.returncode, done.stderr[-300:]))
+    assert not left, left

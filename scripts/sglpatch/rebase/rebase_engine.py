@@ -584,7 +584,7 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
     """Undo what the rebase did for the patch it stopped at (a conflicted pick, or its recorded commit), back
     to the commit it went onto, and record it as left out. Safe to run again after a kill."""
     recorded = stopped.kind == StopKind.CHECK or stopped.recheck
-    before = git.run("rev-parse", f"{stopped.head}~1") if stopped.kind == StopKind.ERROR and recorded else stopped.head
+    before = _dropped_back_to(git, stopped)
     with write_phase():
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
@@ -599,6 +599,12 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
     state.dropping = False  # recorded: a lock left after this is not the --drop's
     _record(folder, state, stopped.patch, DROPPED, LEFT_OUT)
     state.checked = state.next
+
+
+def _dropped_back_to(git: Git, stopped: Stop) -> str:
+    """The commit a --drop of the stopped patch resets to: the one that patch went onto."""
+    recorded = stopped.kind == StopKind.CHECK or stopped.recheck
+    return git.run("rev-parse", f"{stopped.head}~1") if stopped.kind == StopKind.ERROR and recorded else stopped.head
 
 
 def _refuse_moved_since_stop(git: Git, state: RebaseState, stopped: Stop) -> None:
@@ -683,7 +689,10 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str, g
         picked = state.commits[state.patches.index(stopped.patch)]
         ours |= set(git.paths("diff-tree", "-r", "--name-only", "--no-commit-id", picked))
     changed = git.paths("diff", "--name-only", "--no-renames", "HEAD")
-    beside = [p for p in changed if p not in ours and not (going_back and _as_the_abort_leaves_it(git, state, p))]
+    # what the option writes there: the original branch (--abort), or, after a --drop cut short inside its
+    # `reset --hard` (which removes a file before HEAD moves), what that drop resets to
+    leaves = state.original if going_back else _dropped_back_to(git, stopped) if state.dropping else None
+    beside = [p for p in changed if p not in ours and not (leaves and _as_it_leaves_it(git, state, leaves, p))]
     if beside:
         files, root = shlex.join(beside), shlex.quote(str(git.workdir))
         # a folder that took a file's place: the diff saves the file's deletion, not the folder's (ignored) files,
@@ -701,17 +710,17 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str, g
         )
 
 
-def _as_the_abort_leaves_it(git: Git, state: RebaseState, path: str) -> bool:
-    """Whether `path` is what --abort puts there: the original branch's bytes (as committed, or as git writes
-    them); or no file, after an --abort cut short inside its `git checkout -f`, which removes a file before it
-    writes it again. Nothing of the user's is thrown away there."""
+def _as_it_leaves_it(git: Git, state: RebaseState, commit: str, path: str) -> bool:
+    """Whether `path` is what going to `commit` puts there: its bytes (as committed, or as git writes them), or no
+    file where it has none; or no file after an --abort or a --drop cut short inside its git (`git checkout -f`,
+    `reset --hard`), which removes a file before it writes it again. Nothing of the user's is thrown away there."""
     local = git.workdir / path
     if not os.path.lexists(local):
-        return state.aborting
+        return state.aborting or state.dropping or git.call(("cat-file", "-e", f"{commit}:{path}"))[0] != 0
     if not local.is_file() or local.is_symlink():
         return False
     data = local.read_bytes()
-    written = (git.call(("cat-file", how, f"{state.original}:{path}")) for how in ("blob", "--filters"))
+    written = (git.call(("cat-file", how, f"{commit}:{path}")) for how in ("blob", "--filters"))
     return any(status == 0 and data == theirs for status, theirs, _ in written)
 
 
