@@ -14,6 +14,7 @@ hook or an outer `git rebase --exec` cannot make us write somewhere else.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import shlex
@@ -122,9 +123,15 @@ def git_reason(stderr: str) -> str:
 
 
 def error_line(stderr: str) -> str:
-    """git's own words for why a command failed: its first `error:` or `fatal:` line, else `git_reason`."""
-    found = next((line for line in stderr.splitlines() if line.startswith(("error:", "fatal:"))), "")
-    return found.split(":", 1)[1].strip() if found else git_reason(stderr)
+    """git's own words for why a command failed: its first `error:` or `fatal:` line, with the names it lists under
+    it (`Your local changes to the following files would be overwritten by merge:` and a tab before each file),
+    else `git_reason`."""
+    lines = stderr.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith(("error:", "fatal:"))), None)
+    if at is None:
+        return git_reason(stderr)
+    listed = [line.strip() for line in itertools.takewhile(lambda line: line.startswith("\t"), lines[at + 1 :])]
+    return " ".join([lines[at].split(":", 1)[1].strip(), ", ".join(listed)]).strip()
 
 
 def killed_by(status: int) -> str:

@@ -1,5 +1,6 @@
 """The hostile trial of round 17: what round 16 left untried (a rebase that stops again after a `--drop`, its
-`--drop` cut inside its git) (docs/reliability.md, round 17).
+`--drop` cut inside its git) and an edit of the user's beside a resolution at `--continue` (docs/reliability.md,
+round 17).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import subprocess
 
 from sglpatch.git import Git
 from testing import git_cut
-from testing.sglang_trees import BACKEND, SECOND, make_series, upstream_branches
+from testing.sglang_trees import BACKEND, SECOND, make_series, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
 # -- a rebase that stops again after a --drop, its --drop cut inside its git (testing/git_cut.py) -------------------
@@ -142,3 +143,36 @@ def test_a_drop_cut_inside_its_reset_is_not_taken_for_an_edit_of_the_users(
             if done.returncode != code or now != expected or not kept:
                 left.append((points[point - 1], way, done.returncode, done.stderr[-300:]))
     assert not left, left
+
+
+# -- --continue with an edit of the user's to a file a later patch changes ------------------------------------------
+
+
+def test_continue_keeps_an_edit_of_the_users_to_a_file_the_next_patch_changes(sglpatch, checkout, patches, tmp_path):
+    """While the rebase waits at patch 1, the user resolves it (`git add`) and, beside it, edits
+    `global_config.py`, which patch 2 changes (a debugging line, not staged), then runs `--continue`. Before: git's
+    cherry-pick of patch 2 refused ("Your local changes ... would be overwritten by merge"), having written nothing,
+    and the rebase took that pick back with `git reset --hard`: the edit was gone, the stop saying "git could not
+    commit 0002 (Your local changes to the following files would be overwritten by merge:)", exit 1; an `--abort`
+    then said "as it was". Now a pick that wrote nothing is not taken back: the rebase stops at patch 2 naming the
+    file, the edit as the user left it, `--abort` refuses it (it is not patch 2's: that pick was never made), and
+    once the user puts it aside `--continue` finishes."""
+    git = stopped_at_a_conflict(sglpatch, checkout, patches, tmp_path / "report")
+    git.run("checkout", "--theirs", "--", BACKEND)  # the patch's side of the conflict
+    git.run("add", BACKEND)
+    mine = checkout / SECOND
+    mine.write_text(mine.read_text() + "print('my debugging line')\n")
+    edited = mine.read_bytes()
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--continue")
+    assert mine.read_bytes() == edited
+    assert code == 1 and "stopped at 0002-" in err and SECOND in err, (out, err)
+    waiting = tree_state(checkout)
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--abort")
+    assert code == 2 and err.count("\n") == 1 and SECOND in err, (out, err)
+    assert tree_state(checkout) == waiting
+    saved = git.run("diff", "--", SECOND, strip=False)
+    git.run("checkout", "HEAD", "--", SECOND)
+    code, out, err = sglpatch("rebase", "--sglang", checkout, "--continue")
+    assert code == 0 and "rebased onto newer" in out, (out, err)
+    git.run_with_input(["apply"], saved.encode())
+    assert mine.read_bytes().endswith(b"print('my debugging line')\n")

@@ -402,7 +402,12 @@ def _replay(target: Target, folder: Path, state: RebaseState, series: Series) ->
 
 
 def _undo_pick(git: Git, head: str) -> None:
+    """Take back what a pick that failed without a conflict wrote. One git refused before its merge (no
+    CHERRY_PICK_HEAD, HEAD where it was: "Your local changes ... would be overwritten", an edit of the user's made
+    while the rebase waited, to a file this patch changes) wrote nothing, and a `reset --hard` threw that edit away."""
     with write_phase():
+        if not (git.git_dir() / "CHERRY_PICK_HEAD").exists() and git.run("rev-parse", "HEAD") == head:
+            return
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
             git.run("cherry-pick", "--quit")
         with rebase_settle.orig_head_kept(git):
@@ -685,7 +690,8 @@ def _refuse_changes_beside_the_stop(git: Git, state: RebaseState, option: str, g
     if stopped is None or not state.begun:
         return
     ours = set(stopped.files)
-    if state.patches and state.commits and stopped.patch in state.patches:
+    # a stop on an error took its pick back (or made none): a change to that patch's files is the user's too
+    if state.patches and state.commits and stopped.patch in state.patches and stopped.kind != StopKind.ERROR:
         picked = state.commits[state.patches.index(stopped.patch)]
         ours |= set(git.paths("diff-tree", "-r", "--name-only", "--no-commit-id", picked))
     changed = git.paths("diff", "--name-only", "--no-renames", "HEAD")
