@@ -162,6 +162,25 @@ def set_verbose(on: bool) -> None:
         os.environ[VERBOSE_VARIABLE] = "1"
 
 
+# Who the toolkit names as a commit's author and committer (a patch's From, the user's identity as `git var` gives
+# it): handed to git as UTF-8, as git keeps names. Python writes the environment in the locale's encoding: under
+# `tr_TR.ISO-8859-9` a patch by `Şükrü` was committed (and a rebase wrote the series again) as `Þükrü` (git takes
+# bytes that are not UTF-8 for Latin-1), and under any such locale a name past its charset (`Łukasz` under
+# ISO-8859-1) failed apply, rebase and pr with a Python traceback.
+_IDENTITY_VARS = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
+
+
+def _environment_bytes(extra: dict[str, str]) -> dict[bytes, bytes]:
+    """`clean_environment(extra)` as git gets it: the user's variables as they came (os.fsencode gives their bytes
+    back), the identities the toolkit names in UTF-8 (surrogateescape: bytes git printed are given back as they were).
+    """
+    named = {key for key in _IDENTITY_VARS if key in extra}
+    return {
+        os.fsencode(key): value.encode("utf-8", "surrogateescape") if key in named else os.fsencode(value)
+        for key, value in clean_environment(extra).items()
+    }
+
+
 def clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _REDIRECTING_VARS + _RESHAPING_VARS}
     env["GIT_TERMINAL_PROMPT"] = "0"
@@ -205,7 +224,7 @@ class Git:
             result = subprocess.run(
                 ["git", *_NO_AUTO_GC, *_NO_MONITOR, *_NO_SIGNATURES, *_UTF8_MESSAGES, *self.options, *args],
                 cwd=self.workdir,
-                env=clean_environment(self.env),
+                env=_environment_bytes(self.env),
                 input=feed,
                 stdin=None if feed is not None else (stdin or subprocess.DEVNULL),
                 capture_output=True,

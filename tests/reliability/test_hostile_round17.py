@@ -1,15 +1,19 @@
 """The hostile trial of round 17: what round 16 left untried (a rebase that stops again after a `--drop`, its
-`--drop` cut inside its git) and an edit of the user's beside a resolution at `--continue` (docs/reliability.md,
-round 17).
+`--drop` cut inside its git; the toolkit's commits under a locale that is not UTF-8) and an edit of the user's
+beside a resolution at `--continue` (docs/reliability.md, round 17).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+
+import pytest
 
 from sglpatch.git import Git
-from testing import git_cut
+from testing import git_cut, sglang_trees
 from testing.sglang_trees import BACKEND, SECOND, make_series, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
@@ -176,3 +180,63 @@ def test_continue_keeps_an_edit_of_the_users_to_a_file_the_next_patch_changes(sg
     assert code == 0 and "rebased onto newer" in out, (out, err)
     git.run_with_input(["apply"], saved.encode())
     assert mine.read_bytes().endswith(b"print('my debugging line')\n")
+
+
+# -- names past ASCII under a locale that is not UTF-8 -----------------------------------------------------------
+
+
+def _locale(tmp_path, name: str, charmap: str) -> dict[str, str]:
+    """The environment of a shell under locale `name` (made with localedef into a folder of the test's, as rounds
+    13 and 14 did), whose charset is `charmap`: Python writes a child's environment in it."""
+    locales = tmp_path / "locales"
+    locales.mkdir(exist_ok=True)
+    made = subprocess.run(
+        ["localedef", "-i", name.split(".")[0], "-f", charmap, str(locales / name)], capture_output=True
+    )
+    if made.returncode not in (0, 1) or not (locales / name).exists():
+        pytest.skip(f"no {name} locale can be made here: {made.stderr.decode(errors='replace')}")
+    return {"LOCPATH": str(locales), "LC_ALL": name}
+
+
+def _cli(*args, **env) -> subprocess.CompletedProcess:
+    """The CLI in a child process started under `env` (a locale is the process's from its start)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sglpatch", *map(str, args)], capture_output=True, env={**os.environ, **env}
+    )
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
+
+
+_LOCALES = [
+    ("tr_TR.ISO-8859-9", "ISO-8859-9", "Şükrü Çağlar", "[DSA] Mark the Işık metadata"),
+    ("de_DE.ISO-8859-1", "ISO-8859-1", "Łukasz Żółć 漢字", "[DSA] Mark the Łódź 漢字 metadata"),
+]
+
+
+@pytest.mark.parametrize("name, charmap, author, subject", _LOCALES, ids=["tr_TR.ISO-8859-9", "de_DE.ISO-8859-1"])
+def test_apply_and_a_rebase_under_a_locale_that_is_not_utf8_keep_the_authors_name(
+    checkout, base_repo, project_pin, tmp_path, monkeypatch, name, charmap, author, subject
+):
+    """A user whose locale is not UTF-8 (a Turkish or German machine set up with ISO-8859-9 or -1), a series whose
+    author and subject are past ASCII, apply, then a rebase onto a branch that changes no file of it. Before: the
+    toolkit handed git each patch's author in the locale's encoding (Python writes a child's environment so) and
+    git, taking bytes that are not UTF-8 for Latin-1, committed `Şükrü Çağlar` as `Þükrü Çaðlar`: the rebase wrote
+    both patches again with that From, "rebased", exit 0; a name past the locale's charset (`Łukasz` under
+    ISO-8859-1) failed apply with a Python traceback (UnicodeEncodeError). Now the names go to git in UTF-8: the
+    commits hold the patches' names, the series the same bytes."""
+    locale = _locale(tmp_path, name, charmap)
+    monkeypatch.setitem(sglang_trees.TESTER_IDENTITY, "GIT_AUTHOR_NAME", author)
+    message = f"{subject}\n\nWhy: a naïve test.\n\nUpstream-PR: 27166\n"
+    edits = [(BACKEND, "class DSAIndexerMetadata", "# café\nclass DSAIndexerMetadata")]
+    patches = make_series(base_repo, tmp_path / "dev", tmp_path / "patches", project_pin, [(message, edits)])
+    written = _files(patches)
+    upstream_branches(checkout, quiet=True)
+    done = _cli("apply", "--sglang", checkout, "--patches", patches, **locale)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]
+    assert Git(checkout).run("log", "-1", "--format=%an") == author
+    args = ("--report-dir", tmp_path / "report", "--onto", "quiet", "--release", "0.5.14")
+    done = _cli("rebase", "--sglang", checkout, "--patches", patches, *args, **locale)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]
+    assert _files(patches) == written
