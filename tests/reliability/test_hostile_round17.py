@@ -1,6 +1,6 @@
 """The hostile trial of round 17: what round 16 left untried (a rebase that stops again after a `--drop`, its
-`--drop` cut inside its git; the toolkit's commits under a locale that is not UTF-8) and an edit of the user's
-beside a resolution at `--continue` (docs/reliability.md, round 17).
+`--drop` cut inside its git; the toolkit's commits and `pr` under a locale that is not UTF-8) and an edit of the
+user's beside a resolution at `--continue` (docs/reliability.md, round 17).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from sglpatch.git import Git
 from testing import git_cut, sglang_trees
+from testing.pr_series import GROUPS, pr_project  # noqa: F401  (the fixture, found by name)
 from testing.sglang_trees import BACKEND, SECOND, make_series, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
@@ -240,3 +241,71 @@ def test_apply_and_a_rebase_under_a_locale_that_is_not_utf8_keep_the_authors_nam
     done = _cli("rebase", "--sglang", checkout, "--patches", patches, *args, **locale)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]
     assert _files(patches) == written
+
+
+def _pr_series_past_ascii(base_repo, project_pin, tmp_path, monkeypatch, author):
+    """testing/pr_series.py's two groups, by `author`, the first patch's subject and body and the first group's
+    title and note past ASCII (pr-groups.json in UTF-8, as an editor writes it)."""
+    monkeypatch.setitem(sglang_trees.TESTER_IDENTITY, "GIT_AUTHOR_NAME", author)
+    first = (
+        "[DSA] Add a verbosity default for Zoë 漢字\n\nWhy: the first group needs a café change (Łódź).\n\n"
+        "What: one constant.\n\nDrop when: never.\n\nUpstream-PR: 27166\nPatch-Group: base-group\n"
+        "Drop-When: never\nTests: tests/toolkit/test_pr.py\n"
+    )
+    second = (
+        "[Spec] Use the verbosity default\n\nWhy: builds on the first group.\n\nWhat: reads the constant.\n\n"
+        "Drop when: never.\n\nUpstream-PR: 29787\nPatch-Group: stacked-group\nDrop-When: never\n"
+    )
+    patches = make_series(
+        base_repo,
+        tmp_path / "dev",
+        tmp_path / "series",
+        project_pin,
+        [
+            (first, [(SECOND, "class GlobalConfig:", "VERBOSE_DEFAULT = 0\n\n\nclass GlobalConfig:")]),
+            (second, [(SECOND, "self.verbosity = 0", "self.verbosity = VERBOSE_DEFAULT")]),
+        ],
+    )
+    groups = json.loads(json.dumps(GROUPS))
+    groups["groups"][0]["title"] = "[DSA] First group, by Zoë Ångström and Łukasz 漢字"
+    groups["groups"][0]["prior_art"][0]["note"] = "the change Łukasz Żółć made (漢字)"
+    (patches / "pr-groups.json").write_text(json.dumps(groups, ensure_ascii=False), encoding="utf-8")
+    return patches
+
+
+def _pr_made(checkout, out) -> tuple[dict, dict]:
+    """Every commit of pr's branches, raw, and every body it wrote."""
+    git = Git(checkout)
+    branches = git.run("for-each-ref", "--format=%(refname)", "refs/heads/sglpatch-pr/").split()
+    commits = {
+        b: [git.run_bytes("cat-file", "commit", c) for c in git.run("rev-list", f"v0.5.14..{b}").split()]
+        for b in branches
+    }
+    return commits, _files(out)
+
+
+@pytest.mark.usefixtures("pr_project")
+@pytest.mark.parametrize("author", ["Łukasz Żółć 漢字", "Ada Patchwright"], ids=["past-latin-1", "ascii"])
+def test_pr_under_a_latin1_locale_writes_the_branches_and_bodies_as_under_utf8(
+    checkout, base_repo, project_pin, tmp_path, monkeypatch, author
+):
+    """`pr --out` (a dry run) under `de_DE.ISO-8859-1`, a series by `author` whose first subject and body are past
+    ASCII, and a pr-groups.json whose first title and prior-art note are too, compared with the same run under
+    C.UTF-8. Before: with the author past Latin-1 pr failed with a Python traceback (UnicodeEncodeError, building
+    the branches); with an ASCII author it went through, but pr-groups.json was read in the locale's encoding: the
+    bodies said `Ã…ngstrÃ¶m` (the stacked group's line naming the group it depends on) and `Å\\x81ukasz` (the prior
+    art). Now the branches' commits and the bodies are the same bytes as under UTF-8."""
+    patches = _pr_series_past_ascii(base_repo, project_pin, tmp_path, monkeypatch, author)
+    saved = tmp_path / "saved"
+    subprocess.run(["cp", "-a", str(checkout), str(saved)], check=True)
+    fixed = {"GIT_COMMITTER_DATE": "2026-07-02T12:00:00+00:00", "SGLPATCH_PROJECT": str(tmp_path / "project")}
+    made = []
+    for locale in ({"LC_ALL": "C.UTF-8"}, _locale(tmp_path, "de_DE.ISO-8859-1", "ISO-8859-1")):
+        subprocess.run(["rm", "-rf", str(checkout)], check=True)
+        subprocess.run(["cp", "-a", str(saved), str(checkout)], check=True)
+        out = tmp_path / f"bodies-{locale['LC_ALL']}"
+        done = _cli("pr", "--sglang", checkout, "--patches", patches, "--out", out, **fixed, **locale)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]
+        made.append(_pr_made(checkout, out))
+    assert "Łukasz Żółć made (漢字)" in made[0][1]["base-group.md"].decode()
+    assert made[1] == made[0]

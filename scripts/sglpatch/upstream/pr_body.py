@@ -475,7 +475,7 @@ def scrub(text: str, project: Path) -> str:
 
 def _load_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FatalError(f"{path} is missing (named in patches/pr-groups.json)") from None
     except ValueError as exc:

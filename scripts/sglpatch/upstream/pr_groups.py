@@ -46,7 +46,7 @@ def _held(raw: dict, path) -> str | None:
 def load_groups(series: Series) -> dict:
     path = series.directory / GROUPS_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         upstream = data["upstream"]
         raw_groups = data["groups"]
     except FileNotFoundError:
