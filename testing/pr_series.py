@@ -36,9 +36,20 @@ GROUPS = {
 }
 
 
-def pr_series(base_repo, tmp_path, pin, name, first_line="VERBOSE_DEFAULT = 0", extra_import="") -> Path:
+def pr_series(
+    base_repo,
+    tmp_path,
+    pin,
+    name,
+    first_line="VERBOSE_DEFAULT = 0",
+    extra_import="",
+    subject="[DSA] Add a verbosity default",
+    why="the first group needs a change.",
+    groups: dict = GROUPS,
+) -> Path:
+    """Two patches in two PR groups (GROUPS, written as UTF-8 the way an editor writes it)."""
     first = (
-        "[DSA] Add a verbosity default\n\nWhy: the first group needs a change.\n\nWhat: one constant.\n\n"
+        f"{subject}\n\nWhy: {why}\n\nWhat: one constant.\n\n"
         "Drop when: never.\n\nUpstream-PR: 27166\nPatch-Group: base-group\n"
         "Drop-When: never\nTests: tests/toolkit/test_pr.py\n"
     )
@@ -56,7 +67,7 @@ def pr_series(base_repo, tmp_path, pin, name, first_line="VERBOSE_DEFAULT = 0", 
             (second, [(SECOND, "self.verbosity = 0", "self.verbosity = VERBOSE_DEFAULT")]),
         ],
     )
-    (patches / "pr-groups.json").write_text(json.dumps(GROUPS))
+    (patches / "pr-groups.json").write_text(json.dumps(groups, ensure_ascii=False), encoding="utf-8")
     return patches
 
 

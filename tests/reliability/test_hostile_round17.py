@@ -14,7 +14,7 @@ import pytest
 
 from sglpatch.git import Git
 from testing import git_cut, sglang_trees
-from testing.pr_series import GROUPS, pr_project  # noqa: F401  (the fixture, found by name)
+from testing.pr_series import GROUPS, pr_project, pr_series  # noqa: F401  (the fixture, found by name)
 from testing.sglang_trees import BACKEND, SECOND, make_series, stopped_at_a_conflict, upstream_branches
 from testing.tree_bytes import tree_state
 
@@ -247,30 +247,18 @@ def _pr_series_past_ascii(base_repo, project_pin, tmp_path, monkeypatch, author)
     """testing/pr_series.py's two groups, by `author`, the first patch's subject and body and the first group's
     title and note past ASCII (pr-groups.json in UTF-8, as an editor writes it)."""
     monkeypatch.setitem(sglang_trees.TESTER_IDENTITY, "GIT_AUTHOR_NAME", author)
-    first = (
-        "[DSA] Add a verbosity default for Zoë 漢字\n\nWhy: the first group needs a café change (Łódź).\n\n"
-        "What: one constant.\n\nDrop when: never.\n\nUpstream-PR: 27166\nPatch-Group: base-group\n"
-        "Drop-When: never\nTests: tests/toolkit/test_pr.py\n"
-    )
-    second = (
-        "[Spec] Use the verbosity default\n\nWhy: builds on the first group.\n\nWhat: reads the constant.\n\n"
-        "Drop when: never.\n\nUpstream-PR: 29787\nPatch-Group: stacked-group\nDrop-When: never\n"
-    )
-    patches = make_series(
-        base_repo,
-        tmp_path / "dev",
-        tmp_path / "series",
-        project_pin,
-        [
-            (first, [(SECOND, "class GlobalConfig:", "VERBOSE_DEFAULT = 0\n\n\nclass GlobalConfig:")]),
-            (second, [(SECOND, "self.verbosity = 0", "self.verbosity = VERBOSE_DEFAULT")]),
-        ],
-    )
     groups = json.loads(json.dumps(GROUPS))
     groups["groups"][0]["title"] = "[DSA] First group, by Zoë Ångström and Łukasz 漢字"
     groups["groups"][0]["prior_art"][0]["note"] = "the change Łukasz Żółć made (漢字)"
-    (patches / "pr-groups.json").write_text(json.dumps(groups, ensure_ascii=False), encoding="utf-8")
-    return patches
+    return pr_series(
+        base_repo,
+        tmp_path,
+        project_pin,
+        "series",
+        subject="[DSA] Add a verbosity default for Zoë 漢字",
+        why="the first group needs a café change (Łódź).",
+        groups=groups,
+    )
 
 
 def _pr_made(checkout, out) -> tuple[dict, dict]:
