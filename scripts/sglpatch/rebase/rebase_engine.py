@@ -480,7 +480,7 @@ def resume(target: Target, folder: Path, state: RebaseState | None) -> int:
             state.resolved_by_hand = state.resolved_by_hand or stopped.kind == StopKind.CHECK
             with write_phase():
                 save(folder, state)
-            if stopped.kind == StopKind.CHECK or stopped.recheck:
+            if stopped.recorded:
                 _check_prefix(git, folder, state, stopped.patch)
         else:
             _commit_resolution(git, folder, state, stopped)
@@ -588,7 +588,6 @@ def _number(state: RebaseState) -> int:
 def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Stop) -> None:
     """Undo what the rebase did for the patch it stopped at (a conflicted pick, or its recorded commit), back
     to the commit it went onto, and record it as left out. Safe to run again after a kill."""
-    recorded = stopped.kind == StopKind.CHECK or stopped.recheck
     before = _dropped_back_to(git, stopped)
     with write_phase():
         if (git.git_dir() / "CHERRY_PICK_HEAD").exists():
@@ -597,7 +596,7 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
         # as when the --drop began: a run of it killed inside its git may have left ORIG_HEAD as the reset wrote it
         rebase_settle.put_back_orig_head(git, state.orig_head)
         fault_point(f"rebase: {stopped.patch} taken out")
-    if recorded:
+    if stopped.recorded:
         state.outcomes = [o for o in state.outcomes if o.patch != stopped.patch]
         state.next = state.patches.index(stopped.patch)
     state.dropped = state.dropped + [stopped.patch] if stopped.patch not in state.dropped else state.dropped
@@ -608,8 +607,11 @@ def _drop_stopped_patch(git: Git, folder: Path, state: RebaseState, stopped: Sto
 
 def _dropped_back_to(git: Git, stopped: Stop) -> str:
     """The commit a --drop of the stopped patch resets to: the one that patch went onto."""
-    recorded = stopped.kind == StopKind.CHECK or stopped.recheck
-    return git.run("rev-parse", f"{stopped.head}~1") if stopped.kind == StopKind.ERROR and recorded else stopped.head
+    return (
+        git.run("rev-parse", f"{stopped.head}~1")
+        if stopped.kind == StopKind.ERROR and stopped.recorded
+        else stopped.head
+    )
 
 
 def _refuse_moved_since_stop(git: Git, state: RebaseState, stopped: Stop) -> None:

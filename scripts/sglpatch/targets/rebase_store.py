@@ -78,6 +78,11 @@ class Stop:
             return {"patch": self.patch, "error": self.problem, "head": self.head, "recheck": self.recheck}
         return {"patch": self.patch, "files": self.files, "upstream": self.upstream, "head": self.head}
 
+    @property
+    def recorded(self) -> bool:
+        """Its patch's commit is made and recorded: a stop on the patch's check, or an error after the record."""
+        return self.kind == StopKind.CHECK or self.recheck
+
     def describe(self) -> str:
         why = "conflict" if self.kind == StopKind.CONFLICT else f"{self.kind}: {self.problem}"
         return f"a rebase is stopped at {self.patch} ({why})"
