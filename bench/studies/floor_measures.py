@@ -24,12 +24,12 @@ import math
 import random
 import statistics
 import sys
-import tarfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
 from bench.engine.precision import HALF_WIDTH, ratio_interval, t_975  # noqa: E402
+from bench.studies import host_modes  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
 TIME, RATE = "time", "rate"
@@ -43,18 +43,6 @@ def archive_beside(engine_json: Path) -> Path:
     return engine_json.with_name(engine_json.name.removesuffix(".json") + "_engines.tar.gz")
 
 
-def read_verify(archive: Path) -> dict[str, list[dict]]:
-    """Engine label -> its probe's verify records, from the call's engine archive."""
-    out: dict[str, list[dict]] = {}
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            path = PurePosixPath(member.name)
-            if path.name == "verify.jsonl" and path.parent.name.startswith("probe-"):
-                text = tar.extractfile(member).read().decode()
-                out[path.parent.name.split("-", 2)[2]] = [json.loads(line) for line in text.splitlines() if line]
-    return out
-
-
 def host_runs(row: dict, label: str) -> list[dict]:
     return row.get("host_runs_pristine_b") if label == "pristine_b" else row[label]["host_runs"]
 
@@ -65,7 +53,7 @@ def load(engine_json: Path, batch_size: int | None = None, skip: int | None = No
     doc = json.loads(engine_json.read_text())
     row = next(r for r in doc["rows"] if batch_size is None or r["batch_size"] == batch_size)
     skip = doc["meta"].get("skip_steps", 2) if skip is None else skip
-    verify = read_verify(archive_beside(engine_json))
+    verify = host_modes.read_probe_records(archive_beside(engine_json), "verify.jsonl")
     bs = row["batch_size"]
     runs = {}
     for label in LABELS:

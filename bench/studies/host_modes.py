@@ -62,11 +62,17 @@ DRIVER_MATCH = 0.05
 
 def read_steps(archive: str) -> dict[str, list[dict]]:
     """Engine label -> its probe's step records, from a run's engine logs archive."""
+    return read_probe_records(archive, "steps.jsonl")
+
+
+def read_probe_records(archive: str | Path, name: str) -> dict[str, list[dict]]:
+    """Engine label -> the records of its probe's file `name` (steps.jsonl, verify.jsonl), from a run's engine
+    logs archive."""
     out: dict[str, list[dict]] = {}
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             path = PurePosixPath(member.name)
-            if path.name != "steps.jsonl" or not path.parent.name.startswith("probe-"):
+            if path.name != name or not path.parent.name.startswith("probe-"):
                 continue
             label = path.parent.name.split("-", 2)[2]
             text = tar.extractfile(member).read().decode()
