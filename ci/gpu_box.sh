@@ -111,7 +111,7 @@ unpack_bundle() {
 
 # use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under JIT_ROOT/jit
 # (SGLPATCH_JIT_ROOT, default /tmp/sglpatch-jit), restored from BUNDLE/jit-cache.tar.gz when an earlier
-# run saved one. JIT_ROOT is not under WORK, which every run rebuilds: a second call on a box still
+# run saved one (or from jit-cache.tar.xz, the same recompressed to fit the 64 MiB a call carries). JIT_ROOT is not under WORK, which every run rebuilds: a second call on a box still
 # warm finds the kernels the first one compiled, whether or not they were carried. Sets JIT and JIT_ROOT.
 use_bundle_env() {
   local bundle="$1" work="$2"
@@ -131,6 +131,8 @@ use_bundle_env() {
   use_deep_gemm "$bundle" || exit $?
   if [ -f "$bundle/jit-cache.tar.gz" ]; then
     tar -xzf "$bundle/jit-cache.tar.gz" -C "$JIT_ROOT" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
+  elif [ -f "$bundle/jit-cache.tar.xz" ]; then  # a saved cache recompressed (xz -9e: 11 MB of gzip in 3 MB)
+    tar -xJf "$bundle/jit-cache.tar.xz" -C "$JIT_ROOT" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
   elif ls "$bundle"/jit-cache.tar.gz.part-* >/dev/null 2>&1; then
     cat "$bundle"/jit-cache.tar.gz.part-* | tar -xz -C "$JIT_ROOT" && say "restored JIT caches ($(du -sh "$JIT" | cut -f1))"
   else

@@ -510,17 +510,18 @@ def test_the_series_test_in_sglangs_tree_runs_against_the_patched_tree(tmp_path)
     assert "1 passed" in run.stdout
 
 
-def test_jit_caches_outlive_the_work_folder_and_are_saved_from_where_they_live(tmp_path):
+@pytest.mark.parametrize("saved", ["jit-cache.tar.gz", "jit-cache.tar.xz"])
+def test_jit_caches_outlive_the_work_folder_and_are_saved_from_where_they_live(tmp_path, saved):
     """The JIT caches sit outside WORK (which make_line_trees wipes on every run), so a second call on a
-    box still warm finds what the first compiled; a bundle's saved cache is restored there, and
-    save_jit_cache packs that folder."""
+    box still warm finds what the first compiled; a bundle's saved cache is restored there, as saved or
+    recompressed with xz, and save_jit_cache packs that folder."""
     import io
     import tarfile
 
     bundle, work, root, out = tmp_path / "bundle", tmp_path / "work", tmp_path / "jit-root", tmp_path / "out"
     bundle.mkdir()
     out.mkdir()
-    with tarfile.open(bundle / "jit-cache.tar.gz", "w:gz") as archive:
+    with tarfile.open(bundle / saved, "w:" + saved.rsplit(".", 1)[1]) as archive:
         info = tarfile.TarInfo("jit/deep_gemm/kernel.cubin")
         info.size = 3
         archive.addfile(info, io.BytesIO(b"abc"))
@@ -533,7 +534,8 @@ def test_jit_caches_outlive_the_work_folder_and_are_saved_from_where_they_live(t
     assert first.returncode == 0, first.stderr
     assert first.stdout.split()[-2:] == [f"{root}/jit", f"{root}/jit/sglang-jit"]
     # the next call: WORK rebuilt, no cache carried; what was compiled is still there, and is saved
-    (bundle / "jit-cache.tar.gz").unlink()
+    assert "restored JIT caches" in first.stdout
+    (bundle / saved).unlink()
     second = _box(tmp_path, f"{env}; rm -rf {work}; use_bundle_env {bundle} {work}; save_jit_cache {out}")
     assert second.returncode == 0, second.stderr
     assert "already on this box" in second.stdout
