@@ -33,17 +33,28 @@ def ratio_interval(first: list[float | None], second: list[float | None]) -> dic
     a, b = [v for v in first if v], [v for v in second if v]
     if len(a) < 2 or len(b) < 2:
         return None
-    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
-    cv_a, cv_b = statistics.stdev(a) / mean_a, statistics.stdev(b) / mean_b
-    var_a, var_b = cv_a**2 / len(a), cv_b**2 / len(b)  # of the log of each mean
+    return ratio_interval_of_moments(moments(a), moments(b))
+
+
+def moments(values: list[float]) -> tuple[int, float, float]:
+    """The runs, their mean and their standard deviation: all ratio_interval reads of a side."""
+    return len(values), statistics.fmean(values), statistics.stdev(values)
+
+
+def ratio_interval_of_moments(first: tuple[int, float, float], second: tuple[int, float, float]) -> dict:
+    """ratio_interval from each side's moments, for a side whose runs are kept only as their mean and spread
+    (a second pristine process's TPOT in a row) or for runs of several calls taken together."""
+    (n_a, mean_a, sd_a), (n_b, mean_b, sd_b) = first, second
+    cv_a, cv_b = sd_a / mean_a, sd_b / mean_b
+    var_a, var_b = cv_a**2 / n_a, cv_b**2 / n_b  # of the log of each mean
     se = math.sqrt(var_a + var_b)
-    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1)) if se else math.inf
+    df = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1)) if se else math.inf
     ratio = mean_a / mean_b
     spread = math.sqrt((cv_a**2 + cv_b**2) / 2)
     return {
         "ratio": ratio,
         "ci95": [ratio * math.exp(-t_975(df) * se), ratio * math.exp(t_975(df) * se)],
-        "runs": [len(a), len(b)],
+        "runs": [n_a, n_b],
         "run_cv": [cv_a, cv_b],
         "runs_for_3pct": math.ceil(2 * (Z_975 * spread / math.log1p(HALF_WIDTH)) ** 2),
     }
