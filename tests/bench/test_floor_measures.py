@@ -5,13 +5,9 @@ as made."""
 
 from __future__ import annotations
 
-import io
-import json
-import math
 import random
 import statistics
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,60 +15,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.studies import floor_measures  # noqa: E402
+from testing.probe_archives import FLOOR_ROUNDS, FLOOR_STEPS, floor_call  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
-ROUNDS, STEPS, SKIP = 24, 17, 2
-
-
-def _call(tmp_path: Path, step_ms: dict[str, float], row_step_off: float = 1.0) -> Path:
-    """A floor call: every run starts, streams its first token 0.15 s later, begins its first verify forward
-    0.1 s after that and one every ``step_ms`` x the run's speed (drawn per run), ends 0.04 s after its last."""
-    rng = random.Random(3)
-    verify: dict[str, list[dict]] = {label: [] for label in LABELS}
-    host: dict[str, list[dict]] = {label: [] for label in LABELS}
-    intervals: dict[str, list[float]] = {label: [] for label in LABELS}
-    t = 1000.0
-    for _ in range(ROUNDS):
-        for label in LABELS:
-            gap = step_ms[label] * math.exp(rng.gauss(0.0, 0.1)) / 1000.0
-            first = t + 0.25
-            starts = [first + k * gap for k in range(STEPS)]
-            verify[label] += [{"t": s, "batch_size": 32, "profiled": False} for s in starts]
-            end = starts[-1] + 0.04
-            host[label].append(
-                {"window": [t, end], "prompt_s": 0.02, "first_token_s": 0.15, "step_cpus": [len(host[label]) % 3]}
-            )
-            intervals[label].append(gap * 1000.0)
-            t = end + 0.2
-    row = {
-        "batch_size": 32,
-        "ctx": 65536,
-        "next_n": 4,
-        "new_tokens": 48,
-        "window_s": 0.2,
-        "aa_noise_processes": {"tokens_per_s_window": 1.0},
-        "host_runs_pristine_b": host["pristine_b"],
-    }
-    for label in ("pristine", "patched"):
-        row[label] = {
-            "host_runs": host[label],
-            "step_interval_ms_runs": [v * row_step_off for v in intervals[label]],
-            "tpot_ms_runs": [v / 3.0 for v in intervals[label]],
-            "tokens_per_s_window": 1000.0,
-        }
-    path = tmp_path / "call.json"
-    path.write_text(json.dumps({"meta": {"skip_steps": SKIP}, "rows": [row]}))
-    with tarfile.open(tmp_path / "call_engines.tar.gz", "w:gz") as tar:
-        for label, records in verify.items():
-            data = "\n".join(json.dumps(r) for r in records).encode()
-            info = tarfile.TarInfo(f"./probe-n4-{label}/verify.jsonl")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
+ROUNDS, STEPS = FLOOR_ROUNDS, FLOOR_STEPS
 
 
 def test_floors_hold_one_the_ab_is_the_speed_and_every_run_is_checked_against_the_row(tmp_path):
-    call = floor_measures.load(_call(tmp_path, {"pristine": 16.0, "pristine_b": 16.0, "patched": 8.0}))
+    call = floor_measures.load(floor_call(tmp_path, {"pristine": 16.0, "pristine_b": 16.0, "patched": 8.0}))
     assert {label: len(runs) for label, runs in call["runs"].items()} == dict.fromkeys(LABELS, ROUNDS)
     assert call["against_row"]["pristine"] == {"runs": ROUNDS, "differ": 0, "most": pytest.approx(0.0, abs=1e-9)}
     rng = random.Random(0)
@@ -93,11 +43,11 @@ def test_floors_hold_one_the_ab_is_the_speed_and_every_run_is_checked_against_th
 
 def test_a_row_whose_runs_are_not_these_is_refused(tmp_path):
     with pytest.raises(LookupError):
-        floor_measures.load(_call(tmp_path, {"pristine": 16.0, "pristine_b": 16.0, "patched": 8.0}, 1.1))
+        floor_measures.load(floor_call(tmp_path, {"pristine": 16.0, "pristine_b": 16.0, "patched": 8.0}, 1.1))
 
 
 def test_the_old_windows_count_and_a_runs_pieces_of_time(tmp_path):
-    call = floor_measures.load(_call(tmp_path, {"pristine": 20.0, "pristine_b": 20.0, "patched": 10.0}))
+    call = floor_measures.load(floor_call(tmp_path, {"pristine": 20.0, "pristine_b": 20.0, "patched": 10.0}))
     old = floor_measures.old_window(call)["pristine"]
     # from the first token the batch's first verify forward is 0.1 s away; 0.2 s holds about 5 at 20 ms
     assert old["first_token_to_first_verify_s"]["median"] == pytest.approx(0.1)
