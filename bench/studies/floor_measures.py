@@ -7,13 +7,14 @@ against the row's own ``step_interval_ms_runs``.
 
     python bench/studies/floor_measures.py docs/results/engine_h200_floor64k_same_layout.json
 
-Each floor is the two pristine processes' ratio, as the row gives it: a time's is the first process's over the
-second's, a rate's the second's over the first's, so that above 1 the first is the slower either way; each A/B is
-pristine over patched for a time, patched over pristine for a rate. Intervals are 95%: the ratio of run means
-(bench/engine/precision.py, runs independent), the rounds' paired log ratios (a t interval; the two processes' runs
-of one round side by side), or a bootstrap that draws each process's runs again with replacement (for pooled
-percentiles and rates). "Runs for +-3%" is the runs a side at which that interval's half-width would be 3%, at the
-spread the call showed.
+Each floor is the two pristine processes' ratio (pristine and pristine_b; in a call made with ``ci/run_engine_gpu.sh
+--aa-only``, pristine and the engine labelled patched, which ran the pristine tree, and no A/B), as the row gives it:
+a time's is the first process's over the second's, a rate's the second's over the first's, so that above 1 the first
+is the slower either way; each A/B is pristine over patched for a time, patched over pristine for a rate. Intervals
+are 95%: the ratio of run means (bench/engine/precision.py, runs independent), the rounds' paired log ratios (a t
+interval; the two processes' runs of one round side by side), or a bootstrap that draws each process's runs again
+with replacement (for pooled percentiles and rates). "Runs for +-3%" is the runs a side at which that interval's
+half-width would be 3%, at the spread the call showed. bench/studies/floor_pool.py pools several calls' floors.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
-from bench.engine.precision import HALF_WIDTH, ratio_interval, t_975  # noqa: E402
+from bench.engine.precision import HALF_WIDTH, Z_975, ratio_interval, t_975  # noqa: E402
 from bench.studies import host_modes  # noqa: E402
 
 LABELS = ("pristine", "pristine_b", "patched")
@@ -56,7 +57,7 @@ def load(engine_json: Path, batch_size: int | None = None, skip: int | None = No
     verify = host_modes.read_probe_records(archive_beside(engine_json), "verify.jsonl")
     bs = row["batch_size"]
     runs = {}
-    for label in LABELS:
+    for label in (lab for lab in LABELS if lab != "pristine_b" or row.get("host_runs_pristine_b")):
         records = sorted(r["t"] for r in verify.get(label, []) if r["batch_size"] == bs)
         runs[label] = [
             {
@@ -72,6 +73,17 @@ def load(engine_json: Path, batch_size: int | None = None, skip: int | None = No
     call = {"name": engine_json.name, "row": row, "runs": runs, "skip": skip, "meta": doc["meta"]}
     call["against_row"] = check_against_row(call)
     return call
+
+
+def aa_pair(call: dict) -> tuple[str, str]:
+    """The call's two pristine processes: pristine and pristine_b where the row has a second pristine's runs, else
+    pristine and patched where the engine labelled patched ran the pristine tree (an --aa-only call); LookupError
+    where the call has neither."""
+    if "pristine_b" in call["runs"]:
+        return "pristine", "pristine_b"
+    if call["meta"].get("patched_is_pristine"):
+        return "pristine", "patched"
+    raise LookupError(f"{call['name']}: no two pristine processes (no host_runs_pristine_b, not patched_is_pristine)")
 
 
 def step_interval_ms(run: dict, skip: int) -> float | None:
@@ -168,8 +180,14 @@ def oriented(first: list, second: list, kind: str) -> tuple[list, list]:
 
 
 def of_means(first: list, second: list, kind: str) -> dict | None:
-    found = ratio_interval(*oriented(first, second, kind))
-    return found and {**found, "how": "ratio of run means"}
+    return means_interval(ratio_interval(*oriented(first, second, kind)))
+
+
+def means_interval(found: dict | None) -> dict | None:
+    """A ratio_interval as a measure: how it was made and the standard error of its log (each side's mean's, from
+    its runs' spread), which weighs it against other calls' (bench/studies/floor_pool.py)."""
+    se = math.sqrt(sum(cv**2 / n for cv, n in zip(found["run_cv"], found["runs"], strict=True))) if found else None
+    return found and {**found, "how": "ratio of run means", "se_log": se}
 
 
 def paired(first: list, second: list, kind: str) -> dict | None:
@@ -178,19 +196,22 @@ def paired(first: list, second: list, kind: str) -> dict | None:
     d = [math.log(x / y) for x, y in zip(a, b, strict=True) if x and y]
     if len(d) < 3:
         return None
-    mean, half = statistics.fmean(d), t_975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    mean, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+    half = t_975(len(d) - 1) * se
     return {
         "ratio": math.exp(mean),
         "ci95": [math.exp(mean - half), math.exp(mean + half)],
         "runs": [len(d), len(d)],
         "runs_for_3pct": runs_for_3pct(len(d), half),
         "how": "paired by round",
+        "se_log": se,
     }
 
 
 def boot(first: list, second: list, stat, kind: str, boots: int, rng: random.Random, how: str) -> dict:
     """stat over each side's runs, their ratio (oriented as the row's), and the 95% percentile interval from
-    drawing each side's runs again with replacement."""
+    drawing each side's runs again with replacement; the standard error of its log read from that interval as a
+    normal one's."""
 
     def ratio(x, y):
         a, b = oriented(stat(x), stat(y), kind)
@@ -205,6 +226,7 @@ def boot(first: list, second: list, stat, kind: str, boots: int, rng: random.Ran
         "runs": [len(first), len(second)],
         "runs_for_3pct": runs_for_3pct(min(len(first), len(second)), math.log(high / low) / 2),
         "how": how,
+        "se_log": math.log(high / low) / (2 * Z_975),
     }
 
 
@@ -230,7 +252,11 @@ def measures(call: dict, first: str, second: str, boots: int, rng: random.Random
     """Every measure a user reads, for ``first`` against ``second`` (the floor: pristine, pristine_b; the A/B:
     pristine, patched), each with the intervals its record allows."""
     values = per_run(call)
-    a, b = values[first], values[second]
+    return measures_of(values[first], values[second], boots, rng)
+
+
+def measures_of(a: dict[str, list], b: dict[str, list], boots: int, rng: random.Random) -> list[dict]:
+    """measures from each side's per-run values (per_run's, of one call or of several calls' runs together)."""
     out = []
 
     def add(name: str, *found):
@@ -351,7 +377,22 @@ def _interval(m: dict, floor: bool = True) -> str:
     )
 
 
-def report(call: dict, boots: int, seed: int, setup_s: float | None) -> None:
+def print_floor(call: dict, pair: tuple[str, str], boots: int, seed: int, named: bool = False) -> None:
+    """The call's floor, its second pristine process against its first (aa_pair), a line a measure; ``named``:
+    the call's name in its heading."""
+    name = f"{call['name']}, " if named else ""
+    print(f"\n== {name}floor: {pair[1]} against {pair[0]} (95% intervals, the run as the unit) ==")
+    own = call["row"].get("aa_noise_processes") if pair[1] == "pristine_b" else None
+    if own and own.get("tpot_mean_of_runs_interval"):
+        kept = {**own["tpot_mean_of_runs_interval"], "how": "the row's own, ratio of run means"}
+        print(f"  TPOT: {_interval(kept)}")
+    for m in measures(call, *pair, boots, random.Random(seed)):
+        print(f"  {m['measure']}: {_interval(m)}")
+
+
+def report(call: dict, pair: tuple[str, str], boots: int, seed: int, setup_s: float | None) -> None:
+    """All of the above for one call, its floor ``pair`` (aa_pair); its A/B where its patched engine is not the
+    floor's second pristine process."""
     row = call["row"]
     n = len(call["runs"]["pristine"])
     print(f"== {call['name']}: {row['batch_size']} x {row['ctx']}, next_n {row['next_n']}, {n} timed runs an engine ==")
@@ -378,9 +419,10 @@ def report(call: dict, boots: int, seed: int, setup_s: float | None) -> None:
             f"inside the window {inside['median']:.0f} ({inside['p10']:.0f}-{inside['p90']:.0f}), 2 or fewer in "
             f"{w['verify_in_window_at_most_2']:.2f} of runs; tokens the median counted {tokens}"
         )
+    engines = ("two", "three")[len(call["runs"]) - 2]
     print(
-        f"\nwhere a run's time goes (s), median (p10-p90) over each engine's runs; a round of the three engines took "
-        f"{round_s(call):.3f} s start to start:"
+        f"\nwhere a run's time goes (s), median (p10-p90) over each engine's runs; a round of the {engines} engines "
+        f"took {round_s(call):.3f} s start to start:"
     )
     for label, pieces in fixed_time(call).items():
         print(f"  {label:10s} " + ", ".join(f"{k} {_s(v)}" for k, v in pieces.items()))
@@ -393,14 +435,11 @@ def report(call: dict, boots: int, seed: int, setup_s: float | None) -> None:
         "(the shortest first-to-last span of any run); the record keeps no streamed chunk times, so the row's "
         "tokens_per_s_window as now defined cannot be made again from it"
     )
-    for title, second in (("floor: pristine_b against pristine", "pristine_b"), ("A/B: patched", "patched")):
-        print(f"\n== {title} (95% intervals, the run as the unit) ==")
-        own = row.get("aa_noise_processes") if second == "pristine_b" else None
-        if own and own.get("tpot_mean_of_runs_interval"):
-            kept = {**own["tpot_mean_of_runs_interval"], "how": "the row's own, ratio of run means"}
-            print(f"  TPOT: {_interval(kept)}")
-        for m in measures(call, "pristine", second, boots, random.Random(seed)):
-            print(f"  {m['measure']}: {_interval(m, floor=second == 'pristine_b')}")
+    print_floor(call, pair, boots, seed)
+    if pair[1] != "patched":
+        print("\n== A/B: patched (95% intervals, the run as the unit) ==")
+        for m in measures(call, "pristine", "patched", boots, random.Random(seed)):
+            print(f"  {m['measure']}: {_interval(m, floor=False)}")
     if setup_s:
         print(
             f"\nthe runs a call holds: {n} rounds in {round_s(call) * n:.0f} s of runs at {round_s(call):.3f} s a "
@@ -419,10 +458,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         call = load(args.engine_json, args.batch_size)
+        pair = aa_pair(call)
     except LookupError as error:
         print(f"floor_measures: {error.args[0]}", file=sys.stderr)
         return 2
-    report(call, args.boots, args.seed, args.setup_s)
+    report(call, pair, args.boots, args.seed, args.setup_s)
     return 0
 
 
