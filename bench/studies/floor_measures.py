@@ -366,7 +366,7 @@ def _s(d: dict, digits: int = 3) -> str:
     return f"{d['median']:.{digits}f} ({d['p10']:.{digits}f}-{d['p90']:.{digits}f})"
 
 
-def _interval(m: dict, floor: bool = True) -> str:
+def interval_text(m: dict, floor: bool = True) -> str:
     """The ratio, its interval, how it was made, and its half-width; for a floor whether it lies within 3% of 1."""
     low, high = m["ci95"]
     half = math.sqrt(high / low) - 1
@@ -377,17 +377,19 @@ def _interval(m: dict, floor: bool = True) -> str:
     )
 
 
-def print_floor(call: dict, pair: tuple[str, str], boots: int, seed: int, named: bool = False) -> None:
+def print_floor(call: dict, pair: tuple[str, str], boots: int, seed: int, named: bool = False) -> list[dict]:
     """The call's floor, its second pristine process against its first (aa_pair), a line a measure; ``named``:
-    the call's name in its heading."""
+    the call's name in its heading. Returns the measures printed (the row's own TPOT interval not among them)."""
     name = f"{call['name']}, " if named else ""
     print(f"\n== {name}floor: {pair[1]} against {pair[0]} (95% intervals, the run as the unit) ==")
     own = call["row"].get("aa_noise_processes") if pair[1] == "pristine_b" else None
     if own and own.get("tpot_mean_of_runs_interval"):
         kept = {**own["tpot_mean_of_runs_interval"], "how": "the row's own, ratio of run means"}
-        print(f"  TPOT: {_interval(kept)}")
-    for m in measures(call, *pair, boots, random.Random(seed)):
-        print(f"  {m['measure']}: {_interval(m)}")
+        print(f"  TPOT: {interval_text(kept)}")
+    found = measures(call, *pair, boots, random.Random(seed))
+    for m in found:
+        print(f"  {m['measure']}: {interval_text(m)}")
+    return found
 
 
 def report(call: dict, pair: tuple[str, str], boots: int, seed: int, setup_s: float | None) -> None:
@@ -439,7 +441,7 @@ def report(call: dict, pair: tuple[str, str], boots: int, seed: int, setup_s: fl
     if pair[1] != "patched":
         print("\n== A/B: patched (95% intervals, the run as the unit) ==")
         for m in measures(call, "pristine", "patched", boots, random.Random(seed)):
-            print(f"  {m['measure']}: {_interval(m, floor=False)}")
+            print(f"  {m['measure']}: {interval_text(m, floor=False)}")
     if setup_s:
         print(
             f"\nthe runs a call holds: {n} rounds in {round_s(call) * n:.0f} s of runs at {round_s(call):.3f} s a "

@@ -72,3 +72,16 @@ def test_steps_in_a_window_are_spread_over_their_gaps():
     assert floor_measures.steps_at(starts, 0.0) == 0.0 and floor_measures.steps_at(starts, -1.0) == 0.0
     assert floor_measures.steps_at(starts, 0.04) == 3.0 and floor_measures.steps_at(starts, 0.05) == 3.0
     assert floor_measures.steps_per_s_window({"starts": starts}, 0.015) == pytest.approx(100.0)
+
+
+def test_an_aa_only_call_gives_its_floor_and_a_call_without_two_pristine_processes_is_refused(tmp_path, capsys):
+    aa = floor_call(tmp_path, {"pristine": 16.0, "patched": 16.0}, name="aa", patched_is_pristine=True)
+    assert floor_measures.main([str(aa), "--boots", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "== floor: patched against pristine" in out and "== A/B" not in out and "a round of the two engines" in out
+    assert "  TPOT: " in out  # both processes' TPOT runs are in an --aa-only call's row
+    ab = floor_call(tmp_path, {"pristine": 16.0, "patched": 8.0}, name="ab")
+    assert floor_measures.main([str(ab)]) == 2
+    assert capsys.readouterr().err == (
+        "floor_measures: ab.json: no two pristine processes (no host_runs_pristine_b, not patched_is_pristine)\n"
+    )
