@@ -98,11 +98,12 @@ def _tokens_at(chunks: list, t: float) -> float:
 
 def tokens_per_s_window_runs(runs: list[dict], window_s: float | None) -> list[float | None]:
     """Each run's output tokens per second over ``window_s`` from the start of its streaming span (every
-    request decoding; streaming_span), in run order (None for a run without one)."""
+    request decoding; streaming_span), in run order (None for a run without one, or whose span is shorter than
+    the window: rows.fixed_window_s leaves such runs out)."""
     rates: list[float | None] = []
     for run in runs:
         span = streaming_span(run)
-        if span is None or not window_s:
+        if span is None or not window_s or span[1] - span[0] < window_s:
             rates.append(None)
             continue
         chunks = [o["chunks"] for o in run["outputs"] if o.get("chunks")]

@@ -155,6 +155,30 @@ def test_step_gap_percentiles_and_tokens_per_s_over_one_wall_time():
     assert measures.tokens_per_s_window([fast, slow], 1.0) == pytest.approx(12.5)
 
 
+def test_one_run_streamed_late_sets_no_window_for_the_others():
+    """One request whose second chunk reached the client just before the others' last made that run's span 9 ms
+    in an H100 call (results/engine_h100_floor64k_aa_random_layout.json), and with it every run's window: the
+    window is now the shortest span of those at least half the median, the short run has no rate and is counted."""
+    every = 0.017
+    runs = {
+        "a": [_streamed([0.0, 0.05], decode_from=0.07, every=every) for _ in range(3)],
+        "b": [_streamed([0.0, 0.05], decode_from=0.07, every=every) for _ in range(2)],
+    }
+    late = _streamed([0.0, 0.05], decode_from=0.07, every=every)
+    late["outputs"][1]["chunks"] = [
+        [0.05, 1],
+        [0.07 + 14.5 * every, 4],
+        [0.07 + 15 * every, 46],
+        [0.07 + 16 * every, 49],
+    ]
+    runs["b"].append(late)
+    window = rows.fixed_window_s(runs)
+    assert window == pytest.approx(15 * every)
+    assert measures.tokens_per_s_window_runs(runs["b"], window)[-1] is None
+    assert rows.window_short_runs(runs, window) == {"a": 0, "b": 1}
+    assert measures.tokens_per_s_window(runs["b"], window) == pytest.approx(2 * 3 / every)
+
+
 def _streamed(first_tokens: list[float], decode_from: float, every: float, steps: int = 16) -> dict:
     """One run's requests: each its first token (the prefill's) when given, then 3 tokens a decode step, every
     request in every step, from ``decode_from`` every ``every`` seconds."""
