@@ -392,20 +392,20 @@ def print_floor(call: dict, pair: tuple[str, str], boots: int, seed: int, named:
     return found
 
 
-def report(call: dict, pair: tuple[str, str], boots: int, seed: int, setup_s: float | None) -> None:
-    """All of the above for one call, its floor ``pair`` (aa_pair); its A/B where its patched engine is not the
-    floor's second pristine process."""
-    row = call["row"]
-    n = len(call["runs"]["pristine"])
-    print(f"== {call['name']}: {row['batch_size']} x {row['ctx']}, next_n {row['next_n']}, {n} timed runs an engine ==")
+def print_window(row: dict) -> None:
+    """The row's tokens_per_s_window as made since 6 Dec 2026 (rows.fixed_window_s)."""
+    found = row.get("speedup_tokens_per_s_window_mean_of_runs_interval")
+    ratio = "-" if not found else f"{found['ratio']:.3f} [{found['ci95'][0]:.3f}-{found['ci95'][1]:.3f}]"
     print(
-        "each run cut by its window from the archive's verify records; against the row's step_interval_ms_runs: "
-        + ", ".join(
-            f"{label} {c['differ']} of {c['runs']} runs differ, by at most {100 * c['most']:.1f}%"
-            for label, c in call["against_row"].items()
-        )
-        + " (the archive holds verify records written after the worker read the file at a run's end)"
+        f"\nthe row's tokens_per_s_window: a window of {row['window_s']:.3f} s from when every request of a run "
+        f"decodes ({row['window_from']}); runs shorter, left out: {row.get('window_short_runs', '-')}; "
+        f"patched over pristine, the ratio of run means [95%]: {ratio}"
     )
+
+
+def print_old_window(call: dict) -> None:
+    """What the row's tokens_per_s_window counted, for rows made before 6 Dec 2026 (old_window)."""
+    row = call["row"]
     print(
         "\nthe row's tokens_per_s_window (made before 6 Dec 2026): a window of "
         f"{row['window_s']:.3f} s from each run's earliest first token; the median over runs; its floor "
@@ -421,6 +421,26 @@ def report(call: dict, pair: tuple[str, str], boots: int, seed: int, setup_s: fl
             f"inside the window {inside['median']:.0f} ({inside['p10']:.0f}-{inside['p90']:.0f}), 2 or fewer in "
             f"{w['verify_in_window_at_most_2']:.2f} of runs; tokens the median counted {tokens}"
         )
+
+
+def report(call: dict, pair: tuple[str, str], boots: int, seed: int, setup_s: float | None) -> None:
+    """All of the above for one call, its floor ``pair`` (aa_pair); its A/B where its patched engine is not the
+    floor's second pristine process."""
+    row = call["row"]
+    n = len(call["runs"]["pristine"])
+    print(f"== {call['name']}: {row['batch_size']} x {row['ctx']}, next_n {row['next_n']}, {n} timed runs an engine ==")
+    print(
+        "each run cut by its window from the archive's verify records; against the row's step_interval_ms_runs: "
+        + ", ".join(
+            f"{label} {c['differ']} of {c['runs']} runs differ, by at most {100 * c['most']:.1f}%"
+            for label, c in call["against_row"].items()
+        )
+        + " (the archive holds verify records written after the worker read the file at a run's end)"
+    )
+    if row.get("window_from"):
+        print_window(row)
+    else:
+        print_old_window(call)
     engines = ("two", "three")[len(call["runs"]) - 2]
     print(
         f"\nwhere a run's time goes (s), median (p10-p90) over each engine's runs; a round of the {engines} engines "

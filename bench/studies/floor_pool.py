@@ -43,8 +43,16 @@ READ_POOLED_P = 0.1  # Q's p-value at or above which the pooled interval is the 
 
 
 def setup(call: dict) -> dict:
-    """What makes a call's measures: its row's case and the steps each run leaves out."""
-    return {**{field: call["row"].get(field) for field in MATCH}, "skip_steps": call["skip"]}
+    """What makes a call's measures: its row's case, the steps each run leaves out, the card, and whether the two
+    processes shared one hash seed and address layout (``--same-layout``; with random layouts the H100's processes
+    differed by 7-11% in two calls of three)."""
+    meta = call["meta"]
+    return {
+        **{field: call["row"].get(field) for field in MATCH},
+        "skip_steps": call["skip"],
+        "gpu": (meta.get("versions") or {}).get("gpu"),
+        "same_layout": bool(meta.get("same_layout")),
+    }
 
 
 def check_same(calls: list[dict]) -> None:

@@ -98,15 +98,27 @@ def test_chi_square_tail():
     assert floor_pool.chi2_sf(0.0, 3) == 1.0 and floor_pool.chi2_sf(1.0, 2) == pytest.approx(math.exp(-0.5))
 
 
-def test_calls_of_different_setups_are_refused(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda doc: doc["rows"][0].update(ctx=32768), "b.json's ctx is 32768, a.json's 65536"),
+        (
+            lambda doc: doc["meta"].update(versions={"gpu": "NVIDIA H200"}),
+            "b.json's gpu is 'NVIDIA H200', a.json's None",
+        ),
+        (lambda doc: doc["meta"].update(same_layout=True), "b.json's same_layout is True, a.json's False"),
+    ],
+)
+def test_calls_of_different_setups_are_refused(tmp_path, capsys, change, says):
+    """A case, a card or a layout rule of its own: each makes a floor of its own."""
     a = floor_call(tmp_path, ONE_SPEED, name="a", seed=3)
     b = floor_call(tmp_path, ONE_SPEED, name="b", seed=4)
     doc = json.loads(b.read_text())
-    doc["rows"][0]["ctx"] = 32768
+    change(doc)
     b.write_text(json.dumps(doc))
     assert floor_pool.main([str(a), str(b)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "b.json's ctx is 32768, a.json's 65536" in err
+    assert err.count("\n") == 1 and says in err
 
 
 def test_a_call_without_two_pristine_processes_is_refused(tmp_path, capsys):
