@@ -88,6 +88,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--two-process-aa", action="store_true", help="a second pristine engine process: the A/A floor of two processes"
     )
+    ap.add_argument(
+        "--patched-only",
+        action="store_true",
+        help="the patched engine alone (its host time, e.g. draft-extend's, at pools too big for two engines' "
+        "prefills in one call): no pristine engine, so the rows compare nothing",
+    )
     ap.add_argument("--pin-cpus", action="store_true", help="each engine's processes on cores of their own")
     ap.add_argument(
         "--same-layout",

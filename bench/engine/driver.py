@@ -35,7 +35,7 @@ from bench.engine.compare import compare_draft_positions, compare_outputs, first
 from bench.engine.grid import GRIDS, WARMUP_PROMPT, Case, pool_for
 from bench.engine.measures import part_value, step_parts, tpot_ms
 from bench.engine.processes import EngineProcess
-from bench.engine.rows import case_row, engine_memory, row_labels
+from bench.engine.rows import PATCHED_ONLY_NOTE, case_row, engine_memory, patched_only_row, row_labels
 from bench.engine.schedule import cores_for_rep, cpu_groups, physical_cores, run_order, start_order
 from bench.engine.sizing import KV_CACHES, Sizing, engine_args, parallel_label, sizing_for
 from bench.gpu_clocks import ClockSampler
@@ -65,7 +65,7 @@ class Bench:
     sizing: Sizing
     overrides: dict  # sglang.Engine arguments for every engine, over engine_args' own
     acceptance: dict  # next_n -> simulated acceptance of the timed runs
-    labels: tuple  # ("pristine", "patched"), or ("pristine", "pristine_b", "patched"): a two-process A/A
+    labels: tuple  # ("pristine", "patched"), ("pristine", "pristine_b", "patched") (a two-process A/A), or ("patched",)
     workdir: Path
     deadline: float
     rows: list = field(default_factory=list)
@@ -272,7 +272,7 @@ class Bench:
         if case.batch_size * case.ctx < self.args.profile_from:
             return {}
         out = {}
-        for label in ("pristine", "patched"):
+        for label in (label for label in ("pristine", "patched") if label in pair):
             engine = pair[label]
             tag = f"n{next_n}-{case.name}"
             engine.call({"op": "profile", "tag": tag, "steps": 3})
@@ -298,9 +298,10 @@ class Bench:
             for label, engine in pair.items()
         }
         profiles = self.profiles(pair, case, next_n, timed_mode)
-        row = case_row(case, next_n, runs, profiles, self.args.skip, self.row_labels, greedy, acceptance)
+        make_row = patched_only_row if self.labels == ("patched",) else case_row
+        row = make_row(case, next_n, runs, profiles, self.args.skip, self.row_labels, greedy, acceptance)
         row["mem_gb"] = memory_of(pair)
-        if row["divergences"] and self.args.margins:
+        if row.get("divergences") and self.args.margins:
             row["margins"] = self.divergence_margins(pair, case, row["divergences"])
         self.rows.append(row)
         self.save()
@@ -409,8 +410,23 @@ def interval(found: dict | None) -> str:
     return f" [{found['ci95'][0]:.3f}-{found['ci95'][1]:.3f}]" if found else ""
 
 
+def patched_only_line(row: dict, case: Case) -> str:
+    """A --patched-only run's line per case: the patched engine's own figures, draft-extend's host time first."""
+    x = row["patched"]
+    extend = x["parts"].get("draft_extend") or {}
+    return (
+        f"n={row['next_n']} {case.name} (acceptance {row['simulated_acceptance'] or 'greedy'}), patched engine "
+        f"alone: draft-extend host {fmt(extend.get('host_ms'), 2)} ms median, {fmt(extend.get('host_ms_max'), 2)} "
+        f"max, GPU {fmt(extend.get('gpu_ms'), 2)} ms, graph {fmt(extend.get('graph'), 2)}; TPOT {fmt(x['tpot_ms'], 2)} "
+        f"ms, step interval {fmt(x['step_interval_ms'], 2)} ms, tokens/s {fmt(x['tokens_per_s'])}, "
+        f"accept length {fmt(row['accept_length'], 2)}, patched rows {x['layouts']}"
+    )
+
+
 def case_line(row: dict, case: Case) -> str:
     """One log line per case: the engines' figures side by side, with the floor beside each ratio."""
+    if row.get("patched_only"):
+        return patched_only_line(row, case)
     p, x = row["pristine"], row["patched"]
     aa = row["aa_noise_processes"] or row["aa_noise"] or {}
 
@@ -436,6 +452,9 @@ def case_line(row: dict, case: Case) -> str:
 def main(args: argparse.Namespace) -> int:
     """The run bench/engine_ab.py's command line asks for (``args.acceptance``, ``args.next_n`` and
     ``args.seed_case`` already parsed); 2, with one line, where it is refused before anything starts."""
+    if args.patched_only and (args.two_process_aa or args.seed_case):
+        both = "--two-process-aa" if args.two_process_aa else "--seed-case"
+        return refuse(f"--patched-only runs the patched engine alone; {both} needs pristine engines beside it")
     env = dict(item.split("=", 1) for item in args.env)
     if args.same_layout:
         env.setdefault("PYTHONHASHSEED", "0")
@@ -450,6 +469,7 @@ def main(args: argparse.Namespace) -> int:
             f"pool and outputs); {overrides['max_total_tokens']} would evict pool prompts between runs"
         )
     labels = ("pristine", "pristine_b", "patched") if args.two_process_aa else ("pristine", "patched")
+    labels = ("patched",) if args.patched_only else labels
     memory_plan = fit_check(args, overrides, sizing, len(labels))
     seed_plan = fit_check(args, overrides, seed_sizing(sizing), len(SEED_CASE_ENGINES)) if args.seed_case else None
     for plan, what in ((memory_plan, f"--grid {args.grid}"), (seed_plan, "--seed-case")):
@@ -471,7 +491,9 @@ def main(args: argparse.Namespace) -> int:
         "memory_plan_seed_case": seed_plan,
     }
     bench = Bench(args, meta, sizing, overrides, args.acceptance, labels, workdir, time.time() + args.deadline_s)
-    if meta["patched_is_pristine"]:
+    if args.patched_only:
+        bench.note(PATCHED_ONLY_NOTE)
+    elif meta["patched_is_pristine"]:
         bench.note(
             "A/A call: the engine labelled patched runs the pristine tree (--patched is --pristine), so each row's "
             "patched/pristine ratios are a floor of two pristine processes, with every run of the call in them"
@@ -505,6 +527,8 @@ def run_meta(args: argparse.Namespace, env: dict, overrides: dict, sizing: Sizin
         "series": json.loads(args.series_record.read_text()) if args.series_record else None,
         "grid": args.grid,
         "engines": list(labels),
+        "patched_only": args.patched_only,
+        **({"patched_only_note": PATCHED_ONLY_NOTE} if args.patched_only else {}),
         "acceptance": {str(k): v for k, v in args.acceptance.items()},
         "pinned_cpus": args.pin_cpus,
         "same_layout": args.same_layout,

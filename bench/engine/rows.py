@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.engine.compare import compare_draft_positions, compare_outputs, compare_positions
+from bench.engine.compare import compare_draft_positions, compare_outputs, compare_positions, draft_steps
 from bench.engine.grid import Case
 from bench.engine.measures import (
     STEP_PARTS,
@@ -202,12 +202,6 @@ def case_row(
     aa = floor(p_runs[::2], p_runs[1::2], bs, skip, window) if len(p_runs) >= 2 else None
     aa_processes = floor(p_runs, runs["pristine_b"], bs, skip, window) if runs.get("pristine_b") else None
     identical, divergences, p_repeat = _identity(runs, greedy, acceptance)
-    accept = [
-        o["meta"].get("spec_accept_length")
-        for r in p_runs + x_runs
-        for o in r["outputs"]
-        if o["meta"].get("spec_accept_length") is not None
-    ]
     positions, processes_positions = _greedy_pairs(greedy, lambda a, b: compare_positions(a, b, bs))
     drafts, processes_drafts = _greedy_pairs(greedy, compare_draft_positions)
     aa_floor = aa_processes or aa or {}
@@ -219,9 +213,7 @@ def case_row(
         "lengths": case.lengths,
         "new_tokens": case.new_tokens,
         "simulated_acceptance": acceptance,
-        "cuda_graph": all(
-            r.get("graph") for run in p_runs + x_runs for r in run.get("verify", []) if r["batch_size"] == bs
-        ),
+        "cuda_graph": _cuda_graph(p_runs + x_runs, bs),
         "pristine": pristine,
         "patched": patched,
         "speedup_verify": ratio(pristine["verify_step_us"], patched["verify_step_us"]),
@@ -277,9 +269,89 @@ def case_row(
         "speedup_step_interval_percentiles": percentile_ratios(
             pristine["step_interval_ms_percentiles"], patched["step_interval_ms_percentiles"]
         ),
-        "verify_samples": {
-            label: sum(1 for run in rs for r in run.get("verify", []) if r["batch_size"] == bs and not r["profiled"])
-            for label, rs in runs.items()
-        },
-        "accept_length": statistics.median(accept) if accept else None,
+        "verify_samples": _verify_samples(runs, bs),
+        "accept_length": _accept_length(p_runs + x_runs),
+    }
+
+
+def _cuda_graph(runs: list[dict], bs: int) -> bool:
+    """Whether every verify forward at the case's batch size replayed a CUDA graph."""
+    return all(r.get("graph") for run in runs for r in run.get("verify", []) if r["batch_size"] == bs)
+
+
+def _verify_samples(runs: dict, bs: int) -> dict:
+    return {
+        label: sum(1 for run in rs for r in run.get("verify", []) if r["batch_size"] == bs and not r["profiled"])
+        for label, rs in runs.items()
+    }
+
+
+def _accept_length(runs: list[dict]) -> float | None:
+    accept = [
+        o["meta"].get("spec_accept_length")
+        for r in runs
+        for o in r["outputs"]
+        if o["meta"].get("spec_accept_length") is not None
+    ]
+    return statistics.median(accept) if accept else None
+
+
+def positions_recorded(greedy_run: dict | None, bs: int) -> dict | None:
+    """What one engine's greedy run recorded, counted, not compared (a run with no other engine): its
+    verify positions at the case's batch size, and its draft positions (steps, positions, record errors)."""
+    if not greedy_run:
+        return None
+    forwards = [r for r in greedy_run.get("positions", []) if r["batch_size"] == bs]
+    steps = draft_steps(greedy_run)
+    errors = [r["error"] for r in greedy_run.get("draft_positions", []) if r["kind"] == "error"]
+    return {
+        "verify_forwards": len(forwards),
+        "verify_positions": sum(len(r["argmax"]) for r in forwards),
+        "draft_steps": len(steps),
+        "draft_positions": sum(len(argmax) for argmax, _ in steps.values()),
+        "draft_record_errors": errors[:4],
+    }
+
+
+# what a --patched-only run's meta and notes say of its rows
+PATCHED_ONLY_NOTE = (
+    "patched-only run (--patched-only): no pristine engine ran, so nothing in a row is a comparison "
+    "(no ratio, no A/A floor, no identity check); each row is the patched engine's own measures"
+)
+
+
+def patched_only_row(
+    case: Case,
+    next_n: int,
+    runs: dict,
+    profiles: dict,
+    skip: int,
+    labels: dict | None = None,
+    greedy: dict | None = None,
+    acceptance: float | None = None,
+) -> dict:
+    """The row of a run with the patched engine alone (``--patched-only``; ``runs`` and ``greedy`` hold
+    ``patched`` only): its summary as case_row gives it (TPOT, step interval, the step's parts with
+    draft-extend's host and GPU time), what its greedy run recorded, counted, and no ratio against
+    pristine, no floor and no identity check, since no pristine engine ran."""
+    x_runs, bs = runs["patched"], case.batch_size
+    window = fixed_window_s(runs)
+    return {
+        **(labels or {}),
+        "patched_only": True,
+        "next_n": next_n,
+        "batch_size": bs,
+        "ctx": case.ctx,
+        "lengths": case.lengths,
+        "new_tokens": case.new_tokens,
+        "simulated_acceptance": acceptance,
+        "cuda_graph": _cuda_graph(x_runs, bs),
+        "patched": engine_summary(x_runs, bs, skip, window),
+        "indexer_share": {"patched": indexer_share(profiles.get("patched"))},
+        "positions_recorded": positions_recorded((greedy or {}).get("patched"), bs),
+        "window_s": window,
+        "window_short_runs": window_short_runs(runs, window),
+        "window_from": "every request decoding, chunks spread over their gaps",
+        "verify_samples": _verify_samples(runs, bs),
+        "accept_length": _accept_length(x_runs),
     }
