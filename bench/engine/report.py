@@ -13,7 +13,9 @@ decode step, a second table: the whole step's and draft-extend's GPU time, draft
 and how many of its passes replayed a CUDA graph, pristine -> patched; for runs with accepted drafts
 (sglang's simulated acceptance) or a second pristine process, a third: TPOT and output tokens/s
 with the two-process A/A floor, each part of the step, the host gap between steps, and how many
-verify positions (every next_n position of every request, greedy) gave the same argmax.
+verify positions (every next_n position of every request, greedy) gave the same argmax. Rows of a
+``--patched-only`` run (no pristine engine ran) have a table of their own, the patched engine's figures
+alone, draft-extend's host time first; they are in none of the tables above, which compare.
 """
 
 from __future__ import annotations
@@ -104,12 +106,14 @@ def markdown(doc: dict) -> str:
         for note in run["notes"]:
             out.append(f"  - {_one_line(note)}")
     out.append("")
-    out.append(
-        "| run | line | next_n | requests | ctx | lengths | patched rows | verify us pristine -> patched | x | A/A | "
-        "step ms pristine -> patched | x | A/A | TPOT ms pristine -> patched | x | indexer share pristine / patched | tokens identical |"
-    )
-    out.append("|" + "---|" * 17)
-    for r in doc["rows"]:
+    compared = [r for r in doc["rows"] if not r.get("patched_only")]  # a --patched-only run's rows compare nothing
+    if compared:
+        out.append(
+            "| run | line | next_n | requests | ctx | lengths | patched rows | verify us pristine -> patched | x | A/A | "
+            "step ms pristine -> patched | x | A/A | TPOT ms pristine -> patched | x | indexer share pristine / patched | tokens identical |"
+        )
+        out.append("|" + "---|" * 17)
+    for r in compared:
         aa = r.get("aa_noise") or {}
         layouts = "; ".join(r["patched"]["layouts"])
         out.append(
@@ -121,7 +125,7 @@ def markdown(doc: dict) -> str:
             f"{_f(r['pristine']['tpot_ms'], 2)} -> {_f(r['patched']['tpot_ms'], 2)} | {_f(r['speedup_tpot'], 3)} | "
             f"{_share(r, 'pristine')} / {_share(r, 'patched')} | {r['tokens_identical']} |"
         )
-    timed = [r for r in doc["rows"] if r["pristine"].get("parts") and r["patched"].get("parts")]
+    timed = [r for r in compared if r["pristine"].get("parts") and r["patched"].get("parts")]
     if timed:
         out += ["", "Decode-step parts (medians per step; graph: share of draft-extend passes that replayed one):", ""]
         out.append(
@@ -140,12 +144,15 @@ def markdown(doc: dict) -> str:
                 f"{_f((ratios.get('draft_extend') or {}).get('host'), 3)} | {_pair(p, x, 'draft_extend', 'graph')} | "
                 f"{_pair(p, x, 'verify', 'gpu_ms')} |"
             )
-    served = [r for r in doc["rows"] if r.get("simulated_acceptance") or r.get("aa_noise_processes")]
+    served = [r for r in compared if r.get("simulated_acceptance") or r.get("aa_noise_processes")]
     if served:
         out += ["", *served_table(served)]
-    drafted = [r for r in doc["rows"] if r.get("draft_positions") or r.get("mem_gb")]
+    drafted = [r for r in compared if r.get("draft_positions") or r.get("mem_gb")]
     if drafted:
         out += ["", *draft_and_memory_table(drafted)]
+    alone = [r for r in doc["rows"] if r.get("patched_only")]
+    if alone:
+        out += ["", *patched_only_table(alone)]
     for run, s in [(about, case) for about in doc["runs"] for case in about.get("seed_cases") or []]:
         out.append("")
         out.append(
@@ -225,6 +232,34 @@ def draft_and_memory_table(rows: list[dict]) -> list[str]:
             f"{_graphs(memory.get('patched'))} | {_tail(r['pristine'])} -> {_tail(r['patched'])} | "
             f"{_f(tail.get('p90'), 3)} ({_f((aa.get('step_interval_percentiles') or {}).get('p90'), 3)}) | "
             f"{_window_rate(r, aa)} |"
+        )
+    return out
+
+
+def patched_only_table(rows: list[dict]) -> list[str]:
+    """Rows of --patched-only runs: the patched engine's own figures, nothing compared (no pristine ran)."""
+    out = [
+        "The patched engine alone (`--patched-only`: no pristine engine ran, so nothing here is a comparison; "
+        "medians per step, GiB as sglang reports them):",
+        "",
+        "| run | line | KV | next_n | accepted | requests | ctx | lengths | draft-extend host ms median / max | "
+        "draft-extend GPU ms | draft-extend graph | TPOT ms | step interval ms | step GPU ms | tokens/s | "
+        "KV pool | draft positions recorded |",
+        "|" + "---|" * 17,
+    ]
+    for r in rows:
+        x = r["patched"]
+        parts = x.get("parts") or {}
+        extend = parts.get("draft_extend") or {}
+        recorded = r.get("positions_recorded") or {}
+        accepted = _f(r.get("simulated_acceptance"), 1) if r.get("simulated_acceptance") else "greedy"
+        out.append(
+            f"| {_run_name(r['run'])} | {r['line']} | {r.get('kv_cache_dtype')} | {r['next_n']} | {accepted} | "
+            f"{r['batch_size']} | {r['ctx'] // 1024}k | {r['lengths']} | {_host(parts)} | "
+            f"{_f(extend.get('gpu_ms'), 2)} | {_f(extend.get('graph'), 2)} | {_f(x.get('tpot_ms'), 2)} | "
+            f"{_f(x.get('step_interval_ms'), 2)} | {_f((parts.get('step') or {}).get('gpu_ms'), 2)} | "
+            f"{_f(x.get('tokens_per_s'))} | {_f(((r.get('mem_gb') or {}).get('patched') or {}).get('kv_pool'), 1)} | "
+            f"{recorded.get('draft_positions', '-')} |"
         )
     return out
 
@@ -328,7 +363,8 @@ def plot(doc: dict, path: Path) -> None:
         ax.set_xticks(range(len(labels)), labels, rotation=60)
         ax.set_title(f"pristine / patched: {title}")
         ax.set_xlabel("requests x context (r: ragged), newest run per case; x: A/A floor")
-        ax.legend(fontsize="small", ncol=2)
+        if ax.get_legend_handles_labels()[0]:  # none where every row is a --patched-only run's
+            ax.legend(fontsize="small", ncol=2)
     fig.suptitle("sglang Engine, MTP (EAGLE topk 1), CUDA graphs, overlap scheduler; H200; DSA layers, dummy weights")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
