@@ -18,6 +18,9 @@
 # prefill shortcut for short KV calls FA3, which the bundle leaves out). On v0.5.23 the run also sets
 # sglang's own SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1: 0.5.23 asks for sglang-kernel >= 0.4.9, which
 # needs torch 2.14.1; the box's torch 2.11 loads 0.4.4 only. Every row of such a run says so.
+#
+# Everything after -- goes to bench/engine_ab.py as it is: `-- --patched-only --grid wide64k ...` starts the
+# patched engine alone (its own host and GPU times, nothing compared; --pristine is still passed, unused).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -41,6 +41,16 @@ GRIDS = {
     "long": [(8, 131072, "uniform")],
     # 64 requests at the targets' 64k (4.2M pool tokens per engine: a call of its own).
     "targets64k_wide": [(64, 65536, "uniform")],
+    # Issue 47's Required 4 (the patched engine's draft-extend host time at 1-128 requests x 4k-128k) at the
+    # sizes whose pools two engines cannot prefill in one call (~42k tokens/s per engine): for --patched-only,
+    # one engine. wide64k: 8.4M pool tokens per engine (128 prompts of 64k; 64 x 64k reads the first 64),
+    # 8.5M KV tokens asked; wide128k: 4.2M (32 prompts of 128k), 4.3M asked. --check-memory with one engine
+    # (--kv-cache fp8_e4m3 --engine-arg sleep_on_idle=true, next_n 4): wide64k 68.1 GiB at 16k chunks, which
+    # fits the H200 (139.8) and the H100 (79.2, by 11.1: tight, so a note and the indexer's logits held to the
+    # room), 47.1 at chunked_prefill_size=2048; wide128k 51.6 at 16k chunks, 30.6 at 2048, fitting either
+    # card. Two engines do not fit the H100 (136.1 and 103.1 GiB at 16k chunks).
+    "wide64k": [(64, 65536, "uniform"), (128, 65536, "uniform")],
+    "wide128k": [(16, 131072, "uniform"), (32, 131072, "uniform")],
     # Issue 46, the one-call patch at next_n 3 (one token per row): 288 and 192 rows, above 132, and 144.
     "one_call": [(96, 16384, "uniform"), (64, 32768, "ragged"), (48, 16384, "uniform")],
     # one_call's 16k cases alone (1.6M pool tokens per engine: three engines fit where one_call's 64 x 32k did not)
