@@ -4,7 +4,8 @@ For each next_n, two ``sglang.Engine`` processes run side by side on the GPU (th
 ``--two-process-aa``): one imports the pristine tree, the other the patched tree, both given the same
 model folder (bench/engine_model.py: DeepSeek-V3.2 shapes, dummy weights from sglang's fixed seed),
 the same arguments (EAGLE with the NextN draft, topk 1, ``next_n - 1`` steps; sglang's defaults
-otherwise: decode CUDA graphs on, overlap scheduler on, radix cache on) and the same requests. How a
+otherwise: decode CUDA graphs on, overlap scheduler on, radix cache on) and the same requests
+(``--patched-only``: the patched engine alone, its own measures, nothing compared). How a
 run goes: bench/engine/driver.py; what a row says: bench/engine/rows.py; the other parts:
 bench/engine/__init__.py.
 
