@@ -13,6 +13,7 @@ from bench.engine_worker import EngineWorker
 def _worker(probe_dir):
     worker = object.__new__(EngineWorker)  # no engine: _probe_records reads the probe's folder only
     worker.probe_dir = probe_dir
+    worker.probe_files = {}
     return worker
 
 
@@ -53,3 +54,21 @@ def test_without_a_flushing_probe_it_gives_up_after_two_seconds(tmp_path):
     records = _worker(tmp_path)._probe_records("verify.jsonl", t_start, t_start + 1.0)
     assert 1.9 < time.perf_counter() - t0 < 3.0
     assert len(records) == 1
+
+
+def test_the_file_is_read_on_from_where_the_last_run_stopped(tmp_path):
+    """Each run's records from the bytes written since the run before (a line half written is taken next
+    time); records of runs gone by are not kept."""
+    path = tmp_path / "verify.jsonl"
+    (tmp_path / "flushed.json").write_text(json.dumps({"t": 1e12, "pending": 0}))
+    worker = _worker(tmp_path)
+    path.write_text("".join(json.dumps({"t": t}) + "\n" for t in (1.0, 1.1, 1.2)))
+    assert [r["t"] for r in worker._probe_records("verify.jsonl", 1.0, 1.5)] == [1.0, 1.1, 1.2]
+    with open(path, "a") as out:
+        out.write(json.dumps({"t": 2.0}) + "\n" + '{"t": 2.')
+    assert [r["t"] for r in worker._probe_records("verify.jsonl", 2.0, 2.5)] == [2.0]
+    with open(path, "a") as out:
+        out.write("1}\n" + json.dumps({"t": 3.0}) + "\n")
+    assert [r["t"] for r in worker._probe_records("verify.jsonl", 2.0, 2.5)] == [2.0, 2.1]
+    assert [r["t"] for r in worker._probe_records("verify.jsonl", 3.0, 3.5)] == [3.0]
+    assert [r["t"] for r in worker.probe_files["verify.jsonl"].records] == [3.0]
