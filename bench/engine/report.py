@@ -327,10 +327,12 @@ def plot(doc: dict, path: Path) -> None:
     series = sorted({(r["line"], r["next_n"], r.get("kv_cache_dtype") or "bfloat16") for r in doc["rows"]})
     lines = sorted({(line, kv) for line, _, kv in series})
     next_ns = sorted({n for _, n, _ in series})
-    # the newest run of each case: later runs (file order) measured the series as it is now
+    # the newest run of each case: later runs (file order) measured the series as it is now; a --patched-only
+    # run's row has no ratio to plot, so it is no case's newest
     newest = {
         (r["line"], r["next_n"], r["ctx"], r["batch_size"], r["lengths"], r.get("kv_cache_dtype")): r
         for r in doc["rows"]
+        if not r.get("patched_only")
     }
     rows = [r for r in newest.values() if r.get("speedup_verify")]
     cases = sorted({(r["ctx"], r["batch_size"], r["lengths"]) for r in rows})

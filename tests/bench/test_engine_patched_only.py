@@ -105,3 +105,19 @@ def test_one_engine_of_the_biggest_pools_fits_an_h100_where_two_do_not(
     assert (plan["engines"], plan["total_gib"], plan["fits"]) == (1, total_gib, True)
     assert engine_ab.main([*argv, "--seed-case", ""]) == 2
     assert "2 engines need about" in capsys.readouterr().err
+
+
+def test_a_later_patched_only_run_of_a_case_leaves_the_compared_runs_point_in_the_plot(tmp_path, monkeypatch):
+    """The plot shows the newest run of each case: a --patched-only row, which has no ratio to plot, is not
+    that run, or the case's compared point would go."""
+    import matplotlib.figure
+
+    case = {"line": "v0.5.14", "next_n": 4, "ctx": 65536, "batch_size": 64, "lengths": "uniform"}
+    compared = {**case, "speedup_verify": 1.2, "speedup_step_interval": 1.1, "run": "compared.json"}
+    alone = {**case, "patched_only": True, "patched": {}, "run": "alone.json"}
+    figures = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: figures.append(fig))
+    report.plot({"runs": [], "rows": [compared, alone]}, tmp_path / "plot.png")
+    [fig] = figures
+    plotted = [list(line.get_ydata()) for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "o"]
+    assert plotted == [[1.2], [1.1]]
