@@ -52,8 +52,15 @@ def load(engine_json: Path, batch_size: int | None = None, skip: int | None = No
     """The call's row (the first, or the one at ``batch_size``) and each engine's timed runs: per run its window,
     ``prompt_s``, ``first_token_s`` and the starts of its verify forwards at the row's batch size."""
     doc = json.loads(engine_json.read_text())
-    row = next(r for r in doc["rows"] if batch_size is None or r["batch_size"] == batch_size)
+    row = next((r for r in doc["rows"] if batch_size is None or r["batch_size"] == batch_size), None)
+    if row is None:
+        sizes = ", ".join(str(r["batch_size"]) for r in doc["rows"]) or "none"
+        raise LookupError(f"{engine_json.name}: no row at batch size {batch_size} (rows at {sizes})")
+    if row.get("patched_only"):
+        raise LookupError(f"{engine_json.name}: a --patched-only call (no pristine engine ran)")
     skip = doc["meta"].get("skip_steps", 2) if skip is None else skip
+    if not archive_beside(engine_json).exists():
+        raise LookupError(f"{engine_json.name}: no {archive_beside(engine_json).name} beside it")
     verify = host_modes.read_probe_records(archive_beside(engine_json), "verify.jsonl")
     bs = row["batch_size"]
     runs = {}

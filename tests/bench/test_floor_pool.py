@@ -135,3 +135,25 @@ def test_the_pooled_moments_are_the_runs_taken_as_one():
     joined = floor_pool.joined_moments([(len(r), statistics.fmean(r), statistics.stdev(r)) for r in runs])
     whole = runs[0] + runs[1]
     assert joined == pytest.approx((len(whole), statistics.fmean(whole), statistics.stdev(whole)))
+
+
+def test_a_batch_size_a_call_lacks_a_missing_archive_or_a_patched_only_call_is_refused_in_one_line(tmp_path, capsys):
+    a = floor_call(tmp_path, ONE_SPEED, name="a", seed=3)
+    b = floor_call(tmp_path, ONE_SPEED, name="b", seed=4)
+    assert floor_pool.main([str(a), str(b), "--batch-size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a.json: no row at batch size 64 (rows at 32)" in err
+    alone = floor_call(tmp_path, ONE_SPEED, name="alone", seed=5)
+    doc = json.loads(alone.read_text())
+    doc["meta"].update(engines=["patched"], patched_only=True)
+    doc["rows"][0] = {k: v for k, v in doc["rows"][0].items() if k not in ("pristine", "aa_noise_processes")}
+    doc["rows"][0].update(patched_only=True)
+    alone.write_text(json.dumps(doc))
+    assert floor_pool.main([str(a), str(alone)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "alone.json: a --patched-only call (no pristine engine ran)" in err
+    b.with_name("b_engines.tar.gz").unlink()
+    for main, argv in ((floor_pool.main, [str(a), str(b)]), (floor_measures.main, [str(b)])):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "b.json: no b_engines.tar.gz beside it" in err
