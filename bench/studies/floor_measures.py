@@ -403,6 +403,9 @@ def print_window(row: dict) -> None:
     """The row's tokens_per_s_window as made since 6 Dec 2026 (rows.fixed_window_s)."""
     found = row.get("speedup_tokens_per_s_window_mean_of_runs_interval")
     ratio = "-" if not found else f"{found['ratio']:.3f} [{found['ci95'][0]:.3f}-{found['ci95'][1]:.3f}]"
+    if row["window_s"] is None:
+        print("\nthe row's tokens_per_s_window: no window (no run had every request decoding at once)")
+        return
     print(
         f"\nthe row's tokens_per_s_window: a window of {row['window_s']:.3f} s from when every request of a run "
         f"decodes ({row['window_from']}); runs shorter, left out: {row.get('window_short_runs', '-')}; "

@@ -85,3 +85,10 @@ def test_an_aa_only_call_gives_its_floor_and_a_call_without_two_pristine_process
     assert capsys.readouterr().err == (
         "floor_measures: ab.json: no two pristine processes (no host_runs_pristine_b, not patched_is_pristine)\n"
     )
+
+
+def test_a_row_without_a_window_prints_that_it_has_none(capsys):
+    """rows.fixed_window_s gives None where no run had every request decoding at once (no streaming span)."""
+    row = {"window_s": None, "window_from": "every request decoding", "window_short_runs": {"pristine": 3}}
+    floor_measures.print_window(row)
+    assert "no window (no run had every request decoding at once)" in capsys.readouterr().out
