@@ -133,8 +133,11 @@ def fixed_window_s(runs: dict) -> float | None:
     return min((s for s in spans if s >= statistics.median(spans) / 2), default=None)
 
 
-def window_short_runs(runs: dict, window_s: float | None) -> dict[str, int]:
-    """Per engine, the timed runs whose streaming span is shorter than the window, left out of its rates."""
+def window_short_runs(runs: dict, window_s: float | None) -> dict[str, int] | None:
+    """Per engine, the timed runs whose streaming span is shorter than the window (or have none), left out of
+    its rates; None where there is no window."""
+    if not window_s:
+        return None
     return {label: tokens_per_s_window_runs(rs, window_s).count(None) for label, rs in runs.items()}
 
 

@@ -176,6 +176,7 @@ def test_one_run_streamed_late_sets_no_window_for_the_others():
     assert window == pytest.approx(15 * every)
     assert measures.tokens_per_s_window_runs(runs["b"], window)[-1] is None
     assert rows.window_short_runs(runs, window) == {"a": 0, "b": 1}
+    assert rows.window_short_runs(runs, None) is None
     assert measures.tokens_per_s_window(runs["b"], window) == pytest.approx(2 * 3 / every)
 
 
