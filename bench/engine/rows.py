@@ -130,7 +130,10 @@ def fixed_window_s(runs: dict) -> float | None:
     (results/engine_h100_floor64k_aa_random_layout.json; two calls of the same setup had 0.187 s). A run
     whose span is shorter than the window is left out of its rates and counted in ``window_short_runs``."""
     spans = [span[1] - span[0] for rs in runs.values() for run in rs if (span := streaming_span(run))]
-    return min((s for s in spans if s >= statistics.median(spans) / 2), default=None)
+    if not spans:
+        return None
+    half_median = statistics.median(spans) / 2
+    return min(s for s in spans if s >= half_median)
 
 
 def window_short_runs(runs: dict, window_s: float | None) -> dict[str, int] | None:
