@@ -57,4 +57,5 @@ def ratio_interval_of_moments(first: tuple[int, float, float], second: tuple[int
         "runs": [n_a, n_b],
         "run_cv": [cv_a, cv_b],
         "runs_for_3pct": math.ceil(2 * (Z_975 * spread / math.log1p(HALF_WIDTH)) ** 2),
+        "se_log": se,  # the standard error of the ratio's log, which weighs it against other calls' (floor_pool)
     }

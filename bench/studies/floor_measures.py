@@ -191,10 +191,9 @@ def of_means(first: list, second: list, kind: str) -> dict | None:
 
 
 def means_interval(found: dict | None) -> dict | None:
-    """A ratio_interval as a measure: how it was made and the standard error of its log (each side's mean's, from
-    its runs' spread), which weighs it against other calls' (bench/studies/floor_pool.py)."""
-    se = math.sqrt(sum(cv**2 / n for cv, n in zip(found["run_cv"], found["runs"], strict=True))) if found else None
-    return found and {**found, "how": "ratio of run means", "se_log": se}
+    """A ratio_interval as a measure: how it was made (its ``se_log`` weighs it against other calls' in
+    bench/studies/floor_pool.py)."""
+    return found and {**found, "how": "ratio of run means"}
 
 
 def paired(first: list, second: list, kind: str) -> dict | None:
@@ -373,14 +372,24 @@ def _s(d: dict, digits: int = 3) -> str:
     return f"{d['median']:.{digits}f} ({d['p10']:.{digits}f}-{d['p90']:.{digits}f})"
 
 
+def half_width(m: dict) -> float:
+    """An interval's half-width, as a fraction of its ratio (on the log scale, where it is symmetric)."""
+    low, high = m["ci95"]
+    return math.sqrt(high / low) - 1
+
+
+def within_3pct(m: dict) -> str:
+    """Whether a floor's interval lies within 3% of 1, in words."""
+    low, high = m["ci95"]
+    return "within +-3%" if low >= 1 - HALF_WIDTH and high <= 1 + HALF_WIDTH else "not within +-3%"
+
+
 def interval_text(m: dict, floor: bool = True) -> str:
     """The ratio, its interval, how it was made, and its half-width; for a floor whether it lies within 3% of 1."""
     low, high = m["ci95"]
-    half = math.sqrt(high / low) - 1
-    inside = "within +-3%" if low >= 1 - HALF_WIDTH and high <= 1 + HALF_WIDTH else "not within +-3%"
     return (
-        f"{m['ratio']:.3f} [{low:.3f}-{high:.3f}] ({m['how']}, {m['runs'][0]} runs a side; +-{100 * half:.1f}%, "
-        f"{m['runs_for_3pct']} runs for +-3%" + (f"; {inside})" if floor else ")")
+        f"{m['ratio']:.3f} [{low:.3f}-{high:.3f}] ({m['how']}, {m['runs'][0]} runs a side; +-{100 * half_width(m):.1f}%, "
+        f"{m['runs_for_3pct']} runs for +-3%" + (f"; {within_3pct(m)})" if floor else ")")
     )
 
 

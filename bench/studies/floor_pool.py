@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for `bench`
 
-from bench.engine.precision import HALF_WIDTH, Z_975, moments, ratio_interval_of_moments  # noqa: E402
+from bench.engine.precision import Z_975, moments, ratio_interval_of_moments  # noqa: E402
 from bench.studies import floor_measures  # noqa: E402
 
 MATCH = ("batch_size", "ctx", "next_n", "new_tokens", "kv_cache_dtype", "simulated_acceptance", "lengths")
@@ -192,8 +192,10 @@ def to_read(pooled: dict, found: dict) -> tuple[str, dict]:
 
 def _short(m: dict) -> str:
     low, high = m["ci95"]
-    inside = "within" if low >= 1 - HALF_WIDTH and high <= 1 + HALF_WIDTH else "not within"
-    return f"{m['ratio']:.3f} [{low:.3f}-{high:.3f}] (+-{100 * (math.sqrt(high / low) - 1):.1f}%; {inside} +-3%)"
+    return (
+        f"{m['ratio']:.3f} [{low:.3f}-{high:.3f}] (+-{100 * floor_measures.half_width(m):.1f}%; "
+        f"{floor_measures.within_3pct(m)})"
+    )
 
 
 def report(calls: list[dict], pairs: list[tuple[str, str]], boots: int, seed: int) -> None:
