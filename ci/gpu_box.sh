@@ -111,8 +111,9 @@ unpack_bundle() {
 
 # use_bundle_env BUNDLE WORK: the unpacked packages first on the path; JIT caches under JIT_ROOT/jit
 # (SGLPATCH_JIT_ROOT, default /tmp/sglpatch-jit), restored from BUNDLE/jit-cache.tar.gz when an earlier
-# run saved one (or from jit-cache.tar.xz, the same recompressed to fit the 64 MiB a call carries). JIT_ROOT is not under WORK, which every run rebuilds: a second call on a box still
-# warm finds the kernels the first one compiled, whether or not they were carried. Sets JIT and JIT_ROOT.
+# run saved one (or from jit-cache.tar.xz, the same recompressed to fit the 64 MiB a call carries).
+# JIT_ROOT is not under WORK, which every run rebuilds: a second call on a box still warm finds the
+# kernels the first one compiled, whether or not they were carried. Sets JIT and JIT_ROOT.
 use_bundle_env() {
   local bundle="$1" work="$2"
   export PYTHONPATH="$work/pkgs:$work/site${PYTHONPATH:+:$PYTHONPATH}"
