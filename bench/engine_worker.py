@@ -101,8 +101,9 @@ def request_index(rid) -> int | None:
 class ProbeFile:
     """One of the probe's append-only record files, read on from where the last read stopped. Each file was read
     whole for every run: at the end of a call of 228 runs an engine at 32 x 64k, parsing its steps.jsonl and
-    verify.jsonl (2.6 and 0.6 MB) takes 166 ms on the CPU the project is developed on, and the gap between runs
-    grew from 0.18 s in the call's first sixth to 0.28 s in its last (results/engine_h100_floor64k_aa_run2.*)."""
+    verify.jsonl (2.6 and 0.6 MB) takes 89 and 17 ms on the machine the project is developed on, and the gap
+    between runs grew from 0.18 s in the call's first sixth to 0.28 s in its last
+    (results/engine_h100_floor64k_aa_run2_gaps.txt, bench/studies/run_gaps.py)."""
 
     def __init__(self, path: Path):
         self.path = path
