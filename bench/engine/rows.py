@@ -128,7 +128,9 @@ def fixed_window_s(runs: dict) -> float | None:
     one. The spans come from the chunks' arrival in the client: in an H100 call whose verify forwards all held
     the whole batch, the shortest span of its 388 runs was 9 ms, and it made every run's window 9 ms
     (results/engine_h100_floor64k_aa_random_layout.json; two calls of the same setup had 0.187 s). A run
-    whose span is shorter than the window is left out of its rates and counted in ``window_short_runs``."""
+    whose span is shorter than the window is left out of its rates and counted in ``window_short_runs``. The
+    half is a choice, fitted on no grid: the committed rows keep no spans to fit or test it on, and the next
+    call's ``window_short_runs`` is its first check."""
     spans = [span[1] - span[0] for rs in runs.values() for run in rs if (span := streaming_span(run))]
     if not spans:
         return None

@@ -36,7 +36,9 @@ from bench.engine.precision import Z_975, moments, ratio_interval_of_moments  # 
 from bench.studies import floor_measures  # noqa: E402
 
 MATCH = ("batch_size", "ctx", "next_n", "new_tokens", "kv_cache_dtype", "simulated_acceptance", "lengths")
-READ_POOLED_P = 0.1  # Q's p-value at or above which the pooled interval is the one to read
+READ_POOLED_P = (
+    0.1  # Q's p-value at or above which the pooled interval is the one to read (the usual level for Q, not fitted)
+)
 
 
 # ---- the calls ------------------------------------------------------------------------------------------------
