@@ -51,6 +51,8 @@ GRIDS = {
     # card. Two engines do not fit the H100 (136.1 and 103.1 GiB at 16k chunks).
     "wide64k": [(64, 65536, "uniform"), (128, 65536, "uniform")],
     "wide128k": [(16, 131072, "uniform"), (32, 131072, "uniform")],
+    # 64 x 128k, the same 8.4M pool tokens as wide64k (64 prompts of 128k), one engine of it alone.
+    "wide128k_64": [(64, 131072, "uniform")],
     # Issue 46, the one-call patch at next_n 3 (one token per row): 288 and 192 rows, above 132, and 144.
     "one_call": [(96, 16384, "uniform"), (64, 32768, "ragged"), (48, 16384, "uniform")],
     # one_call's 16k cases alone (1.6M pool tokens per engine: three engines fit where one_call's 64 x 32k did not)

@@ -72,7 +72,7 @@ def test_patched_only_beside_options_that_need_pristine_is_refused(tmp_path, cap
 
 @pytest.mark.parametrize(
     ("grid_name", "prompts", "pool_tokens", "total_gib"),
-    [("wide64k", 128, 8388608, 68.1), ("wide128k", 32, 4194304, 51.6)],
+    [("wide64k", 128, 8388608, 68.1), ("wide128k", 32, 4194304, 51.6), ("wide128k_64", 64, 8388608, 67.0)],
 )
 def test_one_engine_of_the_biggest_pools_fits_an_h100_where_two_do_not(
     tmp_path, capsys, grid_name, prompts, pool_tokens, total_gib
