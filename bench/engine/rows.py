@@ -121,6 +121,11 @@ def floor(first: list[dict], second: list[dict], bs: int, skip: int, window_s: f
     }
 
 
+# where a row's fixed window starts in each run: rows before 6 Dec 2026 (no window_from key) took it from the
+# run's earliest first token, and counted whole chunks (report._window_rate)
+WINDOW_FROM = "every request decoding, chunks spread over their gaps"
+
+
 def fixed_window_s(runs: dict) -> float | None:
     """The wall time every timed run of every engine had all its requests decoding throughout: the shortest
     streaming span (measures.streaming_span; until 6 Dec 2026 the span from a run's earliest first token to
@@ -215,12 +220,7 @@ def case_row(
     aa_floor = aa_processes or aa or {}
     return {
         **(labels or {}),
-        "next_n": next_n,
-        "batch_size": bs,
-        "ctx": case.ctx,
-        "lengths": case.lengths,
-        "new_tokens": case.new_tokens,
-        "simulated_acceptance": acceptance,
+        **_case_fields(case, next_n, acceptance),
         "cuda_graph": _cuda_graph(p_runs + x_runs, bs),
         "pristine": pristine,
         "patched": patched,
@@ -271,14 +271,24 @@ def case_row(
         "speedup_tokens_per_s_window_mean_of_runs_interval": ratio_interval(
             patched["tokens_per_s_window_runs"], pristine["tokens_per_s_window_runs"]
         ),
-        # where the window starts in each run: rows before 6 Dec 2026 (no such key) took it from the run's
-        # earliest first token, and counted whole chunks
-        "window_from": "every request decoding, chunks spread over their gaps",
+        "window_from": WINDOW_FROM,
         "speedup_step_interval_percentiles": percentile_ratios(
             pristine["step_interval_ms_percentiles"], patched["step_interval_ms_percentiles"]
         ),
         "verify_samples": _verify_samples(runs, bs),
         "accept_length": _accept_length(p_runs + x_runs),
+    }
+
+
+def _case_fields(case: Case, next_n: int, acceptance: float | None) -> dict:
+    """The keys that name a row's case, the same in a compared row and a --patched-only one."""
+    return {
+        "next_n": next_n,
+        "batch_size": case.batch_size,
+        "ctx": case.ctx,
+        "lengths": case.lengths,
+        "new_tokens": case.new_tokens,
+        "simulated_acceptance": acceptance,
     }
 
 
@@ -347,19 +357,14 @@ def patched_only_row(
     return {
         **(labels or {}),
         "patched_only": True,
-        "next_n": next_n,
-        "batch_size": bs,
-        "ctx": case.ctx,
-        "lengths": case.lengths,
-        "new_tokens": case.new_tokens,
-        "simulated_acceptance": acceptance,
+        **_case_fields(case, next_n, acceptance),
         "cuda_graph": _cuda_graph(x_runs, bs),
         "patched": engine_summary(x_runs, bs, skip, window),
         "indexer_share": {"patched": indexer_share(profiles.get("patched"))},
         "positions_recorded": positions_recorded((greedy or {}).get("patched"), bs),
         "window_s": window,
         "window_short_runs": window_short_runs(runs, window),
-        "window_from": "every request decoding, chunks spread over their gaps",
+        "window_from": WINDOW_FROM,
         "verify_samples": _verify_samples(runs, bs),
         "accept_length": _accept_length(x_runs),
     }
